@@ -1,0 +1,69 @@
+"""One hierarchy of errors, and the one place that maps PostgreSQL errors onto it."""
+
+from __future__ import annotations
+
+import psycopg
+
+
+class WorkhorseError(Exception):
+    """Base class of every error workhorse raises on purpose."""
+
+
+class InvalidOptionsError(WorkhorseError, ValueError):
+    """Bad enqueue options or concurrency key."""
+
+
+class PayloadError(WorkhorseError, ValueError):
+    """A payload or result that is not JSON, or is too large."""
+
+
+class InvalidPolicyError(WorkhorseError, ValueError):
+    """A bad policy definition, or two declarations that disagree."""
+
+
+class PolicyConflictError(WorkhorseError):
+    """Another namespace owns the queue."""
+
+
+class UnknownTaskError(WorkhorseError, LookupError):
+    """A task name the app does not know."""
+
+
+class StaleLeaseError(WorkhorseError):
+    """A fence was rejected: the job was claimed again, or the lease already expired."""
+
+
+class SchemaVersionError(WorkhorseError):
+    """The database schema is newer than this code."""
+
+
+class DatabaseError(WorkhorseError):
+    """The database could not be reached or refused a statement."""
+
+
+class EmbeddedServerError(DatabaseError):
+    """The embedded PostgreSQL server could not be started or stopped."""
+
+
+class AppLoadError(WorkhorseError):
+    """`module:attribute` did not name an importable App."""
+
+
+# Our SQL functions raise with these SQLSTATEs (class WH) so that Python can map them back.
+_SQLSTATE_ERRORS: dict[str, type[WorkhorseError]] = {
+    "WH001": PolicyConflictError,
+    "WH002": InvalidPolicyError,
+    "WH003": StaleLeaseError,
+    "WH004": SchemaVersionError,
+    "WH005": InvalidOptionsError,
+}
+
+
+def translate(exc: psycopg.Error) -> WorkhorseError | None:
+    """The workhorse error for a database error raised by our own SQL, if it is one."""
+    sqlstate = exc.sqlstate or ""
+    error_class = _SQLSTATE_ERRORS.get(sqlstate)
+    if error_class is None:
+        return None
+    message = exc.diag.message_primary or str(exc)
+    return error_class(message)

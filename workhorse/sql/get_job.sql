@@ -1,0 +1,5 @@
+SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,
+       max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
+       lease_until, meta
+FROM workhorse.jobs
+WHERE id = %s

@@ -1,0 +1,1 @@
+SELECT id FROM workhorse.heartbeat_v1(%s::bigint[], %s::bigint[], %s::double precision[]) AS id

@@ -1,0 +1,2 @@
+SELECT sync_action, sync_queue
+FROM workhorse.sync_concurrency_policies_v1(%s::text, %s::text[], %s::integer[], %s::integer[], %s::boolean)
