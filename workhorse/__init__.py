@@ -1,5 +1,6 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
+from .app import App, QueueSpec, load_app
 from .errors import (
     InvalidOptionsError,
     InvalidPolicyError,
@@ -11,6 +12,8 @@ from .errors import (
     WorkhorseError,
 )
 from .queue import AsyncQueue, Queue
+from .retry import Backoff
+from .task import JobHandle, Task
 from .types import (
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -23,22 +26,28 @@ from .types import (
 )
 
 __all__ = [
+    "App",
     "AsyncQueue",
+    "Backoff",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",
     "EnqueueOptions",
     "InvalidOptionsError",
     "InvalidPolicyError",
     "Job",
+    "JobHandle",
     "JobStatus",
     "PayloadError",
     "PolicyConflictError",
     "PolicyHealth",
     "Queue",
     "QueueHealth",
+    "QueueSpec",
     "SchemaVersionError",
     "StaleLeaseError",
     "SyncReport",
+    "Task",
     "UnknownTaskError",
     "WorkhorseError",
+    "load_app",
 ]

@@ -1,0 +1,510 @@
+"""App: the task registry, the declared queues and their limits, and the connection pools."""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from . import database, telemetry
+from .errors import AppLoadError, InvalidOptionsError, InvalidPolicyError, UnknownTaskError
+from .queue import AsyncQueue, Queue
+from .retry import RetryBackoff
+from .task import Call, JobHandle, KeySpec, Task
+from .types import (
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    Job,
+    SyncReport,
+    check_name,
+)
+
+ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
+
+_current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "workhorse_connection", default=None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A named queue and its limits, shared by every task that names it.
+
+    >>> QueueSpec("openai-api", max_active=5).definition()
+    ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, max_active_per_key=None)
+    """
+
+    name: str
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+
+    @property
+    def governed(self) -> bool:
+        return self.max_active is not None or self.max_active_per_key is not None
+
+    def definition(self) -> ConcurrencyPolicyDefinition | None:
+        if not self.governed:
+            return None
+        return ConcurrencyPolicyDefinition(self.name, self.max_active, self.max_active_per_key)
+
+
+def _default_limit() -> int | None:
+    raw = os.environ.get(ENV_DEFAULT_LIMIT)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidPolicyError(
+            f"{ENV_DEFAULT_LIMIT} must be a positive integer, got {raw!r}"
+        ) from None
+    if value < 1:
+        raise InvalidPolicyError(f"{ENV_DEFAULT_LIMIT} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _importable_main_name() -> str | None:
+    """The name `__main__` can be imported under, so a worker can find its tasks."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name).removesuffix(".__main__")
+    filename = getattr(main, "__file__", None)
+    if not filename:
+        return None
+    path = Path(filename).resolve().with_suffix("")
+    for entry in sys.path:
+        root = Path(entry or os.getcwd()).resolve()
+        try:
+            parts = path.relative_to(root).parts
+        except ValueError:
+            continue
+        if parts and all(part.isidentifier() for part in parts):
+            return ".".join(parts)
+    return None
+
+
+class App:
+    """A workhorse application: tasks, their queues and limits, and where the database is.
+
+    >>> app = App("billing")
+    >>> @app.task(queue="mail", max_active=20, max_active_per_key=3,
+    ...           concurrency_key=lambda message: message["tenant"])
+    ... def send(message): ...
+    >>> [d.queue for d in app.policy_definitions()]
+    ['mail']
+    """
+
+    def __init__(self, name: str, database_url: str | None = None) -> None:
+        try:
+            check_name("app name", name)
+        except InvalidOptionsError as exc:
+            raise InvalidPolicyError(str(exc)) from None
+        self.name = name
+        self._database_url = database_url
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.queues: dict[str, QueueSpec] = {}
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._async_pool: AsyncConnectionPool | None = None
+        self._pool_pid = os.getpid()
+
+    def __repr__(self) -> str:
+        return f"<App {self.name} tasks={len(self.tasks)} queues={len(self.queues)}>"
+
+    # ---- declarations ----------------------------------------------------------------------
+
+    def queue(
+        self, name: str, max_active: int | None = None, max_active_per_key: int | None = None
+    ) -> QueueSpec:
+        """Declare a queue that several tasks share, with one combined limit."""
+        return self._declare_queue(QueueSpec(name, max_active, max_active_per_key))
+
+    def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
+        try:
+            check_name("queue", spec.name)
+        except InvalidOptionsError as exc:
+            raise InvalidPolicyError(str(exc)) from None
+        spec.definition()  # validates the limits now, at declaration
+        existing = self.queues.get(spec.name)
+        if existing is None or not existing.governed:
+            self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
+            return self.queues[spec.name]
+        if spec.governed and (existing.max_active, existing.max_active_per_key) != (
+            spec.max_active,
+            spec.max_active_per_key,
+        ):
+            raise InvalidPolicyError(
+                f"queue {spec.name!r} is declared twice with different limits: "
+                f"max_active={existing.max_active}, max_active_per_key="
+                f"{existing.max_active_per_key} vs max_active={spec.max_active}, "
+                f"max_active_per_key={spec.max_active_per_key}"
+            )
+        return existing
+
+    def queue_name(self, queue: str | QueueSpec) -> str:
+        return queue.name if isinstance(queue, QueueSpec) else queue
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task[Any, Any]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | QueueSpec | None = None,
+        max_active: int | None = None,
+        max_active_per_key: int | None = None,
+        concurrency_key: KeySpec = None,
+        priority: int = 0,
+        max_attempts: int = 3,
+        retry_backoff: RetryBackoff | None = None,
+        on_failure: str = "fail",
+        lease: float | str | None = None,
+    ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | QueueSpec | None = None,
+        max_active: int | None = None,
+        max_active_per_key: int | None = None,
+        concurrency_key: KeySpec = None,
+        priority: int = 0,
+        max_attempts: int = 3,
+        retry_backoff: RetryBackoff | None = None,
+        on_failure: str = "fail",
+        lease: float | str | None = None,
+    ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
+        """Register a handler, with or without arguments.
+
+        `queue` is a name or an `app.queue(...)`; with none, the task gets a queue named after
+        itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
+        """
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
+            return self._register(
+                function, name=name, queue=queue, max_active=max_active,
+                max_active_per_key=max_active_per_key, concurrency_key=concurrency_key,
+                priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
+                on_failure=on_failure, lease=lease,
+            )
+
+        return register(fn) if fn is not None else register
+
+    def _register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None,
+        queue: str | QueueSpec | None,
+        max_active: int | None,
+        max_active_per_key: int | None,
+        concurrency_key: KeySpec,
+        priority: int,
+        max_attempts: int,
+        retry_backoff: RetryBackoff | None,
+        on_failure: str,
+        lease: float | str | None,
+    ) -> Task[Any, Any]:
+        from ._durations import parse_duration
+
+        task_name = name or self._default_task_name(fn)
+        check_name("task name", task_name)
+        if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+            raise InvalidOptionsError(f"task {task_name!r} is already registered")
+        if on_failure not in ("fail", "hold"):
+            raise InvalidOptionsError(f"on_failure must be 'fail' or 'hold', got {on_failure!r}")
+        if concurrency_key is not None and not callable(concurrency_key):
+            if not isinstance(concurrency_key, str) or not concurrency_key:
+                raise InvalidOptionsError(
+                    f"concurrency_key must be a non-empty str or a callable, "
+                    f"got {concurrency_key!r}"
+                )
+        # Validates priority and max_attempts once, at declaration.
+        EnqueueOptions(priority=priority, max_attempts=max_attempts)
+        lease_seconds = None
+        if lease is not None:
+            try:
+                lease_seconds = parse_duration(lease)
+            except ValueError as exc:
+                raise InvalidOptionsError(str(exc)) from None
+            if lease_seconds <= 0:
+                raise InvalidOptionsError(f"lease must be positive, got {lease!r}")
+
+        if isinstance(queue, QueueSpec):
+            if max_active is not None or max_active_per_key is not None:
+                spec = self._declare_queue(QueueSpec(queue.name, max_active, max_active_per_key))
+            else:
+                spec = self._declare_queue(queue)
+        elif queue is not None:
+            spec = self._declare_queue(QueueSpec(queue, max_active, max_active_per_key))
+        else:
+            default_limit = _default_limit() if max_active is None else None
+            spec = self._declare_queue(
+                QueueSpec(task_name, max_active if max_active is not None else default_limit,
+                          max_active_per_key)
+            )
+
+        task: Task[Any, Any] = Task(
+            self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,
+            priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
+            on_failure=on_failure, lease=lease_seconds,
+        )
+        self.tasks[task_name] = task
+        return task
+
+    @staticmethod
+    def _default_task_name(fn: Callable[..., Any]) -> str:
+        module = getattr(fn, "__module__", None) or ""
+        qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "")
+        if module == "__main__":
+            importable = _importable_main_name()
+            if importable is None:
+                raise InvalidOptionsError(
+                    f"task {qualname!r} is defined in __main__ and no importable module name "
+                    "was found; give it a name: @app.task(name=...)"
+                )
+            module = importable
+        return f"{module}.{qualname}" if module else qualname
+
+    def policy_definitions(self) -> list[ConcurrencyPolicyDefinition]:
+        """The limits this app declares, one per governed queue."""
+        return [
+            d for d in (spec.definition() for spec in self.queues.values()) if d is not None
+        ]
+
+    def declared_queues(self) -> list[str]:
+        """Every queue the app declares, including the default queues named after tasks."""
+        return list(self.queues)
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise UnknownTaskError(f"app {self.name!r} has no task named {name!r}") from None
+
+    # ---- database ------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        """The DSN: the constructor's, else WORKHORSE_DATABASE_URL, else the embedded server."""
+        if self._database_url is None:
+            self._database_url = database.resolve_url(None)
+        return self._database_url
+
+    def _forget_inherited_pools(self) -> None:
+        # A forked child must not touch its parent's sockets: drop the pools without closing.
+        if self._pool_pid != os.getpid():
+            self._pool = None
+            self._async_pool = None
+            self._pool_pid = os.getpid()
+
+    @property
+    def pool(self) -> ConnectionPool:
+        self._forget_inherited_pools()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    url = self.database_url
+                    database.ensure_schema(url)
+                    self._pool = ConnectionPool(
+                        url, min_size=1, max_size=8, open=True, name=f"workhorse-{self.name}"
+                    )
+        return self._pool
+
+    async def _get_async_pool(self) -> AsyncConnectionPool:
+        self._forget_inherited_pools()
+        if self._async_pool is None:
+            url = self.database_url
+            database.ensure_schema(url)
+            pool = AsyncConnectionPool(
+                url, min_size=1, max_size=8, open=False, name=f"workhorse-{self.name}-async"
+            )
+            await pool.open()
+            if self._async_pool is None:
+                self._async_pool = pool
+            else:
+                await pool.close()
+        return self._async_pool
+
+    @contextmanager
+    def using(self, conn: Any) -> Iterator[Any]:
+        """Enqueue on the caller's connection, inside its transaction, within this block."""
+        token = _current_connection.set(conn)
+        try:
+            yield conn
+        finally:
+            _current_connection.reset(token)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; its transaction commits when the block exits cleanly."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self._forget_inherited_pools()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    async def close_async(self) -> None:
+        self._forget_inherited_pools()
+        if self._async_pool is not None:
+            await self._async_pool.close()
+            self._async_pool = None
+        self.close()
+
+    # ---- enqueue -------------------------------------------------------------------------
+
+    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
+        """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,
+        or a pooled one."""
+        conn = connection if connection is not None else _current_connection.get()
+        if conn is not None and not isinstance(conn, psycopg.Connection):
+            raise InvalidOptionsError("this connection is async: use delay_async/enqueue_async")
+        with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
+            jobs = [(c.task, c.payload, c.options) for c in calls]
+            extra = {"on_failure": [c.on_failure for c in calls], "meta": [meta] * len(calls)}
+            if conn is not None:
+                ids = Queue(conn).enqueue_many(jobs, **extra)
+            else:
+                with self.connection() as pooled:
+                    ids = Queue(pooled).enqueue_many(jobs, **extra)
+        return [JobHandle(job_id, self) for job_id in ids]
+
+    async def enqueue_calls_async(
+        self, calls: Sequence[Call], connection: Any = None
+    ) -> list[JobHandle]:
+        conn = connection if connection is not None else _current_connection.get()
+        if conn is not None and not isinstance(conn, psycopg.AsyncConnection):
+            raise InvalidOptionsError("this connection is not async: use delay/apply_async")
+        with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
+            jobs = [(c.task, c.payload, c.options) for c in calls]
+            extra = {"on_failure": [c.on_failure for c in calls], "meta": [meta] * len(calls)}
+            if conn is not None:
+                ids = await AsyncQueue(conn).enqueue_many(jobs, **extra)
+            else:
+                pool = await self._get_async_pool()
+                async with pool.connection() as pooled:
+                    ids = await AsyncQueue(pooled).enqueue_many(jobs, **extra)
+        return [JobHandle(job_id, self) for job_id in ids]
+
+    def enqueue_many(self, calls: Iterable[Call]) -> list[JobHandle]:
+        """Bulk enqueue in one round trip: `app.enqueue_many([send.call((m,)) for m in msgs])`."""
+        calls = list(calls)
+        return self.enqueue_calls(calls) if calls else []
+
+    def _send_call(
+        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Call:
+        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue a registered task by name, with apply_async's options."""
+        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        calls = [self._send_call(name, args, kwargs, options)]
+        return (await self.enqueue_calls_async(calls, connection))[0]
+
+    def get_job(self, job_id: int) -> Job | None:
+        conn = _current_connection.get()
+        if isinstance(conn, psycopg.Connection):
+            return Queue(conn).get_job(job_id)
+        with self.connection() as pooled:
+            return Queue(pooled).get_job(job_id)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        conn = _current_connection.get()
+        if isinstance(conn, psycopg.AsyncConnection):
+            return await AsyncQueue(conn).get_job(job_id)
+        pool = await self._get_async_pool()
+        async with pool.connection() as pooled:
+            return await AsyncQueue(pooled).get_job(job_id)
+
+    # ---- policies ------------------------------------------------------------------------
+
+    def sync(self, prune: bool = True) -> SyncReport:
+        """Push every declared policy under this app's namespace, in one desired-state call."""
+        definitions = self.policy_definitions()
+        with self.connection() as conn:
+            return Queue(conn).sync_report(self.name, definitions, prune)
+
+    async def sync_async(self, prune: bool = True) -> SyncReport:
+        definitions = self.policy_definitions()
+        pool = await self._get_async_pool()
+        async with pool.connection() as conn:
+            return await AsyncQueue(conn).sync_report(self.name, definitions, prune)
+
+
+def load_app(reference: str) -> App:
+    """The App named by `module:attribute` (the current directory goes on sys.path first).
+
+    `module` alone finds the module's single App.
+    """
+    module_name, _, attribute = reference.partition(":")
+    if not module_name:
+        raise AppLoadError(f"app must look like module:attribute, got {reference!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise AppLoadError(f"cannot import module {module_name!r}: {exc}") from None
+        raise
+    if attribute:
+        try:
+            found = getattr(module, attribute)
+        except AttributeError:
+            raise AppLoadError(
+                f"module {module_name!r} has no attribute {attribute!r}"
+            ) from None
+        if not isinstance(found, App):
+            raise AppLoadError(
+                f"{reference!r} is a {type(found).__name__}, not a workhorse.App"
+            )
+        return found
+    apps = [value for value in vars(module).values() if isinstance(value, App)]
+    if len(apps) != 1:
+        raise AppLoadError(
+            f"module {module_name!r} has {len(apps)} workhorse.App objects; name one as "
+            f"{module_name}:attribute"
+        )
+    return apps[0]

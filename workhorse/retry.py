@@ -1,0 +1,47 @@
+"""Retry backoff: exponential with full jitter, capped (what Celery and River users expect)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before retry number `attempt` (1 = the first retry): `base * factor**(attempt-1)`,
+    capped at `cap`, then drawn uniformly from [delay/2, delay] when `jitter` is on.
+
+    >>> Backoff(base=1, factor=2, cap=10, jitter=False).delay(3)
+    4.0
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.cap < 0:
+            raise ValueError("Backoff needs base >= 0, factor >= 1 and cap >= 0")
+
+    def delay(self, attempt: int) -> float:
+        exponent = max(attempt - 1, 0)
+        raw = self.cap if exponent > 64 else min(self.cap, self.base * self.factor**exponent)
+        if self.jitter:
+            return random.uniform(raw / 2, raw)
+        return float(raw)
+
+
+RetryBackoff = Backoff | float | int | Callable[[int], float]
+
+
+def backoff_delay(policy: RetryBackoff | None, attempt: int) -> float:
+    """Seconds to wait before retrying after failed attempt number `attempt`."""
+    if policy is None:
+        policy = Backoff()
+    if isinstance(policy, Backoff):
+        return policy.delay(attempt)
+    if isinstance(policy, int | float):
+        return float(policy)
+    return max(0.0, float(policy(attempt)))

@@ -1,0 +1,181 @@
+"""Task: a registered handler, and the Celery-style ways to enqueue it."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .errors import InvalidOptionsError
+from .retry import RetryBackoff
+from .types import EnqueueOptions, Job, JobStatus
+
+if TYPE_CHECKING:
+    from .app import App, QueueSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+KeySpec = str | Callable[..., Any] | None
+
+
+def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """A concurrency key from a string, or a callable called as `key(*args, **kwargs)`.
+
+    A str is used as is, an int becomes a string, None means keyless; anything else, or an empty
+    string, is an InvalidOptionsError.
+
+    >>> resolve_key(lambda message: message["tenant"], ({"tenant": "t1"},), {})
+    't1'
+    """
+    value = spec(*args, **kwargs) if callable(spec) else spec
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidOptionsError(f"concurrency key must be a str or int, got {value!r}")
+    if isinstance(value, int):
+        value = str(value)
+    if not isinstance(value, str):
+        raise InvalidOptionsError(
+            f"concurrency key must be a str or int, got {type(value).__name__}: {value!r}"
+        )
+    if value == "":
+        raise InvalidOptionsError("concurrency key must not be empty (use None for keyless)")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """What `delay()` returns: the job's id, and lookups of its state."""
+
+    id: int
+    app: App = field(repr=False, compare=False)
+
+    def job(self) -> Job | None:
+        return self.app.get_job(self.id)
+
+    def status(self) -> JobStatus | None:
+        job = self.job()
+        return None if job is None else job.status
+
+    async def job_async(self) -> Job | None:
+        return await self.app.get_job_async(self.id)
+
+    async def status_async(self) -> JobStatus | None:
+        job = await self.job_async()
+        return None if job is None else job.status
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One enqueue request, resolved and validated; the unit `App.enqueue_many` sends."""
+
+    task: str
+    payload: dict[str, Any]
+    options: EnqueueOptions
+    on_failure: str = "fail"
+
+
+class Task(Generic[P, R]):
+    """A handler registered with `@app.task`. Calling it runs the function in-process."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        *,
+        name: str,
+        queue: QueueSpec,
+        concurrency_key: KeySpec,
+        priority: int,
+        max_attempts: int,
+        retry_backoff: RetryBackoff | None,
+        on_failure: str,
+        lease: float | None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.concurrency_key = concurrency_key
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.retry_backoff = retry_backoff
+        self.on_failure = on_failure
+        self.lease = lease
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue.name!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def call(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | QueueSpec | None = None,
+        concurrency_key: KeySpec = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> Call:
+        """Resolve one enqueue: the call site wins over the decorator."""
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
+        kwargs = dict(kwargs or {})
+        key_spec = concurrency_key if concurrency_key is not None else self.concurrency_key
+        key = resolve_key(key_spec, args, kwargs)
+        queue_name = self.app.queue_name(queue) if queue is not None else self.queue.name
+        options = EnqueueOptions(
+            queue=queue_name,
+            concurrency_key=key,
+            priority=self.priority if priority is None else priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+        )
+        return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Enqueue with the decorator's options: `send.delay({"tenant": "t1"})`."""
+        return self.app.enqueue_calls([self.call(args, kwargs)])[0]
+
+    def apply_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
+        max_attempts); `connection=` enqueues inside the caller's transaction."""
+        return self.app.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
+
+    def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
+        """Enqueue one job per argument tuple, in one round trip."""
+        return self.app.enqueue_calls([self.call(args, None, **options) for args in arguments])
+
+    async def delay_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        return (await self.app.enqueue_calls_async([self.call(args, kwargs)]))[0]
+
+    async def enqueue_async(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """The async twin of `apply_async`, with the same arguments."""
+        calls = [self.call(args, kwargs, **options)]
+        return (await self.app.enqueue_calls_async(calls, connection))[0]

@@ -1,0 +1,113 @@
+"""OpenTelemetry instruments, through `opentelemetry-api` only.
+
+With no SDK configured these are the API's no-op proxies, so they cost next to nothing. The one
+attribute is the queue: raw concurrency keys are never an attribute, because they are unbounded
+and may name customers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context, metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from .types import QueueHealth
+
+QUEUE_ATTRIBUTE = "workhorse.queue"
+_TRACE_META_KEY = "trace"
+
+_tracer = trace.get_tracer("workhorse")
+_meter = metrics.get_meter("workhorse")
+
+jobs_claimed = _meter.create_counter("workhorse.jobs.claimed", unit="{job}")
+jobs_succeeded = _meter.create_counter("workhorse.jobs.succeeded", unit="{job}")
+jobs_failed = _meter.create_counter("workhorse.jobs.failed", unit="{job}")
+jobs_retried = _meter.create_counter("workhorse.jobs.retried", unit="{job}")
+jobs_held = _meter.create_counter("workhorse.jobs.held", unit="{job}")
+job_duration = _meter.create_histogram("workhorse.job.duration", unit="s")
+job_queue_wait = _meter.create_histogram("workhorse.job.queue_wait", unit="s")
+
+# The latest health snapshot, published by whoever polls health (the worker supervisor, `top`).
+_snapshot_lock = threading.Lock()
+_snapshot: QueueHealth | None = None
+
+
+def publish_health(health: QueueHealth) -> None:
+    """Make `health` the values the concurrency gauges report at the next collection."""
+    global _snapshot
+    with _snapshot_lock:
+        _snapshot = health
+
+
+def _gauge_values(field: str) -> Iterable[Observation]:
+    with _snapshot_lock:
+        snapshot = _snapshot
+    if snapshot is None:
+        return []
+    observations = []
+    for policy in snapshot.policies:
+        value = getattr(policy, field)
+        if value is not None:
+            observations.append(Observation(value, {QUEUE_ATTRIBUTE: policy.queue}))
+    return observations
+
+
+def _observe_limit(options: CallbackOptions) -> Iterable[Observation]:
+    return _gauge_values("max_active")
+
+
+def _observe_active(options: CallbackOptions) -> Iterable[Observation]:
+    return _gauge_values("active")
+
+
+def _observe_blocked(options: CallbackOptions) -> Iterable[Observation]:
+    return _gauge_values("blocked_ready")
+
+
+_meter.create_observable_gauge("workhorse.queue.concurrency.limit", callbacks=[_observe_limit])
+_meter.create_observable_gauge("workhorse.queue.concurrency.active", callbacks=[_observe_active])
+_meter.create_observable_gauge(
+    "workhorse.queue.concurrency.blocked_ready", callbacks=[_observe_blocked]
+)
+
+
+def attributes(queue: str) -> dict[str, str]:
+    return {QUEUE_ATTRIBUTE: queue}
+
+
+@contextmanager
+def enqueue_span(task: str, queue: str) -> Iterator[dict[str, Any]]:
+    """A `workhorse.enqueue` span; yields the job meta that carries its context to the run."""
+    with _tracer.start_as_current_span(
+        "workhorse.enqueue",
+        kind=trace.SpanKind.PRODUCER,
+        attributes={QUEUE_ATTRIBUTE: queue, "workhorse.task": task},
+    ):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        yield {_TRACE_META_KEY: carrier} if carrier else {}
+
+
+@contextmanager
+def run_span(task: str, queue: str, job_id: int, attempt: int, meta: dict[str, Any]) -> Iterator[
+    trace.Span
+]:
+    """A `workhorse.run` span, a child of the enqueue span whose context travelled in the job."""
+    carrier = meta.get(_TRACE_META_KEY) if isinstance(meta, dict) else None
+    parent = propagate.extract(carrier) if isinstance(carrier, dict) else context.Context()
+    with _tracer.start_as_current_span(
+        "workhorse.run",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes={
+            QUEUE_ATTRIBUTE: queue,
+            "workhorse.task": task,
+            "workhorse.job.id": job_id,
+            "workhorse.job.attempt": attempt,
+        },
+    ) as span:
+        yield span
