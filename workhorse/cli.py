@@ -1,0 +1,575 @@
+"""The `workhorse` command: each verb is a thin call into the modules, rendered with rich."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+import psycopg
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from . import _sql, database
+from ._durations import parse_duration
+from .errors import WorkhorseError
+from .queue import Queue, _job_from_row
+from .types import Job, JobStatus, QueueHealth
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console()
+error_console = Console(stderr=True)
+
+
+class Duration(click.ParamType):
+    """`<number>[ms|s|m|h]`; a bare number means seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def print_json(value: Any) -> None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    elif isinstance(value, list):
+        value = [
+            dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
+            for v in value
+        ]
+    click.echo(json.dumps(value, default=_json_default, indent=2))
+
+
+def _fail(message: str) -> None:
+    error_console.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+    sys.exit(1)
+
+
+def handle_errors(fn: F) -> F:
+    """Workhorse and database errors end the command with one clear line and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except WorkhorseError as exc:
+            _fail(str(exc))
+        except psycopg.Error as exc:
+            text = str(exc).strip().splitlines()
+            _fail(f"database error: {text[0] if text else type(exc).__name__}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--database-url",
+    envvar=database.ENV_URL,
+    default=None,
+    metavar="DSN",
+    help="PostgreSQL URL. Default: $WORKHORSE_DATABASE_URL, else the embedded server.",
+)
+@click.version_option(package_name="workhorse")
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None) -> None:
+    """workhorse: Python tasks on PostgreSQL, with fleet-wide concurrency budgets.
+
+    Limits are declared next to the code (`@app.task(max_active=..., max_active_per_key=...)`),
+    stored in PostgreSQL by `workhorse sync`, and enforced inside every claim, however many
+    workers run.
+    """
+    ctx.obj = {"database_url": database_url}
+
+
+def _url(ctx: click.Context) -> str:
+    return database.resolve_url(ctx.obj.get("database_url"))
+
+
+@contextmanager
+def _connect(ctx: click.Context) -> Iterator[psycopg.Connection[Any]]:
+    url = _url(ctx)
+    database.ensure_schema(url)
+    with database.connect(url, autocommit=True) as conn:
+        yield conn
+
+
+def _load(reference: str, ctx: click.Context) -> Any:
+    from .app import load_app
+
+    app = load_app(reference)
+    explicit = ctx.obj.get("database_url")
+    if explicit:
+        app._database_url = explicit
+    return app
+
+
+# ---- worker and sync -------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("app_reference", metavar="APP")
+@click.option("--slots", type=click.IntRange(min=1), default=None,
+              help="Forked worker processes. Default: the CPU count.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Jobs in flight per slot (async handlers usually want more).")
+@click.option("--queues", default=None, metavar="a,b",
+              help="Queues to serve. Default: every queue the app declares.")
+@click.option("--max-concurrent-tasks", type=click.IntRange(min=1), default=None,
+              help="A cap on jobs in flight across the whole supervisor.")
+@click.option("--lease", type=DURATION, default="30s", show_default=True,
+              help="Lease per claim; heartbeats renew it. A task's own lease wins.")
+@click.option("--dequeue-timeout", type=DURATION, default="30s", show_default=True,
+              help="Poll interval when no notification arrives.")
+@click.option("--grace", type=DURATION, default="30s", show_default=True,
+              help="On SIGTERM/SIGINT, how long running jobs get to finish.")
+@click.option("--sync", "sync_first", is_flag=True,
+              help="Push the app's policies before starting.")
+@click.pass_context
+@handle_errors
+def worker(
+    ctx: click.Context,
+    app_reference: str,
+    slots: int | None,
+    concurrency: int,
+    queues: str | None,
+    max_concurrent_tasks: int | None,
+    lease: float,
+    dequeue_timeout: float,
+    grace: float,
+    sync_first: bool,
+) -> None:
+    """Run a worker supervisor for APP (module:attribute)."""
+    from .worker import run_worker
+
+    if lease <= 0:
+        raise click.BadParameter("must be positive", param_hint="--lease")
+    app = _load(app_reference, ctx)
+    queue_list = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    code = run_worker(
+        app,
+        slots=slots,
+        concurrency=concurrency,
+        queues=queue_list,
+        max_concurrent_tasks=max_concurrent_tasks,
+        lease=lease,
+        dequeue_timeout=dequeue_timeout,
+        grace=grace,
+        sync=sync_first,
+        app_reference=app_reference,
+        console=console,
+    )
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("app_reference", metavar="APP")
+@click.option("--no-prune", is_flag=True, help="Keep this namespace's queues the app omits.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@handle_errors
+def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) -> None:
+    """Push APP's declared policies to PostgreSQL and print what changed."""
+    app = _load(app_reference, ctx)
+    report = app.sync(prune=not no_prune)
+    if as_json:
+        print_json(report)
+        return
+    declared = {d.queue: d for d in app.policy_definitions()}
+    table = Table(title=f"sync {app.name}")
+    table.add_column("queue")
+    table.add_column("change")
+    table.add_column("max_active", justify="right")
+    table.add_column("max_active_per_key", justify="right")
+    styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
+    for change in ("created", "updated", "pruned", "unchanged"):
+        for queue_name in getattr(report, change):
+            d = declared.get(queue_name)
+            table.add_row(
+                queue_name,
+                Text(change, style=styles[change]),
+                _limit(d.max_active if d else None),
+                _limit(d.max_active_per_key if d else None),
+            )
+    console.print(table)
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+# ---- read verbs -------------------------------------------------------------------------------
+
+
+def health_table(health: QueueHealth) -> Table:
+    table = Table(title="policies")
+    for column in ("namespace", "queue", "limit", "per key", "active", "available",
+                   "blocked_ready", "saturated_keys"):
+        table.add_column(column, justify="right" if column not in ("namespace", "queue") else "left")
+    for p in health.policies:
+        blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
+        table.add_row(
+            p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
+            str(p.active), _limit(p.available), blocked, str(p.saturated_keys),
+            style="bold yellow" if p.blocked_ready else None,
+        )
+    return table
+
+
+def depth_table(health: QueueHealth) -> Table:
+    table = Table(title="jobs by status")
+    for status in JobStatus:
+        table.add_column(status.value, justify="right")
+    table.add_row(*(str(health.depth.get(status.value, 0)) for status in JobStatus))
+    return table
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print QueueHealth as JSON.")
+@click.pass_context
+@handle_errors
+def health(ctx: click.Context, as_json: bool) -> None:
+    """Per policy: limit, active, available, blocked_ready, saturated keys; depth by status."""
+    with _connect(ctx) as conn:
+        result = Queue(conn).health()
+    if as_json:
+        print_json(result)
+        return
+    console.print(health_table(result))
+    console.print(depth_table(result))
+
+
+@main.command()
+@click.option("--namespace", default=None, help="Only this namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the policies as JSON.")
+@click.pass_context
+@handle_errors
+def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
+    """The stored concurrency policies."""
+    with _connect(ctx) as conn:
+        rows = Queue(conn).list_concurrency_policies(namespace)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="concurrency policies")
+    for column in ("namespace", "queue", "max_active", "max_active_per_key", "updated_at"):
+        table.add_column(column)
+    for p in rows:
+        table.add_row(p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
+                      p.updated_at.isoformat(timespec="seconds"))
+    console.print(table)
+
+
+@main.group()
+def jobs() -> None:
+    """List, inspect, retry and cancel jobs."""
+
+
+def _job_row(job: Job) -> list[str]:
+    return [
+        str(job.id), job.task, job.queue, job.concurrency_key or "-", str(job.priority),
+        job.status.value, f"{job.attempts}/{job.max_attempts}",
+        job.enqueued_at.isoformat(timespec="seconds"),
+    ]
+
+
+@jobs.command("list")
+@click.option("--queue", default=None)
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]), default=None)
+@click.option("--key", default=None, help="Concurrency key.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: str | None,
+              limit: int, as_json: bool) -> None:
+    """The newest jobs, optionally filtered."""
+    with _connect(ctx) as conn:
+        rows = conn.execute(
+            _sql.statement("list_jobs"),
+            {"queue": queue, "status": status, "key": key, "limit": limit},
+        ).fetchall()
+    found = [_job_from_row(row) for row in rows]
+    if as_json:
+        print_json(found)
+        return
+    table = Table(title="jobs")
+    for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued"):
+        table.add_column(column)
+    for job in found:
+        table.add_row(*_job_row(job), style="red" if job.status in (
+            JobStatus.FAILED, JobStatus.HELD) else None)
+    console.print(table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """One job, with its error and traceback."""
+    with _connect(ctx) as conn:
+        job = Queue(conn).get_job(job_id)
+    if job is None:
+        raise WorkhorseError(f"no job with id {job_id}")
+    if as_json:
+        print_json(job)
+        return
+    table = Table(show_header=False, title=f"job {job.id}")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field in dataclasses.fields(job):
+        if field.name in ("error", "meta"):
+            continue
+        value = getattr(job, field.name)
+        if isinstance(value, dict | list):
+            value = json.dumps(value, default=_json_default)
+        table.add_row(field.name, "-" if value is None else str(value))
+    console.print(table)
+    if job.error:
+        console.print(Text(f"{job.error.get('type')}: {job.error.get('message')}", style="red"))
+        if job.error.get("traceback"):
+            console.print(job.error["traceback"], markup=False, highlight=False)
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=int, required=False)
+@click.option("--held", "all_held", is_flag=True, help="Release every held job.")
+@click.option("--queue", default=None, help="With --held: only this queue.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: str | None,
+               as_json: bool) -> None:
+    """Release a held (or failed, or canceled) job, or every held job, to run again."""
+    if (job_id is None) == (not all_held):
+        raise click.UsageError("give a JOB_ID or --held (not both)")
+    with _connect(ctx) as conn:
+        if all_held:
+            ids = [r[0] for r in conn.execute(
+                _sql.statement("held_job_ids"), (queue, queue, 100_000)).fetchall()]
+        else:
+            ids = [job_id]
+        released = [r[0] for r in conn.execute(_sql.statement("retry_jobs"), (ids,)).fetchall()]
+    if as_json:
+        print_json({"released": released})
+        return
+    if job_id is not None and not released:
+        raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not exist)")
+    console.print(f"released {len(released)} job(s)" + (f": {released}" if released else ""))
+
+
+@jobs.command("cancel")
+@click.argument("job_ids", type=int, nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
+    """Cancel jobs that have not finished (an active job's result will be discarded)."""
+    with _connect(ctx) as conn:
+        canceled = [r[0] for r in conn.execute(
+            _sql.statement("cancel_jobs"), (list(job_ids),)).fetchall()]
+    if as_json:
+        print_json({"canceled": canceled})
+        return
+    if not canceled:
+        raise WorkhorseError("no job was canceled: already finished, or no such job")
+    console.print(f"canceled {len(canceled)} job(s): {canceled}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def workers(ctx: click.Context, as_json: bool) -> None:
+    """The worker supervisors registered, their slots and last seen."""
+    with _connect(ctx) as conn:
+        cur = conn.execute(_sql.statement("list_workers"))
+        names = [d.name for d in cur.description or []]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="workers")
+    for column in ("id", "app", "host", "pid", "slots", "queues", "started", "last seen", "alive"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r["id"]), r["app"], r["host"], str(r["pid"]), str(r["slots"]),
+            ",".join(r["queues"]), r["started_at"].isoformat(timespec="seconds"),
+            r["last_seen"].isoformat(timespec="seconds"),
+            Text("yes", style="green") if r["alive"] else Text("no", style="red"),
+        )
+    console.print(table)
+
+
+@main.command()
+@click.option("--interval", type=DURATION, default="1s", show_default=True)
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Stop after this many refreshes (default: until Ctrl-C).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON snapshot per refresh.")
+@click.pass_context
+@handle_errors
+def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bool) -> None:
+    """A live view of health and throughput (claims/s, completions/s, failures/s)."""
+    from rich.console import Group
+
+    with _connect(ctx) as conn:
+        queue = Queue(conn)
+        previous: tuple[float, tuple[int, int, int]] | None = None
+        count = 0
+
+        def snapshot() -> tuple[QueueHealth, dict[str, float | None]]:
+            nonlocal previous
+            result = queue.health()
+            row = conn.execute(_sql.statement("top_counters")).fetchone()
+            totals = (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
+            now = time.monotonic()
+            rates: dict[str, float | None] = {
+                "claims_per_s": None, "completions_per_s": None, "failures_per_s": None}
+            if previous is not None:
+                elapsed = max(now - previous[0], 1e-6)
+                for name, new, old in zip(rates, totals, previous[1], strict=True):
+                    rates[name] = max(new - old, 0) / elapsed
+            previous = (now, totals)
+            return result, rates
+
+        def render(result: QueueHealth, rates: dict[str, float | None]) -> Group:
+            rate_text = "   ".join(
+                f"{name.replace('_per_s', '')}/s: {'-' if v is None else f'{v:,.1f}'}"
+                for name, v in rates.items()
+            )
+            return Group(health_table(result), depth_table(result), Text(rate_text, style="bold"))
+
+        try:
+            if as_json:
+                while iterations is None or count < iterations:
+                    result, rates = snapshot()
+                    click.echo(json.dumps({"health": dataclasses.asdict(result), **rates},
+                                          default=_json_default))
+                    count += 1
+                    if iterations is None or count < iterations:
+                        time.sleep(interval)
+                return
+            with Live(console=console, refresh_per_second=4, transient=False) as live:
+                while iterations is None or count < iterations:
+                    live.update(render(*snapshot()))
+                    count += 1
+                    if iterations is None or count < iterations:
+                        time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+
+
+# ---- database ---------------------------------------------------------------------------------
+
+
+@main.command()
+@click.pass_context
+@handle_errors
+def migrate(ctx: click.Context) -> None:
+    """Install or bring forward the workhorse schema."""
+    url = _url(ctx)
+    with database.connect(url, autocommit=True) as conn:
+        queue = Queue(conn)
+        queue.install_schema()
+        version = conn.execute("SELECT max(version) FROM workhorse.schema_version").fetchone()
+    console.print(f"schema at version {version[0] if version else '?'} on {database.mask(url)}")
+
+
+@main.group()
+def db() -> None:
+    """The embedded PostgreSQL server (used when no database URL is configured)."""
+
+
+@db.command("start")
+@handle_errors
+def db_start() -> None:
+    """Start the embedded server (or reuse the running one)."""
+    from . import embedded
+
+    dsn = embedded.ensure_running()
+    console.print(f"embedded PostgreSQL running: {dsn}", soft_wrap=True)
+
+
+@db.command("stop")
+@handle_errors
+def db_stop() -> None:
+    """Stop the embedded server."""
+    from . import embedded
+
+    stopped = embedded.stop()
+    console.print("stopped" if stopped else "not running")
+
+
+@db.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def db_status(as_json: bool) -> None:
+    """Whether the embedded server runs, where its data lives, and its DSN."""
+    from . import embedded
+
+    status = embedded.status()
+    if as_json:
+        print_json(status)
+        return
+    table = Table(show_header=False, title="embedded PostgreSQL")
+    for field in dataclasses.fields(status):
+        table.add_row(field.name, str(getattr(status, field.name)))
+    console.print(table)
+
+
+@db.command("url")
+@handle_errors
+def db_url() -> None:
+    """Print the embedded server's DSN (starting it if needed), and nothing else."""
+    from . import embedded
+
+    click.echo(embedded.ensure_running())
+
+
+@main.command()
+@click.option("--jobs", "job_count", type=click.IntRange(1, 100_000), default=300,
+              show_default=True, help="How many jobs to enqueue.")
+@click.option("--slots", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
+@click.pass_context
+@handle_errors
+def demo(ctx: click.Context, job_count: int, slots: int, concurrency: int) -> None:
+    """Run a real worker fleet on a multi-tenant app and watch the budget hold."""
+    from ._demo import run_demo
+
+    sys.exit(run_demo(ctx.obj.get("database_url"), job_count=job_count, slots=slots,
+                      concurrency=concurrency, console=console))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

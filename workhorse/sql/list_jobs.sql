@@ -1,0 +1,10 @@
+-- Newest first, bounded by the caller's limit. Filters are optional (NULL means any).
+SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,
+       max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
+       lease_until, meta
+FROM workhorse.jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(key)s::text IS NULL OR ckey = %(key)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s

@@ -1,0 +1,1 @@
+SELECT id FROM workhorse.retry_jobs_v1(%s::bigint[]) AS id
