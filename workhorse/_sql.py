@@ -12,7 +12,7 @@ from psycopg import sql
 def statement(name: str) -> sql.SQL:
     """The statement in `sql/<name>.sql`, ready to execute with positional parameters."""
     text = resources.files("workhorse").joinpath("sql", f"{name}.sql").read_text("utf-8")
-    return sql.SQL(text.strip().rstrip(";"))  # type: ignore[arg-type]
+    return sql.SQL(text.strip().rstrip(";"))
 
 
 @functools.cache

@@ -231,12 +231,14 @@ class App:
             raise InvalidOptionsError(f"task {task_name!r} is already registered")
         if on_failure not in ("fail", "hold"):
             raise InvalidOptionsError(f"on_failure must be 'fail' or 'hold', got {on_failure!r}")
-        if concurrency_key is not None and not callable(concurrency_key):
-            if not isinstance(concurrency_key, str) or not concurrency_key:
-                raise InvalidOptionsError(
-                    f"concurrency_key must be a non-empty str or a callable, "
-                    f"got {concurrency_key!r}"
-                )
+        if (
+            concurrency_key is not None
+            and not callable(concurrency_key)
+            and (not isinstance(concurrency_key, str) or not concurrency_key)
+        ):
+            raise InvalidOptionsError(
+                f"concurrency_key must be a non-empty str or a callable, got {concurrency_key!r}"
+            )
         # Validates priority and max_attempts once, at declaration.
         EnqueueOptions(priority=priority, max_attempts=max_attempts)
         lease_seconds = None
@@ -272,8 +274,8 @@ class App:
 
     @staticmethod
     def _default_task_name(fn: Callable[..., Any]) -> str:
-        module = getattr(fn, "__module__", None) or ""
-        qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "")
+        module = str(getattr(fn, "__module__", None) or "")
+        qualname = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", ""))
         if module == "__main__":
             importable = _importable_main_name()
             if importable is None:
@@ -307,7 +309,7 @@ class App:
         """The DSN: the constructor's, else WORKHORSE_DATABASE_URL, else the embedded server."""
         if self._database_url is None:
             self._database_url = database.resolve_url(None)
-        return self._database_url
+        return str(self._database_url)
 
     def _forget_inherited_pools(self) -> None:
         # A forked child must not touch its parent's sockets: drop the pools without closing.

@@ -37,7 +37,9 @@ class Duration(click.ParamType):
 
     name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         try:
             return parse_duration(value)
         except ValueError as exc:
@@ -232,7 +234,8 @@ def health_table(health: QueueHealth) -> Table:
     table = Table(title="policies")
     for column in ("namespace", "queue", "limit", "per key", "active", "available",
                    "blocked_ready", "saturated_keys"):
-        table.add_column(column, justify="right" if column not in ("namespace", "queue") else "left")
+        text_column = column in ("namespace", "queue")
+        table.add_column(column, justify="left" if text_column else "right")
     for p in health.policies:
         blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
         table.add_row(

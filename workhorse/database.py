@@ -43,14 +43,14 @@ def mask(url: str) -> str:
     if params.get("password"):
         params["password"] = "****"
         if "://" in url:
-            user = params.get("user") or ""
-            host = params.get("host") or ""
+            user = str(params.get("user") or "")
+            host = str(params.get("host") or "")
             port = f":{params['port']}" if params.get("port") else ""
-            dbname = params.get("dbname") or ""
+            dbname = str(params.get("dbname") or "")
             if host.startswith("/"):
                 return f"postgresql://{user}:****@/{dbname}?host={host}"
             return f"postgresql://{user}:****@{host}{port}/{dbname}"
-        return make_conninfo(**params)
+        return make_conninfo("", **params)
     return url
 
 
