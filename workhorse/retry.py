@@ -1,4 +1,4 @@
-"""Retry backoff: exponential with full jitter, capped (what Celery and River users expect)."""
+"""Retry backoff: exponential with "equal" jitter (a draw from [delay/2, delay]), capped."""
 
 from __future__ import annotations
 
