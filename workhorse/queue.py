@@ -31,6 +31,7 @@ from .errors import (
     translate,
 )
 from .types import (
+    MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
     ClaimedJob,
     ConcurrencyPolicy,
@@ -62,8 +63,15 @@ def encode_json(value: Any, what: str = "payload") -> str:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{what} is not JSON-serialisable: {exc}") from None
-    if len(text) > PAYLOAD_LIMIT // 4 and len(text.encode("utf-8")) > PAYLOAD_LIMIT:
-        raise PayloadError(f"{what} is {len(text.encode('utf-8'))} bytes encoded; the limit is 1 MiB")
+    except RecursionError:
+        raise PayloadError(f"{what} is nested too deeply to be JSON") from None
+    try:
+        # Also the check for lone surrogates, which are not Unicode text (nor valid in jsonb).
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PayloadError(f"{what} contains a lone surrogate, not valid Unicode") from None
+    if size > PAYLOAD_LIMIT:
+        raise PayloadError(f"{what} is {size} bytes encoded; the limit is 1 MiB")
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise PayloadError(f"{what} contains a NUL character, which PostgreSQL cannot store")
     return text
@@ -87,6 +95,9 @@ def _enqueue_many_op(
     meta: Sequence[dict[str, Any] | None] | None = None,
 ) -> Operation[list[int]]:
     columns: list[list[Any]] = [[] for _ in range(10)]
+    for what, per_job in (("on_failure", on_failure), ("meta", meta)):
+        if per_job is not None and (isinstance(per_job, str | dict) or len(per_job) != len(jobs)):
+            raise InvalidOptionsError(f"{what} must be a sequence with one entry per job")
     for index, item in enumerate(jobs):
         try:
             task, payload, options = item
@@ -192,8 +203,21 @@ def _health_op() -> Operation[QueueHealth]:
     return QueueHealth(policies=policies, depth=depth)
 
 
+def _lease_seconds(lease: object) -> float:
+    """A lease must be a finite, positive number of seconds: a NULL or NaN lease would leave an
+    active job that never expires and that no count of active jobs sees."""
+    if isinstance(lease, bool) or not isinstance(lease, int | float):
+        raise InvalidOptionsError(f"lease must be a number of seconds, got {lease!r}")
+    if not 0 < lease <= MAX_DELAY_SECONDS:
+        raise InvalidOptionsError(f"lease must be > 0 seconds and finite, got {lease!r}")
+    return float(lease)
+
+
 def _claim_op(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
-    rows = yield _sql.statement("claim"), (queue, limit, lease)
+    check_name("queue", queue)
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
+    rows = yield _sql.statement("claim"), (queue, limit, _lease_seconds(lease))
     return [
         ClaimedJob(
             id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None, priority=row[4],
@@ -232,7 +256,7 @@ def _heartbeat_op(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int
     rows = yield _sql.statement("heartbeat"), (
         [job_id for job_id, _, _ in leases],
         [fence for _, fence, _ in leases],
-        [float(seconds) for _, _, seconds in leases],
+        [_lease_seconds(seconds) for _, _, seconds in leases],
     )
     return {row[0] for row in rows}
 
@@ -273,6 +297,13 @@ def _install_schema_op() -> Operation[int]:
 # ---- drivers -------------------------------------------------------------------------------------
 
 
+def _opens_caller_transaction(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+) -> bool:
+    """True when a statement now would begin the caller's (non-autocommit) transaction."""
+    return not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def _raise_translated(exc: psycopg.Error) -> None:
     translated = translate(exc)
     if translated is not None:
@@ -293,6 +324,10 @@ class Queue:
     def _run(self, operation: Operation[T], *, transaction: bool = False) -> T:
         try:
             if transaction:
+                if _opens_caller_transaction(self.conn):
+                    # psycopg would BEGIN and COMMIT its own block on an idle connection: start
+                    # the caller's transaction first, so that the block is only a savepoint in it.
+                    self.conn.execute("SELECT 1")
                 with self.conn.transaction():
                     return self._drive(operation)
             return self._drive(operation)
@@ -309,7 +344,7 @@ class Queue:
                     rows = cur.fetchall() if cur.description is not None else []
                 statement, params = operation.send(rows)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
     def enqueue(self, task: str, payload: Any, options: EnqueueOptions | None = None) -> int:
         """Enqueue one job in the caller's transaction; returns its id."""
@@ -387,6 +422,8 @@ class AsyncQueue:
     async def _run(self, operation: Operation[T], *, transaction: bool = False) -> T:
         try:
             if transaction:
+                if _opens_caller_transaction(self.conn):
+                    await self.conn.execute("SELECT 1")
                 async with self.conn.transaction():
                     return await self._drive(operation)
             return await self._drive(operation)
@@ -403,7 +440,7 @@ class AsyncQueue:
                     rows = await cur.fetchall() if cur.description is not None else []
                 statement, params = operation.send(rows)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
     async def enqueue(self, task: str, payload: Any, options: EnqueueOptions | None = None) -> int:
         return (await self._run(_enqueue_many_op([(task, payload, options)])))[0]

@@ -15,6 +15,8 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_POLICY_DEFINITIONS = 1000
 LIMIT_MAX = 1_000_000
+# A due time must stay a datetime that both Python and PostgreSQL can represent.
+MAX_DELAY_SECONDS = 1000 * 366 * 86400.0
 
 
 class JobStatus(enum.StrEnum):
@@ -29,7 +31,9 @@ class JobStatus(enum.StrEnum):
 
 def check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not 1 <= len(value) <= NAME_MAX:
-        raise InvalidOptionsError(f"{what} must be a string of 1-{NAME_MAX} characters, got {value!r}")
+        raise InvalidOptionsError(
+            f"{what} must be a string of 1-{NAME_MAX} characters, got {value!r}"
+        )
     if "\x00" in value:
         raise InvalidOptionsError(f"{what} must not contain NUL characters")
     return value
@@ -56,11 +60,13 @@ class EnqueueOptions:
             check_name("concurrency_key", self.concurrency_key)
         if type(self.priority) is not int or not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise InvalidOptionsError(
-                f"priority must be an int in [{PRIORITY_MIN}, {PRIORITY_MAX}], got {self.priority!r}"
+                f"priority must be an int in [{PRIORITY_MIN}, {PRIORITY_MAX}], "
+                f"got {self.priority!r}"
             )
         if type(self.max_attempts) is not int or not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidOptionsError(
-                f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {self.max_attempts!r}"
+                f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], "
+                f"got {self.max_attempts!r}"
             )
         if self.run_at is not None and self.delay is not None:
             raise InvalidOptionsError("give run_at or delay, not both")
@@ -71,8 +77,10 @@ class EnqueueOptions:
                 raise InvalidOptionsError("run_at must be timezone-aware")
         if self.delay is not None:
             seconds = delay_seconds(self.delay)
-            if seconds < 0:
-                raise InvalidOptionsError(f"delay must be >= 0 seconds, got {self.delay!r}")
+            if not 0 <= seconds <= MAX_DELAY_SECONDS:
+                raise InvalidOptionsError(
+                    f"delay must be between 0 seconds and 1000 years, got {self.delay!r}"
+                )
 
     @property
     def delay_seconds(self) -> float | None:

@@ -9,8 +9,9 @@ CREATE TABLE workhorse.jobs (
     ckey          text        NOT NULL DEFAULT '',
     priority      smallint    NOT NULL DEFAULT 0,
     -- "priority DESC, id ASC" as one ascending keyset. STORED: PostgreSQL 18 makes generated
-    -- columns virtual by default, and virtual ones cannot be indexed.
-    rank          smallint    GENERATED ALWAYS AS (-priority) STORED,
+    -- columns virtual by default, and virtual ones cannot be indexed. integer, not smallint:
+    -- the negation of priority -32768 does not fit in a smallint.
+    rank          integer     GENERATED ALWAYS AS (-(priority::integer)) STORED,
     payload       jsonb       NOT NULL,
     status        text        NOT NULL,
     attempts      integer     NOT NULL DEFAULT 0,

@@ -18,7 +18,7 @@ CREATE INDEX policies_namespace_idx ON workhorse.policies (namespace);
 CREATE TABLE workhorse.key_heads (
     queue      text     NOT NULL,
     ckey       text     NOT NULL,
-    head_rank  smallint NOT NULL,
+    head_rank  integer  NOT NULL,
     head_id    bigint   NOT NULL,
     PRIMARY KEY (queue, ckey)
 );

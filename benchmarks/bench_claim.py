@@ -1,0 +1,799 @@
+"""Claim benchmarks: claim+complete throughput, and claim latency against queue shape.
+
+    .venv/bin/python benchmarks/bench_claim.py [--database-url URL] [--quick]
+                                               [--only throughput|latency]
+
+1. Throughput. No-op jobs, `Queue.claim(queue, 32, lease)` then `Queue.complete_many(...)` in a
+   loop, 4 connections in 4 OS processes (multiprocessing, spawn). Each repeat truncates and
+   prefills the queue (INSERT ... SELECT generate_series, status 'ready'), installs the policy after
+   the prefill (sync rebuilds the key heads), VACUUM ANALYZEs, then counts the jobs completed in a
+   fixed window after a warm-up. Three queue shapes:
+     ungoverned                no policy (fast path)
+     governed, interleaved     max_active=64, max_active_per_key=4, 100 keys: k(i % 100)
+     governed, runs of 1,000   same policy, keys in runs: k((i / 1000) % 100)
+   An empty claim (no room under the limit) is retried at once and counted.
+
+2. Latency. A single claimer on an autocommit connection; each claim is timed client-side (the
+   round trip the product pays), its batch is completed, and as many jobs of the same keys are
+   enqueued at the tail (Queue.enqueue_many, untimed) so the queue keeps its shape while it is
+   measured. Batch 1 and 32; p50/p99 per round, median of the rounds. Cases:
+     depth       N ready keyless jobs; ungoverned, and governed with max_active=64 only
+     backlog     max_active_per_key=1; key 'hot' has 1 active job and B ready jobs ahead (lower ids)
+                 of the first admissible job; 10,000 admissible jobs of 100 other keys behind
+     keys        max_active_per_key=4; 100,000 ready jobs spread over K keys
+   For the largest backlog case (and the largest depth cases) one claim of each batch size is run
+   under auto_explain (ANALYZE, BUFFERS, nested statements) and the plans are written to
+   benchmarks/plans/.
+
+Full mode sizes: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/100k. `--quick` caps at 100k and
+shortens windows and rounds (< 3 minutes in all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as c
+
+PLANS_DIR = Path(__file__).resolve().parent / "plans"
+TASK = "bench.noop"
+NAMESPACE = "bench"
+LEASE = 300.0
+BATCH = 32
+WORKERS = 4
+TP_QUEUE = "tp"
+LAT_QUEUE = "lat"
+
+
+# ---- setup helpers ----
+
+
+def reset(conn: psycopg.Connection[Any]) -> None:
+    """An empty schema: no jobs, no policies, no heads or hints."""
+    conn.execute(
+        "TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, workhorse.policies"
+    )
+
+
+def prefill(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    n: int,
+    ckey: str = "''",
+    status: str = "'ready'",
+) -> None:
+    """n jobs in one INSERT ... SELECT; `ckey`/`status` are SQL expressions over g.i (1-based)."""
+    if n <= 0:
+        return
+    conn.execute(
+        sql.SQL(
+            """
+            INSERT INTO workhorse.jobs (task, queue, ckey, payload, status, run_at,
+                                        attempts, lease_until, fence, started_at)
+            SELECT %(task)s, %(queue)s, s.ckey, '{{"args": [], "kwargs": {{}}}}'::jsonb, s.status,
+                   now() - interval '1 minute',
+                   CASE WHEN s.status = 'active' THEN 1 ELSE 0 END,
+                   CASE WHEN s.status = 'active' THEN now() + interval '1 day' END,
+                   CASE WHEN s.status = 'active' THEN nextval('workhorse.fence_seq') END,
+                   CASE WHEN s.status = 'active' THEN now() END
+            FROM (SELECT g.i, {ckey} AS ckey, {status} AS status
+                  FROM generate_series(1, %(n)s) AS g(i)) AS s
+            ORDER BY s.i
+            """
+        ).format(ckey=sql.SQL(ckey), status=sql.SQL(status)),
+        {"task": TASK, "queue": queue, "n": n},
+    )
+
+
+def set_policy(
+    conn: psycopg.Connection[Any], queue: str, max_active: int | None, per_key: int | None
+) -> None:
+    """Install (through the product's sync, which rebuilds heads) or remove the queue's policy."""
+    from workhorse import ConcurrencyPolicyDefinition, Queue
+
+    definitions = []
+    if max_active is not None or per_key is not None:
+        definitions.append(ConcurrencyPolicyDefinition(queue, max_active, per_key))
+    Queue(conn).sync_concurrency_policies(NAMESPACE, definitions, prune=True)
+
+
+def settle(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("VACUUM ANALYZE workhorse.jobs, workhorse.key_heads, workhorse.key_hints")
+    c.try_checkpoint(conn)
+
+
+# ---- 1. throughput ----
+
+
+@dataclass(frozen=True)
+class TpShape:
+    label: str
+    ckey: str
+    max_active: int | None
+    per_key: int | None
+
+
+TP_SHAPES = [
+    TpShape("ungoverned", "'k' || mod(g.i, 100)", None, None),
+    TpShape("governed, keys interleaved", "'k' || mod(g.i, 100)", 64, 4),
+    TpShape("governed, keys in runs of 1,000", "'k' || mod((g.i - 1) / 1000, 100)", 64, 4),
+]
+
+
+def _tp_worker(
+    url: str, queue: str, start_at: Any, end_at: Any, warmup: float, ready: Any, results: Any
+) -> None:
+    from workhorse.queue import Queue
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        q = Queue(conn)
+        conn.execute("SELECT 1")
+        ready.wait()
+        while start_at.value == 0.0:
+            time.sleep(0.001)
+        t_from = start_at.value + warmup
+        t_end = end_at.value
+        while time.monotonic() < start_at.value:
+            time.sleep(0.0005)
+        done = claims = empty = 0
+        claim_s = complete_s = 0.0
+        while True:
+            t0 = time.monotonic()
+            if t0 >= t_end:
+                break
+            jobs = q.claim(queue, BATCH, LEASE)
+            t1 = time.monotonic()
+            accepted: set[int] = set()
+            if jobs:
+                accepted = q.complete_many([(j.id, j.fence, None) for j in jobs])
+            t2 = time.monotonic()
+            if t0 >= t_from and t2 <= t_end:
+                claims += 1
+                done += len(accepted)
+                empty += not jobs
+                claim_s += t1 - t0
+                complete_s += t2 - t1
+        results.put((done, claims, empty, claim_s, complete_s))
+
+
+@dataclass
+class TpRun:
+    jobs_per_s: float
+    claims_per_s: float
+    jobs_per_claim: float
+    empty_pct: float
+    claim_ms: float
+    complete_ms: float
+    drained: bool
+
+
+def run_throughput_once(url: str, queue: str, window: float, warmup: float) -> TpRun:
+    ctx = mp.get_context("spawn")
+    start_at = ctx.Value("d", 0.0)
+    end_at = ctx.Value("d", 0.0)
+    ready = ctx.Barrier(WORKERS + 1)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_tp_worker, args=(url, queue, start_at, end_at, warmup, ready, results))
+        for _ in range(WORKERS)
+    ]
+    for p in procs:
+        p.start()
+    ready.wait()
+    now = time.monotonic()
+    end_at.value = now + 0.2 + warmup + window
+    start_at.value = now + 0.2
+    outcomes = [results.get(timeout=warmup + window + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    done = sum(o[0] for o in outcomes)
+    claims = sum(o[1] for o in outcomes)
+    empty = sum(o[2] for o in outcomes)
+    with psycopg.connect(url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM workhorse.jobs WHERE queue = %s AND status = 'ready'", (queue,)
+        ).fetchone()[0]  # type: ignore[index]
+    return TpRun(
+        jobs_per_s=done / window,
+        claims_per_s=claims / window,
+        jobs_per_claim=done / max(claims - empty, 1),
+        empty_pct=100.0 * empty / max(claims, 1),
+        claim_ms=1000 * sum(o[3] for o in outcomes) / max(claims, 1),
+        complete_ms=1000 * sum(o[4] for o in outcomes) / max(claims - empty, 1),
+        drained=left == 0,
+    )
+
+
+def bench_throughput(
+    url: str,
+    gate: c.QuietGate,
+    out: c.Printer,
+    *,
+    prefill_n: int,
+    window: float,
+    warmup: float,
+    repeats: int,
+) -> None:
+    out.heading(
+        f"Claim+complete throughput: {WORKERS} processes, batch {BATCH}, no-op, "
+        f"{prefill_n:,} jobs prefilled, {window:g} s window after {warmup:g} s warm-up, "
+        f"median of {repeats}"
+    )
+    runs: dict[str, list[TpRun]] = {s.label: [] for s in TP_SHAPES}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for repeat in range(repeats):
+            for shape in TP_SHAPES:
+                reset(conn)
+                prefill(conn, TP_QUEUE, prefill_n, ckey=shape.ckey)
+                set_policy(conn, TP_QUEUE, shape.max_active, shape.per_key)
+                settle(conn)
+                busy = gate.wait()
+                run = run_throughput_once(url, TP_QUEUE, window, warmup)
+                runs[shape.label].append(run)
+                out.line(
+                    f"  repeat {repeat + 1}/{repeats}  {shape.label:<32}"
+                    f" {run.jobs_per_s:>9,.0f} jobs/s"
+                    f"  ({run.claims_per_s:,.0f} claims/s, {run.empty_pct:.0f}% empty)"
+                    + f"  [machine {busy:.0%} busy before]"
+                    + ("  DRAINED: prefill too small" if run.drained else "")
+                )
+        reset(conn)
+
+    def med(label: str, attr: str) -> float:
+        return c.median([getattr(r, attr) for r in runs[label]])
+
+    base = med(TP_SHAPES[0].label, "jobs_per_s")
+    table = c.Table(
+        f"Claim+complete, no-op, {WORKERS} connections in {WORKERS} processes, batch {BATCH}, "
+        f"jobs/s (median of {repeats})",
+        [
+            "queue",
+            "jobs/s",
+            "vs ungoverned",
+            "claims/s",
+            "jobs/claim",
+            "empty claims",
+            "claim ms (mean)",
+            "complete ms (mean)",
+        ],
+    )
+    for shape in TP_SHAPES:
+        jps = med(shape.label, "jobs_per_s")
+        drained = any(r.drained for r in runs[shape.label])
+        table.add(
+            shape.label + (" (drained!)" if drained else ""),
+            c.rate(jps),
+            f"{jps / base:.2f}",
+            c.rate(med(shape.label, "claims_per_s")),
+            f"{med(shape.label, 'jobs_per_claim'):.1f}",
+            f"{med(shape.label, 'empty_pct'):.0f}%",
+            f"{med(shape.label, 'claim_ms'):.2f}",
+            f"{med(shape.label, 'complete_ms'):.2f}",
+        )
+    table.notes.append(
+        "Governed: max_active=64, max_active_per_key=4, 100 keys. jobs/claim counts non-empty "
+        "claims only; an empty claim (no room) is retried at once."
+    )
+    out.table(table)
+
+
+# ---- 2. latency ----
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    slug: str
+    max_active: int | None
+    per_key: int | None
+
+
+@dataclass
+class Group:
+    """Queue shapes compared for flatness: one queue per size, all prefilled in one table and
+    measured interleaved (round by round, sizes rotated), so a burst of outside load lands on
+    every size alike. With several variants, the policy is re-synced before each measurement."""
+
+    sizes: list[int]
+    size_label: Callable[[int], str]
+    variants: list[Variant]
+    build: Callable[[psycopg.Connection[Any], str, int], None]
+    plan_size: int | None = None
+
+    def queue(self, size: int) -> str:
+        return f"{self.variants[0].slug.split('_')[0]}-{size}"
+
+
+@dataclass
+class LatResult:
+    variant: Variant
+    size_label: str
+    size: int
+    batch: int
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    complete_p50: list[float] = field(default_factory=list)
+    buffers: list[int] = field(default_factory=list)
+    jobs: int = 0
+    claims: int = 0
+
+
+OTHER_KEYS = 100
+OTHER_JOBS = 10_000
+KEYS_TOTAL = 100_000
+
+
+def build_depth(conn: psycopg.Connection[Any], queue: str, n: int) -> None:
+    prefill(conn, queue, n)
+
+
+def build_backlog(conn: psycopg.Connection[Any], queue: str, b: int) -> None:
+    # Key 'hot' first (lowest ids): one active job (lease 1 day), so per-key 1 saturates it, and
+    # b ready jobs behind it; then the admissible work, 10,000 jobs over 100 other keys.
+    prefill(
+        conn, queue, b + 1, ckey="'hot'", status="CASE WHEN g.i = 1 THEN 'active' ELSE 'ready' END"
+    )
+    prefill(conn, queue, OTHER_JOBS, ckey=f"'k' || mod(g.i, {OTHER_KEYS})")
+
+
+def build_keys(conn: psycopg.Connection[Any], queue: str, k: int) -> None:
+    prefill(conn, queue, KEYS_TOTAL, ckey=f"'k' || mod(g.i, {k})")
+
+
+def latency_groups(quick: bool) -> list[Group]:
+    big = 100_000 if quick else 1_000_000
+    return [
+        Group(
+            [1_000, 10_000, big] if quick else [1_000, 100_000, big],
+            lambda n: f"{c.count(n)} ready",
+            [
+                Variant("depth, ungoverned", "depth_ungoverned", None, None),
+                Variant("depth, governed (max_active=64)", "depth_governed", 64, None),
+            ],
+            build_depth,
+            plan_size=big,
+        ),
+        Group(
+            [10, 10_000, big],
+            lambda b: f"{c.count(b)} ahead",
+            [Variant("backlog of one saturated key (per-key 1)", "backlog", None, 1)],
+            build_backlog,
+            plan_size=big,
+        ),
+        Group(
+            [10, 100_000],
+            lambda k: f"{c.count(k)} keys",
+            [
+                Variant(
+                    f"distinct keys with ready work (per-key 4, {c.count(KEYS_TOTAL)} jobs)",
+                    "keys",
+                    None,
+                    4,
+                )
+            ],
+            build_keys,
+        ),
+    ]
+
+
+_BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
+
+
+class Claimer:
+    """The single claimer: claim (timed), complete (timed), and top the queue back up (untimed)
+    with as many jobs of the same keys, at the tail, so the queue keeps its shape."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        from workhorse import EnqueueOptions, Queue
+
+        self.conn = conn
+        self.q = Queue(conn)
+        self._options: dict[tuple[str, str | None], Any] = {}
+        self._opt = EnqueueOptions
+        self._explain_ready: bool | None = False
+        self._notices: list[str] = []
+
+    def top_up(self, queue: str, jobs: list[Any]) -> None:
+        batch: list[tuple[str, Any, Any]] = []
+        for j in jobs:
+            key = (queue, j.concurrency_key)
+            opt = self._options.get(key)
+            if opt is None:
+                opt = self._options[key] = self._opt(queue=queue, concurrency_key=key[1])
+            batch.append((TASK, {"args": [], "kwargs": {}}, opt))
+        if batch:
+            self.q.enqueue_many(batch)
+
+    def buffers(self, queue: str, batch: int, n: int) -> list[int]:
+        """Shared buffers (hit + read) touched by each of n claims, nested statements included:
+        work per claim that, unlike time, other load on the machine cannot skew. Read from
+        auto_explain's top-level plan (no timing), one NOTICE per claim."""
+        if not self._explain_ready:
+            try:
+                self.conn.execute("LOAD 'auto_explain'")
+            except psycopg.Error:
+                self._explain_ready = None
+                return []
+            for setting, value in (
+                ("auto_explain.log_analyze", "on"),
+                ("auto_explain.log_buffers", "on"),
+                ("auto_explain.log_timing", "off"),
+                ("auto_explain.log_nested_statements", "off"),
+                ("auto_explain.log_level", "notice"),
+                ("auto_explain.log_min_duration", "-1"),
+            ):
+                self.conn.execute(
+                    sql.SQL("SET {} = {}").format(
+                        sql.Identifier(*setting.split(".")), sql.Literal(value)
+                    )
+                )
+            self.conn.add_notice_handler(lambda d: self._notices.append(d.message_primary or ""))
+            self._explain_ready = True
+        if self._explain_ready is None:
+            return []
+        found = []
+        for _ in range(n):
+            self.conn.execute("SET auto_explain.log_min_duration = 0")
+            self._notices.clear()
+            jobs = self.q.claim(queue, batch, LEASE)
+            self.conn.execute("SET auto_explain.log_min_duration = -1")
+            for notice in self._notices:
+                if "claim_v1" in notice:
+                    m = _BUFFERS.search(notice)
+                    if m:
+                        found.append(sum(int(x or 0) for x in m.groups()))
+                    break
+            self.q.complete_many([(j.id, j.fence, None) for j in jobs])
+            self.top_up(queue, jobs)
+        return found
+
+    def cycle(self, queue: str, batch: int) -> tuple[float, float, int]:
+        t0 = time.perf_counter()
+        jobs = self.q.claim(queue, batch, LEASE)
+        t1 = time.perf_counter()
+        self.q.complete_many([(j.id, j.fence, None) for j in jobs])
+        t2 = time.perf_counter()
+        self.top_up(queue, jobs)
+        return t1 - t0, t2 - t1, len(jobs)
+
+
+def apply_policies(conn: psycopg.Connection[Any], group: Group, variant: Variant) -> None:
+    """Every queue of the group under `variant`'s policy (no policy when it has none)."""
+    from workhorse import ConcurrencyPolicyDefinition, Queue
+
+    definitions = []
+    if variant.max_active is not None or variant.per_key is not None:
+        definitions = [
+            ConcurrencyPolicyDefinition(group.queue(size), variant.max_active, variant.per_key)
+            for size in group.sizes
+        ]
+    Queue(conn).sync_concurrency_policies(NAMESPACE, definitions, prune=True)
+
+
+def measure_group(
+    url: str,
+    out: c.Printer,
+    gate: c.QuietGate,
+    group: Group,
+    *,
+    rounds: int,
+    claims: int,
+    warm: int,
+) -> list[LatResult]:
+    batches = (1, BATCH)
+    results = {
+        (v.slug, size, b): LatResult(v, group.size_label(size), size, b)
+        for v in group.variants
+        for size in group.sizes
+        for b in batches
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        reset(conn)
+        for size in group.sizes:
+            group.build(conn, group.queue(size), size)
+        # Policies after the prefill: a per-key install rebuilds the heads from the ready jobs.
+        apply_policies(conn, group, group.variants[0])
+        settle(conn)
+        out.line(
+            f"  {group.variants[0].slug.split('_')[0]}: "
+            f"{', '.join(group.size_label(s) for s in group.sizes)} built in "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
+        claimer = Claimer(conn)
+        current = group.variants[0]
+        for r in range(rounds):
+            busiest = 0.0
+            sizes = group.sizes[r % len(group.sizes) :] + group.sizes[: r % len(group.sizes)]
+            for size in sizes:
+                for variant in group.variants:
+                    if variant is not current:
+                        apply_policies(conn, group, variant)
+                        current = variant
+                    busiest = max(busiest, gate.wait())
+                    for b in batches:
+                        res = results[(variant.slug, size, b)]
+                        lat, comp = [], []
+                        for i in range(warm + claims):
+                            claim_s, complete_s, n = claimer.cycle(group.queue(size), b)
+                            if i >= warm:
+                                lat.append(claim_s)
+                                comp.append(complete_s)
+                                res.jobs += n
+                                res.claims += 1
+                        res.buffers.extend(claimer.buffers(group.queue(size), b, 5))
+                        res.p50.append(c.percentile(lat, 50))
+                        res.p99.append(c.percentile(lat, 99))
+                        res.complete_p50.append(c.percentile(comp, 50))
+            out.line(
+                f"    round {r + 1}/{rounds}: "
+                + "  ".join(
+                    f"{res.size_label} b{res.batch} {c.ms(res.p50[-1])}"
+                    for res in results.values()
+                    if res.variant is group.variants[0]
+                )
+                + f"  [machine up to {busiest:.0%} busy before]"
+            )
+        if group.plan_size is not None:
+            for variant in group.variants:
+                if variant is not current:
+                    apply_policies(conn, group, variant)
+                    current = variant
+                capture_plans(claimer, group, variant, group.plan_size, batches)
+    return list(results.values())
+
+
+def capture_plans(
+    claimer: Claimer, group: Group, variant: Variant, size: int, batches: tuple[int, ...]
+) -> None:
+    """One claim per batch size under auto_explain; plans arrive as NOTICEs on this session."""
+    conn = claimer.conn
+    notices: list[str] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        notices.append(diag.message_primary or "")
+
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as exc:
+        print(f"  (no plans: cannot LOAD auto_explain: {exc})")
+        return
+    for setting, value in (
+        ("auto_explain.log_nested_statements", "on"),
+        ("auto_explain.log_analyze", "on"),
+        ("auto_explain.log_buffers", "on"),
+        ("auto_explain.log_timing", "on"),
+        ("auto_explain.log_triggers", "on"),
+        ("auto_explain.log_level", "notice"),
+        ("client_min_messages", "notice"),
+    ):
+        conn.execute(
+            sql.SQL("SET {} = {}").format(sql.Identifier(*setting.split(".")), sql.Literal(value))
+        )
+    conn.add_notice_handler(on_notice)
+    server = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
+    PLANS_DIR.mkdir(exist_ok=True)
+    queue = group.queue(size)
+    try:
+        for b in batches:
+            notices.clear()
+            conn.execute("SET auto_explain.log_min_duration = 0")
+            t0 = time.perf_counter()
+            jobs = claimer.q.claim(queue, b, LEASE)
+            elapsed = time.perf_counter() - t0
+            conn.execute("SET auto_explain.log_min_duration = -1")
+            captured = [n for n in notices if "auto_explain" not in n]
+            claimer.q.complete_many([(j.id, j.fence, None) for j in jobs])
+            claimer.top_up(queue, jobs)
+            path = PLANS_DIR / f"claim_{variant.slug}_{c.count(size)}_batch{b}.txt"
+            header = [
+                f"-- workhorse claim plans: {variant.label}, {group.size_label(size)}, batch {b}",
+                f"-- {server}",
+                f"-- captured {c.stamp()} by benchmarks/bench_claim.py with auto_explain "
+                "(log_analyze, log_buffers, log_nested_statements, log_min_duration=0)",
+                f"-- claim returned {len(jobs)} jobs in {elapsed * 1000:.2f} ms "
+                "(including auto_explain's own overhead)",
+                "-- one block per statement executed, innermost first; the last block is the "
+                "whole claim",
+                "",
+            ]
+            path.write_text("\n".join(header) + "\n\n".join(captured) + "\n")
+            shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+            print(f"  plans -> {shown}", flush=True)
+    finally:
+        conn.remove_notice_handler(on_notice)
+        conn.execute("SET auto_explain.log_min_duration = -1")
+
+
+def bench_latency(
+    url: str,
+    out: c.Printer,
+    gate: c.QuietGate,
+    groups: list[Group],
+    *,
+    rounds: int,
+    claims: int,
+    warm: int,
+) -> None:
+    out.heading(
+        f"Claim latency: single claimer, batch 1 and {BATCH}, complete each batch, "
+        f"{claims} claims per measurement after {warm} warm-up, median of {rounds} rounds"
+    )
+    all_results: list[LatResult] = []
+    for group in groups:
+        all_results.extend(
+            measure_group(url, out, gate, group, rounds=rounds, claims=claims, warm=warm)
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        reset(conn)
+
+    table = c.Table(
+        "Claim latency, ms: client round trip of Queue.claim, commit included "
+        f"(p50 and p99 per round, median of {rounds} rounds)",
+        [
+            "case",
+            "size",
+            "batch",
+            "p50",
+            "p99",
+            "jobs/claim",
+            "complete p50",
+            "p50 vs smallest",
+            "buffers/claim",
+        ],
+    )
+    table.notes.append(
+        "buffers/claim: shared buffers hit+read by one claim, nested statements included "
+        "(auto_explain, median of 5 per round): the work done, which outside load cannot skew."
+    )
+    flat = c.Table(
+        "Flatness across sizes (target: claim p50 within ±30%)",
+        [
+            "case",
+            "batch",
+            "p50 ms by size",
+            "max/min",
+            "buffers/claim by size",
+            "max/min",
+            "verdict",
+        ],
+    )
+    order = sorted(
+        all_results,
+        key=lambda r: (
+            [v.label for g in groups for v in g.variants].index(r.variant.label),
+            r.batch,
+            r.size,
+        ),
+    )
+    by_case: dict[tuple[str, int], list[LatResult]] = {}
+    for r in order:
+        by_case.setdefault((r.variant.label, r.batch), []).append(r)
+    for (label, batch), rs in by_case.items():
+        p50s = [c.median(r.p50) for r in rs]
+        for r, p50 in zip(rs, p50s, strict=True):
+            table.add(
+                label,
+                r.size_label,
+                batch,
+                c.ms(p50),
+                c.ms(c.median(r.p99)),
+                f"{r.jobs / max(r.claims, 1):.1f}",
+                c.ms(c.median(r.complete_p50)),
+                f"{p50 / p50s[0]:.2f}",
+                f"{c.median(r.buffers):.0f}" if r.buffers else "-",
+            )
+        spread = max(p50s) / min(p50s)
+        bufs = [c.median(r.buffers) if r.buffers else math.nan for r in rs]
+        buf_spread = max(bufs) / min(bufs) if all(b == b for b in bufs) else math.nan
+        if spread <= 1.3:
+            verdict = "flat" if not buf_spread > 1.3 else "flat (buffers differ)"
+        elif buf_spread <= 1.3:
+            verdict = "p50 spread > 30%, buffers flat"
+        else:
+            verdict = "NOT flat"
+        flat.add(
+            label,
+            batch,
+            " / ".join(c.ms(p) for p in p50s),
+            f"{spread:.2f}",
+            " / ".join(f"{b:.0f}" for b in bufs),
+            f"{buf_spread:.2f}",
+            verdict,
+        )
+    out.table(table)
+    out.table(flat)
+
+
+# ---- main ----
+
+
+def main(
+    argv: list[str] | None = None, server_url: str | None = None, source: str = "given by caller"
+) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    c.add_common_args(parser, default_db="wh_bench_claim")
+    parser.add_argument("--quick", action="store_true", help="sizes capped at 100k; < 3 minutes")
+    parser.add_argument("--only", choices=("throughput", "latency"), default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (%(default)s)")
+    parser.add_argument(
+        "--window", type=float, default=None, help="throughput window, s (default 10, quick 3)"
+    )
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=None,
+        help="throughput prefill, jobs (default 200k, quick 60k)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="latency rounds (default 5, quick 3)"
+    )
+    parser.add_argument(
+        "--claims",
+        type=int,
+        default=None,
+        help="timed claims per measurement (one size, one batch size, one round; "
+        "default 200, quick 60)",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=None,
+        help="before each measurement wait up to this many seconds for the machine to be quiet "
+        "(default 60, quick 5)",
+    )
+    args = parser.parse_args(argv)
+    out = c.Printer(args.format)
+    gate = c.QuietGate(args.quiet_wait if args.quiet_wait is not None else 5 if args.quick else 60)
+
+    if server_url is None:
+        server_url, source = c.resolve_server_url(args.database_url)
+    window = args.window or (3.0 if args.quick else 10.0)
+    warmup = 1.0 if args.quick else 2.0
+    prefill_n = args.prefill or (60_000 if args.quick else 200_000)
+    claims = args.claims or (60 if args.quick else 200)
+    rounds = args.rounds or (3 if args.quick else 5)
+
+    started = time.perf_counter()
+    with c.scratch_database(server_url, args.db_name, keep=args.keep_db) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            out.heading(f"bench_claim ({'quick' if args.quick else 'full'} mode)")
+            facts = {"database": f"{c.describe_url(url)} ({source})", "run at": c.stamp()}
+            facts.update(c.server_facts(conn))
+            out.facts("environment", facts)
+        if args.only in (None, "throughput"):
+            bench_throughput(
+                url,
+                gate,
+                out,
+                prefill_n=prefill_n,
+                window=window,
+                warmup=warmup,
+                repeats=args.repeats,
+            )
+        if args.only in (None, "latency"):
+            bench_latency(
+                url, out, gate, latency_groups(args.quick), rounds=rounds, claims=claims, warm=5
+            )
+        with psycopg.connect(url, autocommit=True) as conn:
+            out.line(f"\nafter the run: {c.machine_load(conn)}")
+            out.line(gate.summary())
+    out.line(f"bench_claim finished in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

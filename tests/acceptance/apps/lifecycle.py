@@ -1,0 +1,44 @@
+"""Apps for the lifecycle tests: slow jobs to kill or drain, flaky ones to retry and hold."""
+
+from __future__ import annotations
+
+import time
+
+import workhorse
+
+from . import probe
+
+app = workhorse.App("lifecycle")
+
+
+@app.task(queue="slow")
+def slow(token: str, seconds: float, again: float = 0.0) -> str:
+    """Sleeps `seconds` on its first run and `again` on any later one."""
+    runs = probe.ran_sync(token)
+    time.sleep(seconds if runs == 1 else again)
+    return token
+
+
+@app.task(queue="flaky", max_attempts=3, retry_backoff=0.4, on_failure="hold")
+def flaky(token: str) -> str:
+    probe.ran_sync(token)
+    if not probe.flag(token):
+        raise RuntimeError(f"{token} is not ready yet")
+    return f"{token} done"
+
+
+@app.task(queue="flaky", max_attempts=1)
+def not_json() -> object:
+    return {1, 2, 3}
+
+
+@app.task(queue="capped")
+def capped(token: str) -> str:
+    conn = probe.conn()
+    conn.execute(probe.ENTER, ("queue",))
+    try:
+        probe.ran_sync(token)
+        time.sleep(0.1)
+    finally:
+        conn.execute(probe.LEAVE, ("queue",))
+    return token

@@ -1,0 +1,83 @@
+"""Fleet-wide budgets, measured by the handlers themselves: two supervisors x 4 slots x
+concurrency 8 against max_active=5, max_active_per_key=2; and --max-concurrent-tasks."""
+
+from __future__ import annotations
+
+import pytest
+from apps import fleet, lifecycle, probe
+from apps.harness import Worker, scalar, wait_for
+
+from workhorse import Queue
+
+pytestmark = pytest.mark.slow
+
+JOBS = 1200
+
+
+def test_two_supervisors_never_exceed_the_fleet_budget(database_url, conn, tmp_path):
+    counters = {"queue": fleet.MAX_ACTIVE}
+    counters.update({f"key:k{i}": fleet.PER_KEY for i in range(fleet.KEYS)})
+    probe.setup(conn, counters)
+    Queue(conn).sync_concurrency_policies(fleet.app.name, fleet.app.policy_definitions())
+    with fleet.app.using(conn):
+        fleet.app.enqueue_many(
+            fleet.governed.call((f"t{n}", f"k{n % fleet.KEYS}")) for n in range(JOBS)
+        )
+
+    options = ["--slots", "4", "--concurrency", "8", "--lease", "10s", "--dequeue-timeout", "5s"]
+    workers = [Worker(database_url, "apps.fleet:app", tmp_path / f"w{i}.log", *options)
+               for i in range(2)]
+    try:
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'succeeded'")
+            == JOBS,
+            120, f"{JOBS} jobs to succeed", *workers, interval=0.25,
+        )
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], [w.output() for w in workers]
+
+    rows = conn.execute("SELECT name, cur, peak, violations FROM probe_counters").fetchall()
+    by_name = {name: (cur, peak, violations) for name, cur, peak, violations in rows}
+    assert sum(v for _, _, v in by_name.values()) == 0, by_name
+    assert by_name["queue"][1] == fleet.MAX_ACTIVE, f"overlap never reached the limit: {by_name}"
+    assert max(peak for name, (_, peak, _) in by_name.items() if name != "queue") == fleet.PER_KEY
+    assert all(cur == 0 for cur, _, _ in by_name.values())
+
+    statuses = dict(conn.execute(
+        "SELECT status, count(*) FROM workhorse.jobs GROUP BY status").fetchall())
+    assert statuses == {"succeeded": JOBS}
+    runs = dict(conn.execute(
+        "SELECT token, count(*) FROM probe_runs GROUP BY token").fetchall())
+    more_than_once = {t: n for t, n in runs.items() if n > 1}
+    assert len(runs) == JOBS
+    assert more_than_once == {}, f"{len(more_than_once)} jobs ran more than once"
+    # Both supervisors did part of the work, and both removed their registry rows.
+    pids = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM probe_runs").fetchall()}
+    assert len(pids) > 4
+    assert scalar(conn, "SELECT count(*) FROM workhorse.workers") == 0
+
+
+def test_max_concurrent_tasks_caps_the_whole_supervisor(database_url, conn, tmp_path):
+    cap = 3
+    probe.setup(conn, {"queue": cap})
+    with lifecycle.app.using(conn):
+        lifecycle.app.enqueue_many(lifecycle.capped.call((f"c{n}",)) for n in range(45))
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "3", "--concurrency", "4", "--max-concurrent-tasks", str(cap),
+                    "--queues", "capped", "--dequeue-timeout", "5s")
+    try:
+        wait_for(
+            lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'succeeded'")
+            == 45,
+            60, "45 jobs to succeed", worker, interval=0.1,
+        )
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    cur, peak, violations = conn.execute(
+        "SELECT cur, peak, violations FROM probe_counters WHERE name = 'queue'").fetchone()
+    assert violations == 0 and peak <= cap
+    assert peak == cap, "the cap was never reached: the test proves nothing"
+    # More than one slot took part (the cap is across slots, not per slot).
+    assert scalar(conn, "SELECT count(DISTINCT pid) FROM probe_runs") > 1

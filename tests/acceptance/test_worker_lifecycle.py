@@ -1,0 +1,131 @@
+"""Supervisor and slot lifecycle with real processes: kill -9 of a slot and of the supervisor,
+SIGTERM draining, retries with backoff, holding, and release."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from apps import lifecycle, probe
+from apps.harness import HERE, Worker, alive, scalar, wait_for
+
+from workhorse import EnqueueOptions, Queue
+
+
+def _status(conn, job_id):
+    return scalar(conn, "SELECT status FROM workhorse.jobs WHERE id = %s", job_id)
+
+
+def _enqueue(conn, call):
+    with lifecycle.app.using(conn):
+        return lifecycle.app.enqueue_many([call])[0].id
+
+
+def test_kill_9_of_a_slot_reruns_its_job_after_the_lease(database_url, conn, tmp_path):
+    probe.setup(conn)
+    job = _enqueue(conn, lifecycle.slow.call(("victim", 60.0)))
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "2", "--lease", "2s", "--queues", "slow")
+    try:
+        slots = worker.wait_for_slots(2)
+        pid = wait_for(lambda: scalar(conn, "SELECT pid FROM probe_runs WHERE token = 'victim'"),
+                       20, "the job to start", worker)
+        assert pid in slots
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        wait_for(lambda: _status(conn, job) == "succeeded", 20, "the job to run again", worker)
+        assert time.monotonic() - killed_at >= 1.0  # not before its lease ran out
+        replaced = worker.wait_for_slots(2)
+        assert pid not in replaced and len(set(replaced) & set(slots)) == 1
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    assert scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'victim'") == 2
+    assert scalar(conn, "SELECT attempts FROM workhorse.jobs WHERE id = %s", job) == 2
+    assert "was killed by SIGKILL; restarting" in worker.output()
+
+
+def test_sigterm_drains_running_jobs_and_exits_0(database_url, conn, tmp_path):
+    probe.setup(conn)
+    running = [_enqueue(conn, lifecycle.slow.call((f"r{n}", 1.5))) for n in range(4)]
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "2", "--concurrency", "2", "--queues", "slow", "--grace", "20s")
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs") == 4, 20,
+                 "4 jobs to start", worker)
+        waiting = [_enqueue(conn, lifecycle.slow.call((f"w{n}", 0.0))) for n in range(3)]
+        assert scalar(conn, "SELECT count(*) FROM workhorse.workers") == 1
+        worker.signal(signal.SIGTERM)
+        code = worker.proc.wait(20)
+    finally:
+        worker.kill()
+    assert code == 0, worker.output()
+    assert [_status(conn, j) for j in running] == ["succeeded"] * 4
+    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'active'") == 0
+    # Nothing new was claimed once the drain began (the 4 slots were full until then).
+    assert {_status(conn, j) for j in waiting} == {"ready"}
+    assert scalar(conn, "SELECT count(*) FROM workhorse.workers") == 0
+
+
+def test_retry_with_backoff_then_held_then_released(database_url, conn, tmp_path):
+    probe.setup(conn)
+    job = _enqueue(conn, lifecycle.flaky.call(("f1",)))
+    unknown = Queue(conn).enqueue("apps.lifecycle.nobody", {"args": [], "kwargs": {}},
+                                  EnqueueOptions(queue="flaky"))
+    bad = _enqueue(conn, lifecycle.not_json.call(()))
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "1", "--concurrency", "2", "--queues", "flaky")
+    try:
+        wait_for(lambda: _status(conn, job) == "held", 30, "the job to be held", worker)
+        times = [t for (t,) in conn.execute(
+            "SELECT at FROM probe_runs WHERE token = 'f1' ORDER BY at").fetchall()]
+        assert len(times) == 3
+        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        assert min(gaps) >= 0.4, gaps  # retry_backoff=0.4 between attempts
+        held = Queue(conn).get_job(job)
+        assert held.attempts == 3 and held.error["type"] == "RuntimeError"
+        assert "f1 is not ready yet" in held.error["message"]
+        assert "Traceback" in held.error["traceback"] and "flaky" in held.error["traceback"]
+
+        failed = Queue(conn).get_job(unknown)
+        assert failed.status == "failed" and failed.attempts == 1
+        assert failed.error["type"] == "UnknownTaskError"
+        not_json = Queue(conn).get_job(bad)
+        assert not_json.status == "failed" and not_json.error["type"] == "PayloadError"
+
+        conn.execute("INSERT INTO probe_flags VALUES ('f1')")
+        released = subprocess.run(
+            [sys.executable, "-m", "workhorse", "--database-url", database_url,
+             "jobs", "retry", str(job), "--json"],
+            cwd=HERE, capture_output=True, text=True, timeout=30,
+        )
+        assert released.returncode == 0, released.stderr
+        assert json.loads(released.stdout) == {"released": [job]}
+        wait_for(lambda: _status(conn, job) == "succeeded", 20, "the released job", worker)
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    assert Queue(conn).get_job(job).result == "f1 done"
+    assert scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'f1'") == 4
+
+
+def test_kill_9_of_the_supervisor_ends_its_slots(database_url, conn, tmp_path):
+    probe.setup(conn)
+    jobs = [_enqueue(conn, lifecycle.slow.call((f"s{n}", 1.0))) for n in range(2)]
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "2", "--queues", "slow")
+    try:
+        slots = worker.wait_for_slots(2)
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs") == 2, 20,
+                 "2 jobs to start", worker)
+        worker.proc.kill()
+        worker.proc.wait(10)
+        wait_for(lambda: not any(alive(pid) for pid in slots), 8, "the slots to exit", worker)
+    finally:
+        worker.kill()
+    # They finished what they were running before leaving: nothing was lost.
+    assert [_status(conn, j) for j in jobs] == ["succeeded", "succeeded"]

@@ -1,0 +1,73 @@
+"""Plain helpers for the database-layer tests (importable as `_integration`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+CLAIMER = HERE / "_claimer.py"
+REPO = HERE.parent.parent
+
+
+def count(conn: psycopg.Connection[Any], where: str = "true", *params: Any) -> int:
+    row = conn.execute(f"SELECT count(*) FROM workhorse.jobs WHERE {where}", params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def spawn(mode: str, database_url: str, **options: Any) -> subprocess.Popen[str]:
+    """Launch `_claimer.py MODE` as its own OS process; `start` releases it, `collect` reads the
+    JSON report it prints at the end."""
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, str(CLAIMER), mode, database_url, json.dumps(options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def start(processes: list[subprocess.Popen[str]], delay: float = 0.05) -> float:
+    """Wait until every process has connected, then start them all at one instant; returns it."""
+    for process in processes:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if line.strip() != "ready":
+            for other in processes:
+                other.kill()
+            _, err = process.communicate(timeout=10)
+            raise AssertionError(f"{process.args[2]} did not start: {line!r}\n{err}")
+    start_at = time.time() + delay
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write(f"{start_at}\n")
+        process.stdin.flush()
+    return start_at
+
+
+def collect(processes: list[subprocess.Popen[str]], timeout: float = 120) -> list[dict[str, Any]]:
+    """Wait for every process; fail with its stderr if one did not exit cleanly."""
+    deadline = time.monotonic() + timeout
+    reports = []
+    try:
+        for process in processes:
+            out, err = process.communicate(timeout=max(deadline - time.monotonic(), 1))
+            assert process.returncode == 0, f"{process.args[2]} exited {process.returncode}:\n{err}"
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return reports

@@ -1,0 +1,128 @@
+"""Guard the plans: no statement that the worker-side calls run may scan `jobs` sequentially.
+
+claim_v1 is PL/pgSQL that calls more functions, so EXPLAIN on the call would show nothing useful.
+Instead `auto_explain` logs the plan of every nested statement as it really runs (the custom plans
+the functions force, with real parameters), at NOTICE level so that the client receives them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue
+
+ERROR = {"type": "E", "message": "m", "traceback": None}
+Plans = Callable[[Callable[[], Any]], list[str]]
+
+
+@pytest.fixture
+def explained(database_url: str) -> Iterator[tuple[Queue, Plans]]:
+    """A Queue, and `plans(action)`: the plan text of every statement `action` ran."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_level = 'notice'")
+
+        def plans(action: Callable[[], Any]) -> list[str]:
+            notices.clear()
+            conn.execute("SET auto_explain.log_min_duration = 0")
+            try:
+                action()
+            finally:
+                conn.execute("SET auto_explain.log_min_duration = -1")
+            return [text for text in notices if "Query Text" in text]
+
+        yield Queue(conn), plans
+
+
+def _fill(q: Queue) -> None:
+    """20k ready jobs over three queues (one per admission path), plus active, expired,
+    scheduled and finished ones, then ANALYZE."""
+    q.sync_concurrency_policies("plans", [
+        ConcurrencyPolicyDefinition("per-key", 50, 1),
+        ConcurrencyPolicyDefinition("queue-only", 5),
+    ])
+    for queue, n, keys in (("per-key", 10_000, 1000), ("queue-only", 5_000, 0),
+                           ("free", 5_000, 0)):
+        for start in range(0, n, 2500):
+            q.enqueue_many([
+                ("t", {"n": i}, EnqueueOptions(queue=queue, priority=i % 3,
+                                               concurrency_key=f"k{i % keys}" if keys else None))
+                for i in range(start, min(start + 2500, n))
+            ])
+        q.enqueue_many([("t", {}, EnqueueOptions(queue=queue, delay=3600))] * 200)
+        q.enqueue_many([("t", {}, EnqueueOptions(queue=queue, delay=0.05, concurrency_key=key))
+                        for key in ("k1", "k2", None) * 100])  # due by the time we claim
+    for queue in ("per-key", "queue-only", "free"):
+        for job in q.claim(queue, 100, 30)[:50]:
+            q.complete(job.id, job.fence)
+        q.claim(queue, 3, 0.05)  # leases that expire
+    q.conn.execute("ANALYZE workhorse.jobs")
+    q.conn.execute("ANALYZE workhorse.key_heads")
+    time.sleep(0.1)
+
+
+def _check(texts: list[str], *, expect: tuple[str, ...] = ()) -> None:
+    assert texts, "auto_explain logged nothing: the guard would be vacuous"
+    offenders = [text for text in texts if "Seq Scan on jobs" in text]
+    assert not offenders, "sequential scan on jobs:\n\n" + "\n\n".join(offenders)
+    joined = "\n".join(texts)
+    for index in expect:
+        assert index in joined, f"{index} not used; plans:\n{joined}"
+
+
+def test_claim_plans_use_indexes_on_every_path(explained: Any) -> None:
+    q, plans = explained
+    _fill(q)
+    for queue, expect in (
+        ("per-key", ("jobs_ready_key_idx", "key_heads_order_idx", "jobs_active_idx")),
+        ("queue-only", ("jobs_ready_idx", "jobs_active_idx")),
+        ("free", ("jobs_ready_idx",)),
+    ):
+        texts = plans(lambda queue=queue: q.claim(queue, 10, 30))
+        _check(texts, expect=expect)
+
+
+def test_outcome_and_lease_plans_use_indexes(explained: Any) -> None:
+    q, plans = explained
+    _fill(q)
+    jobs = q.claim("per-key", 3, 30)
+    assert len(jobs) == 3
+    _check(plans(lambda: q.heartbeat([(j.id, j.fence, 30.0) for j in jobs])))
+    _check(plans(lambda: q.complete(jobs[0].id, jobs[0].fence, {"ok": 1})))
+    _check(plans(lambda: q.fail(jobs[1].id, jobs[1].fence, ERROR,
+                                retry_at=datetime.now(UTC) + timedelta(seconds=1))))
+    _check(plans(lambda: q.fail(jobs[2].id, jobs[2].fence, ERROR)))
+    _check(plans(lambda: q.enqueue("t", {}, EnqueueOptions(queue="per-key", concurrency_key="k1"))))
+
+    # Batches, as a worker sends them.
+    batch = q.claim("free", 200, 30)
+    assert len(batch) == 200
+    _check(plans(lambda: q.heartbeat([(j.id, j.fence, 30.0) for j in batch])))
+    _check(plans(lambda: q.complete_many([(j.id, j.fence, None) for j in batch])))
+    _check(plans(lambda: q.claim("free", 500, 30)))
+
+
+def test_plans_made_on_an_empty_table_do_not_stick(explained: Any) -> None:
+    """A session that claimed while `jobs` was empty (so that PL/pgSQL could cache generic plans
+    made for zero rows) must still use the indexes once the table is full."""
+    q, plans = explained
+    q.sync_concurrency_policies("plans", [
+        ConcurrencyPolicyDefinition("per-key", 50, 1),
+        ConcurrencyPolicyDefinition("queue-only", 5),
+    ])
+    q.conn.execute("ANALYZE workhorse.jobs")
+    for _ in range(8):  # past the five custom plans after which a generic one may be chosen
+        for queue in ("per-key", "queue-only", "free"):
+            q.claim(queue, 10, 30)
+    _fill(q)
+    for queue in ("per-key", "queue-only", "free"):
+        _check(plans(lambda queue=queue: q.claim(queue, 10, 30)))

@@ -1,0 +1,11 @@
+-- For the worker's wake-up timer: per served queue, whether it is governed, and the earliest
+-- moment a job may become claimable without a NOTIFY (a scheduled job falling due, or a lease
+-- running out). Two index probes per queue; never a scan of the backlog.
+SELECT q.queue,
+       EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = q.queue) AS governed,
+       LEAST((SELECT min(j.run_at) FROM workhorse.jobs j
+              WHERE j.queue = q.queue AND j.status = 'scheduled'),
+             (SELECT min(j.lease_until) FROM workhorse.jobs j
+              WHERE j.queue = q.queue AND j.status = 'active')) AS due,
+       clock_timestamp() AS now
+FROM unnest(%s::text[]) AS q(queue)

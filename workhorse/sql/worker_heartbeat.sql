@@ -1,0 +1,3 @@
+UPDATE workhorse.workers SET last_seen = now(), stats = %s::jsonb
+WHERE id = %s
+RETURNING id

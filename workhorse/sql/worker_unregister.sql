@@ -1,0 +1,1 @@
+DELETE FROM workhorse.workers WHERE id = %s

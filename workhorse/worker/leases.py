@@ -1,0 +1,94 @@
+"""Batched heartbeats on their own connection, in their own thread.
+
+A slot's event loop can be busy (a claim waiting for a governed queue's lock, a burst of
+completions) and a sync handler can hold the GIL for long stretches; neither may let a lease run
+out under a job that is still running. So each slot has a `LeaseKeeper`: a plain thread with its
+own autocommit connection that renews every running job's lease in one statement, every third of
+the shortest lease in use. A job claimed with the worker's `--lease` is renewed with its task's own
+lease when it has one.
+
+A job missing from the returned set has lost its lease (it expired first, or the job was claimed
+again). `on_lost` is told, from this thread; the slot cancels what it can and discards the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import psycopg
+
+from ..queue import Queue
+
+log = logging.getLogger("workhorse.worker")
+
+
+class Lease(Protocol):
+    """What the keeper reads from a running job."""
+
+    job_id: int
+    fence: int
+    lease: float
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        url: str,
+        running: dict[int, Any],
+        on_lost: Callable[[list[tuple[int, int]]], None],
+        interval: float,
+        *,
+        name: str = "workhorse-leases",
+    ) -> None:
+        self.url = url
+        self.running = running
+        self.on_lost = on_lost
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._conn: psycopg.Connection[Any] | None = None
+        self.renewed = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                self.beat()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def beat(self) -> None:
+        """Renew every running job's lease now; report the ones that are lost."""
+        # dict.copy() is atomic under the GIL: no torn read of the loop's bookkeeping.
+        snapshot = list(self.running.copy().values())
+        if not snapshot:
+            return
+        leases = [(r.job_id, r.fence, r.lease) for r in snapshot]
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=10,
+                    application_name="workhorse-leases",
+                )
+            held = Queue(self._conn).heartbeat(leases)
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            log.warning("heartbeat failed (%s); retrying in %.1fs", first, self.interval)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return
+        self.renewed += len(held)
+        lost = [(job_id, fence) for job_id, fence, _ in leases if job_id not in held]
+        if lost:
+            self.on_lost(lost)

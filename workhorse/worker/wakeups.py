@@ -1,0 +1,305 @@
+"""Wake-ups: one LISTEN connection per supervisor, relayed to its slots; polling is the fallback.
+
+Supervisor side, `Listener` is one thread with one connection. It LISTENs on `workhorse_jobs`
+(whose payload is a queue name: sent on enqueue, on complete/fail in governed queues, and on a
+policy change) and relays the names of the queues this supervisor serves to every slot. The same
+connection runs a cheap timer query (`next_due.sql`): the earliest scheduled `run_at` and the
+earliest `lease_until` per queue, because a job falling due or a lease running out sends no NOTIFY.
+It also reports which queues are governed, so that a slot polls a saturated governed queue
+sooner than an empty one. `on_tick` lets the supervisor use the connection for its registry row.
+
+Slot side, `WakeupReceiver` reads its end of a datagram socketpair. Messages are tiny:
+`q\\0name\\0name...` (these queues may have work) and `g\\0name...` (the governed set).
+Notifications are only hints: a slot also polls every `--dequeue-timeout`, so nothing depends
+on them for correctness, and a full socket buffer simply drops a hint.
+
+A hint for a governed queue (usually "capacity was freed") goes to ONE slot, not all: every
+claimer of a governed queue takes its admission lock exclusively, and N slots woken for one
+freed place would make N-1 empty claims in a row. The slot that got the hint passes it on
+(`p\\0name`, back to the supervisor, which sends it to the next slot) only when its claim came
+back full, that is when there may be room left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+import psycopg
+
+from .. import _sql
+from ..database import mask
+
+log = logging.getLogger("workhorse.worker")
+
+CHANNEL = "workhorse_jobs"
+HINT = b"q"
+GOVERNED = b"g"
+PASS = b"p"
+_SEP = b"\x00"
+# Re-read the timer at least this often, and at most this often after NOTIFYs.
+DUE_REFRESH = 1.0
+DUE_REFRESH_MIN = 0.2
+
+
+def encode(kind: bytes, names: Iterable[str]) -> bytes:
+    return _SEP.join([kind, *(n.encode() for n in sorted(names))])
+
+
+def decode(message: bytes) -> tuple[bytes, set[str]]:
+    kind, *names = message.split(_SEP)
+    return kind, {n.decode(errors="replace") for n in names if n}
+
+
+class ChannelSet:
+    """The supervisor's ends of the slots' socketpairs, written by the listener thread."""
+
+    def __init__(self, has_room: Callable[[int], bool] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._ends: dict[int, socket.socket] = {}
+        self._has_room = has_room
+        self._next = 0
+
+    def open(self, index: int) -> socket.socket:
+        """A new pair for slot `index`; returns the slot's end (the child keeps it)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        mine.setblocking(False)
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        with self._lock:
+            old = self._ends.pop(index, None)
+            self._ends[index] = mine
+        if old is not None:
+            old.close()
+        return theirs
+
+    def close(self, index: int) -> None:
+        with self._lock:
+            end = self._ends.pop(index, None)
+        if end is not None:
+            end.close()
+
+    def fds(self) -> list[int]:
+        with self._lock:
+            return [end.fileno() for end in self._ends.values()]
+
+    def broadcast(self, message: bytes) -> None:
+        with self._lock:
+            for end in self._ends.values():
+                # A full buffer drops a hint; a gone slot cannot read it: both harmless.
+                with contextlib.suppress(OSError):
+                    end.send(message)
+
+    def send_one(self, message: bytes, exclude: int | None = None) -> None:
+        """Send to one slot, round-robin, preferring one with free capacity."""
+        with self._lock:
+            indices = sorted(i for i in self._ends if i != exclude)
+            if not indices:
+                return
+            n = len(indices)
+            order = [indices[(self._next + k) % n] for k in range(n)]
+            chosen = next((i for i in order if self._has_room is None or self._has_room(i)),
+                          order[0])
+            self._next = (indices.index(chosen) + 1) % n
+            with contextlib.suppress(OSError):
+                self._ends[chosen].send(message)
+
+    def readable(self) -> dict[int, socket.socket]:
+        with self._lock:
+            return dict(self._ends)
+
+    def close_all(self) -> None:
+        with self._lock:
+            ends, self._ends = list(self._ends.values()), {}
+        for end in ends:
+            end.close()
+
+
+class ConnectionFds:
+    """File descriptors of the supervisor's own connections, so a slot forked later can close
+    its inherited copies at once without ever speaking on them (psycopg will not finalize a
+    connection in another process: its PQfinish is guarded by the pid)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fds: set[int] = set()
+
+
+class Listener:
+    """The supervisor's one database thread: LISTEN, the due-time timer, and `on_tick`."""
+
+    def __init__(
+        self,
+        url: str,
+        queues: list[str],
+        channels: ChannelSet,
+        fds: ConnectionFds,
+        *,
+        governed: set[str],
+        tick_interval: float = 5.0,
+        on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
+        on_tick: Callable[[psycopg.Connection[Any]], None] | None = None,
+        on_stop: Callable[[psycopg.Connection[Any]], None] | None = None,
+    ) -> None:
+        self.url = url
+        self.queues = list(queues)
+        self._served = set(queues)
+        self.channels = channels
+        self.fds = fds
+        self.governed = set(governed)
+        self.tick_interval = tick_interval
+        self.on_connect = on_connect
+        self.on_tick = on_tick
+        self.on_stop = on_stop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workhorse-listen", daemon=True)
+        self.connected = threading.Event()
+        self._fd = -1
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    # ---- the thread ------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        with self.fds.lock:
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=10,
+                application_name="workhorse-supervisor",
+            )
+            self._fd = conn.fileno()
+            self.fds.fds.add(self._fd)
+        return conn
+
+    def _close(self, conn: psycopg.Connection[Any]) -> None:
+        with self.fds.lock:
+            self.fds.fds.discard(self._fd)
+            self._fd = -1
+            conn.close()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                conn = self._connect()
+                conn.execute(f"LISTEN {CHANNEL}")
+                if self.on_connect is not None:
+                    self.on_connect(conn)
+                self.connected.set()
+                # Anything sent while we were not listening is lost: tell every slot to look.
+                self.channels.broadcast(encode(HINT, self.queues))
+                backoff = 0.5
+                self._serve(conn)
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                log.warning("listener: %s (%s); reconnecting in %.1fs", first,
+                            mask(self.url), backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+            finally:
+                if conn is not None:
+                    if self._stop.is_set() and self.on_stop is not None and not conn.closed:
+                        with contextlib.suppress(psycopg.Error):
+                            self.on_stop(conn)
+                    with contextlib.suppress(Exception):  # closing a broken connection
+                        self._close(conn)
+
+    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+        next_tick = time.monotonic() + self.tick_interval
+        next_due = 0.0  # read the timer now
+        last_due_read = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            timeout = max(0.0, min(next_tick, next_due, now + 0.5) - now)
+            names: set[str] = set()
+            for notify in conn.notifies(timeout=timeout, stop_after=1):
+                names.add(notify.payload)
+            if names:
+                # A burst (one NOTIFY per completed batch) collapses into one message per slot.
+                for notify in conn.notifies(timeout=0.0):
+                    names.add(notify.payload)
+                served = names & self._served
+                if served:
+                    self.hint(served)
+                    # An enqueue with a delay also notifies: its due time may be the next one.
+                    next_due = min(next_due, last_due_read + DUE_REFRESH_MIN)
+            now = time.monotonic()
+            if now >= next_due:
+                next_due = self._read_due(conn)
+                last_due_read = now
+            if now >= next_tick:
+                if self.on_tick is not None:
+                    self.on_tick(conn)
+                next_tick = now + self.tick_interval
+
+    def hint(self, queues: set[str]) -> None:
+        """Ungoverned queues: every slot may claim at once. Governed ones: one slot each."""
+        governed = queues & self.governed
+        others = queues - governed
+        if others:
+            self.channels.broadcast(encode(HINT, others))
+        for queue in sorted(governed):
+            self.channels.send_one(encode(HINT, [queue]))
+
+    def _read_due(self, conn: psycopg.Connection[Any]) -> float:
+        """Wake the queues whose timer has passed; returns when to read it again (monotonic)."""
+        rows = conn.execute(_sql.statement("next_due"), (self.queues,)).fetchall()
+        mono = time.monotonic()
+        soonest = mono + DUE_REFRESH
+        due_now: set[str] = set()
+        governed: set[str] = set()
+        for queue, is_governed, due, db_now in rows:
+            if is_governed:
+                governed.add(queue)
+            if due is None:
+                continue
+            wait = (due - db_now).total_seconds()
+            if wait <= 0:
+                due_now.add(queue)
+            else:
+                soonest = min(soonest, mono + wait + 0.005)
+        if governed != self.governed:
+            self.governed = governed
+            self.channels.broadcast(encode(GOVERNED, governed))
+        if due_now:
+            self.hint(due_now)
+            # An expired lease stays "due" until a claim reclaims it: do not spin on it.
+            soonest = max(min(soonest, mono + DUE_REFRESH), mono + DUE_REFRESH_MIN)
+        return soonest
+
+
+class WakeupReceiver:
+    """The slot's end: hands each message (kind, queue names) to `on_message`."""
+
+    def __init__(self, sock: socket.socket, on_message: Callable[[bytes, set[str]], None]) -> None:
+        self.sock = sock
+        self.sock.setblocking(False)
+        self.on_message = on_message
+
+    async def run(self) -> None:
+        while True:
+            await anyio.wait_readable(self.sock)
+            while True:
+                try:
+                    message = self.sock.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if not message:
+                    break
+                kind, names = decode(message)
+                self.on_message(kind, names)
+
+    def pass_on(self, queue: str) -> None:
+        """Ask the supervisor to hand this governed queue's hint to the next slot."""
+        with contextlib.suppress(OSError):
+            self.sock.send(encode(PASS, [queue]))
