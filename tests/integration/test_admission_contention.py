@@ -27,6 +27,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -80,7 +81,7 @@ def _replay(conn: Any, after: Any = None) -> Replay:
     ).fetchall()
     log = conn.execute("SELECT at, max_active, per_key FROM policy_log ORDER BY at").fetchall()
     log_times = [row[0] for row in log]
-    never = max(job[2] for job in jobs) if jobs else None
+    never = datetime.max.replace(tzinfo=UTC)  # a job that never finished is active to the end
     starts = sorted(job[2] for job in jobs)
     finishes = sorted(job[3] or never for job in jobs)
     key_starts: dict[str, list[Any]] = defaultdict(list)

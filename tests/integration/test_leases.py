@@ -257,3 +257,42 @@ def test_bad_lease_or_limit_is_refused_before_anything_changes(queue: Queue, con
             queue.heartbeat([(claimed.id, claimed.fence, lease)])  # type: ignore[list-item]
     assert _snapshot(conn, job_id) == before
     assert queue.claim("q", 1, 30) == []  # the job still holds the queue's only slot
+
+
+def _expire(conn: Any, job_id: int, seconds_ago: float) -> None:
+    """Move a lease's end into the past (as if time had passed), without sleeping."""
+    conn.execute(
+        "UPDATE workhorse.jobs SET lease_until = clock_timestamp() - make_interval(secs => %s)"
+        " WHERE id = %s", (seconds_ago, job_id),
+    )
+
+
+def test_expired_leases_are_reclaimed_by_priority_not_by_expiry(
+    path_queue: Queue, conn: Any
+) -> None:
+    q = path_queue
+    low, high = q.enqueue_many(
+        [("t", {}, EnqueueOptions(queue="q", priority=p, concurrency_key=k))
+         for p, k in ((0, "a"), (5, "b"))]
+    )
+    assert [job.id for job in q.claim("q", 2, 30)] == [high, low]
+    _expire(conn, low, 2)  # the low-priority lease ran out first
+    _expire(conn, high, 1)
+    assert [job.id for job in q.claim("q", 1, 30)] == [high]
+    assert [job.id for job in q.claim("q", 1, 30)] == [low]
+
+
+def test_a_saturated_keys_expired_job_does_not_hide_others(queue: Queue, conn: Any) -> None:
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("q", None, 2)])
+    a1, a2, b1 = queue.enqueue_many(
+        [("t", {}, EnqueueOptions(queue="q", priority=p, concurrency_key=k))
+         for p, k in ((5, "a"), (5, "a"), (0, "b"))]
+    )
+    assert [job.id for job in queue.claim("q", 10, 30)] == [a1, a2, b1]
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("q", None, 1)])
+    _expire(conn, a1, 1)
+    _expire(conn, b1, 1)
+    # a is still saturated by a2, so a1's expired lease, though it ranks first, cannot be
+    # admitted; b1's can, and must not be hidden behind it.
+    assert [job.id for job in queue.claim("q", 1, 30)] == [b1]
+    assert queue.claim("q", 1, 30) == []

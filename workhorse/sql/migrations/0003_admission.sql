@@ -202,6 +202,9 @@ $$;
 
 -- Ready jobs in queue order plus expired leases, best `p_limit` by (rank, id).
 -- Used by the fast path and by queues with only a queue-wide limit, where nothing is ever skipped.
+-- Expired leases are taken in (rank, id) order too, not in expiry order: with more of them than
+-- p_limit, expiry order would reclaim a low-priority job ahead of a high-priority one. They are
+-- few (they were active), so sorting them is cheap.
 CREATE FUNCTION workhorse._queue_order_candidates(p_queue text, p_limit integer, p_now timestamptz)
 RETURNS bigint[]
 LANGUAGE sql VOLATILE
@@ -215,7 +218,7 @@ AS $$
     ), expired AS (
         SELECT j.id, j.rank FROM workhorse.jobs j
         WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= p_now
-        ORDER BY j.queue, j.lease_until
+        ORDER BY j.rank, j.id
         LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), best AS (
@@ -338,9 +341,19 @@ BEGIN
         ORDER BY j.queue, j.ckey, j.rank, j.id
         LIMIT v_room
     ), expired AS (
-        SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
-        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
-        ORDER BY j.rank, j.id
+        -- Expired leases are claimable again. Only those their key still has room for may take
+        -- one of the v_room places, or a saturated key's expired job would hide every other
+        -- expired job behind it. (They were active, so there are few to number.)
+        SELECT e.id, e.rank, e.ckey
+        FROM (
+            SELECT j.id, j.rank, j.ckey,
+                   row_number() OVER (PARTITION BY j.ckey ORDER BY j.rank, j.id) AS nth
+            FROM workhorse.jobs j
+            WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+        ) AS e
+        LEFT JOIN active_keys a ON a.ckey = e.ckey
+        WHERE e.ckey = '' OR e.nth <= v_policy.max_active_per_key - COALESCE(a.n, 0)
+        ORDER BY e.rank, e.id
         LIMIT v_room
     ), candidates AS (
         SELECT u.*, row_number() OVER (PARTITION BY u.ckey ORDER BY u.rank, u.id) AS nth
