@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import _sql, database
+from . import _sql, database, telemetry
 from ._durations import parse_duration
 from .errors import WorkhorseError
 from .queue import Queue, _job_from_row
@@ -453,6 +453,7 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
         def snapshot() -> tuple[QueueHealth, dict[str, float | None]]:
             nonlocal previous
             result = queue.health()
+            telemetry.publish_health(result)
             row = conn.execute(_sql.statement("top_counters")).fetchone()
             totals = (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
             now = time.monotonic()
