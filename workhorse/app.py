@@ -78,7 +78,8 @@ def _importable_main_name() -> str | None:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name and spec.name != "__main__":
-        return str(spec.name).removesuffix(".__main__")
+        # `python -m pkg` runs `pkg.__main__`: that, not `pkg`, is where a worker finds its tasks.
+        return str(spec.name)
     filename = getattr(main, "__file__", None)
     if not filename:
         return None
@@ -225,7 +226,7 @@ class App:
     ) -> Task[Any, Any]:
         from ._durations import parse_duration
 
-        task_name = name or self._default_task_name(fn)
+        task_name = name if name is not None else self._default_task_name(fn)
         check_name("task name", task_name)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise InvalidOptionsError(f"task {task_name!r} is already registered")
@@ -488,7 +489,9 @@ def load_app(reference: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        # Only the module itself (or a package on its path) missing is a bad reference; a
+        # dependency missing inside the app's own module is its bug, with a traceback.
+        if exc.name and (module_name == exc.name or module_name.startswith(f"{exc.name}.")):
             raise AppLoadError(f"cannot import module {module_name!r}: {exc}") from None
         raise
     if attribute:

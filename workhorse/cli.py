@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import click
@@ -54,6 +55,8 @@ def _json_default(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, PurePath):  # `db status --json`: the home and the data directory
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     raise TypeError(f"cannot encode {type(value).__name__}")
@@ -200,7 +203,10 @@ def worker(
 def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) -> None:
     """Push APP's declared policies to PostgreSQL and print what changed."""
     app = _load(app_reference, ctx)
-    report = app.sync(prune=not no_prune)
+    try:
+        report = app.sync(prune=not no_prune)
+    finally:
+        app.close()
     if as_json:
         print_json(report)
         return
@@ -384,9 +390,11 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
         released = [r[0] for r in conn.execute(_sql.statement("retry_jobs"), (ids,)).fetchall()]
     if as_json:
         print_json({"released": released})
-        return
+    # The exit code does not depend on the output format: a job that was not released is an error.
     if job_id is not None and not released:
         raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not exist)")
+    if as_json:
+        return
     console.print(f"released {len(released)} job(s)" + (f": {released}" if released else ""))
 
 
@@ -402,9 +410,10 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
             _sql.statement("cancel_jobs"), (list(job_ids),)).fetchall()]
     if as_json:
         print_json({"canceled": canceled})
-        return
     if not canceled:
         raise WorkhorseError("no job was canceled: already finished, or no such job")
+    if as_json:
+        return
     console.print(f"canceled {len(canceled)} job(s): {canceled}")
 
 

@@ -131,7 +131,11 @@ class Task(Generic[P, R]):
         """Resolve one enqueue: the call site wins over the decorator."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise InvalidOptionsError(f"kwargs must be a dict, got {kwargs!r}")
         kwargs = dict(kwargs or {})
+        if not all(isinstance(name, str) for name in kwargs):
+            raise InvalidOptionsError(f"kwargs must have str keys, got {list(kwargs)!r}")
         key_spec = concurrency_key if concurrency_key is not None else self.concurrency_key
         key = resolve_key(key_spec, args, kwargs)
         queue_name = self.app.queue_name(queue) if queue is not None else self.queue.name
