@@ -68,7 +68,7 @@ def _view(active: dict[tuple[str, str | None], int], progress: dict[str, int], t
     queues.add_column("queue")
     queues.add_column("active / limit", justify="right")
     queues.add_column("")
-    queues.add_column("max seen", justify="right")
+    queues.add_column("max seen (sampled)", justify="right")
     for name in DEMO_QUEUES:
         limit = LIMITS[name].max_active or 0
         now = sum(n for (q, _), n in active.items() if q == name)
@@ -78,10 +78,12 @@ def _view(active: dict[tuple[str, str | None], int], progress: dict[str, int], t
     keys.add_column("tenant")
     keys.add_column("active", justify="right")
     keys.add_column("")
+    keys.add_column("max seen (sampled)", justify="right")
     for tenant in TENANTS:
         now = active.get((MAIL_QUEUE.name, tenant), 0)
         per_key = MAIL_QUEUE.max_active_per_key or 0
-        keys.add_row(tenant, str(now), ProgressBar(total=per_key, completed=now, width=10))
+        keys.add_row(tenant, str(now), ProgressBar(total=per_key, completed=now, width=10),
+                     str(seen_key.get((MAIL_QUEUE.name, tenant), 0)))
     done = progress.get("succeeded", 0) + progress.get("failed", 0)
     status = Text(f"{done}/{total} done   " + "  ".join(
         f"{k}: {v}" for k, v in sorted(progress.items())), style="bold")
@@ -139,6 +141,9 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
                 for name in DEMO_QUEUES:
                     seen_queue[name] = max(seen_queue[name], sum(
                         n for (q, _), n in active.items() if q == name))
+                for (queue_name, key), n in active.items():
+                    if key is not None:
+                        seen_key[(queue_name, key)] = max(seen_key[(queue_name, key)], n)
                 live.update(_view(active, progress, job_count, seen_queue, seen_key))
                 if progress.get("succeeded", 0) + progress.get("failed", 0) >= job_count:
                     break
@@ -170,6 +175,7 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
         if key is not None:
             by_key[(queue_name, key)].append(interval)
 
+    console.print()
     final = Table(title="highest concurrency that actually happened (from handler timestamps)")
     for column in ("queue", "key", "limit", "max seen", "ok"):
         final.add_column(column)
