@@ -172,7 +172,7 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(fields[:8])
 
 
-def cpu_busy(interval: float = 0.5) -> float:
+def cpu_busy(interval: float = 0.25) -> float:
     """Fraction of all CPUs busy over `interval` seconds (NaN where /proc/stat is missing)."""
     try:
         idle0, total0 = _cpu_times()

@@ -1,7 +1,7 @@
-"""Claim benchmarks: claim+complete throughput, and claim latency against queue shape.
+"""Claim benchmarks: claim+complete throughput, claim latency against queue shape, and drift.
 
     .venv/bin/python benchmarks/bench_claim.py [--database-url URL] [--quick]
-                                               [--only throughput|latency]
+                                               [--only throughput|latency|drift]
 
 1. Throughput. No-op jobs, `Queue.claim(queue, 32, lease)` then `Queue.complete_many(...)` in a
    loop, 4 connections in 4 OS processes (multiprocessing, spawn). Each repeat truncates and
@@ -16,17 +16,25 @@
 2. Latency. A single claimer on an autocommit connection; each claim is timed client-side (the
    round trip the product pays), its batch is completed, and as many jobs of the same keys are
    enqueued at the tail (Queue.enqueue_many, untimed) so the queue keeps its shape while it is
-   measured. Batch 1 and 32; p50/p99 per round, median of the rounds. Cases:
+   measured. Batch 1 and 32; p50/p99 per round, median of the rounds. The sizes of a group are
+   queues in one table, measured interleaved round by round. Groups:
      depth       N ready keyless jobs; ungoverned, and governed with max_active=64 only
      backlog     max_active_per_key=1; key 'hot' has 1 active job and B ready jobs ahead (lower ids)
                  of the first admissible job; 10,000 admissible jobs of 100 other keys behind
      keys        max_active_per_key=4; 100,000 ready jobs spread over K keys
-   For the largest backlog case (and the largest depth cases) one claim of each batch size is run
-   under auto_explain (ANALYZE, BUFFERS, nested statements) and the plans are written to
-   benchmarks/plans/.
+   Besides time, each measurement records the shared buffers a claim touches (auto_explain,
+   nested statements included): work that outside load on the machine cannot skew. For the
+   largest backlog and depth queues one claim per batch size runs under auto_explain (ANALYZE,
+   BUFFERS, nested statements) and the plans are written to benchmarks/plans/.
 
-Full mode sizes: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/100k. `--quick` caps at 100k and
-shortens windows and rounds (< 3 minutes in all).
+3. Drift. The same claimer on a fast-path queue and a per-key queue, measured at checkpoints of
+   claims since the last VACUUM, then after a VACUUM: what the dead rows that claims and
+   enqueues leave behind cost until vacuum removes them.
+
+Full mode: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/1k/100k, 5 rounds of 200 claims, drift to
+4,000 claims; about 15 minutes on 2 cores. `--quick` caps sizes at 100k, shortens windows,
+rounds and drift: about 2.5 minutes on a quiet machine. Before each measurement the run waits
+(up to --quiet-wait s) for the machine to be idle, and reports how often it was not.
 """
 
 from __future__ import annotations
@@ -375,7 +383,7 @@ def latency_groups(quick: bool) -> list[Group]:
             plan_size=big,
         ),
         Group(
-            [10, 100_000],
+            [10, 1_000, 100_000],
             lambda k: f"{c.count(k)} keys",
             [
                 Variant(
@@ -719,6 +727,88 @@ def bench_latency(
     out.table(flat)
 
 
+# ---- 3. drift: cost against claims since the last VACUUM ----
+
+
+def bench_drift(url: str, out: c.Printer, gate: c.QuietGate, *, checkpoints: list[int]) -> None:
+    """The sizes above are measured on freshly vacuumed tables. This shows what a claim costs
+    as dead rows pile up between vacuums: each claim leaves its jobs' old versions behind in the
+    ready indexes, and on per-key queues each enqueue's hints and each claim's head updates leave
+    dead rows in key_hints and key_heads. A single claimer, batch 32, complete and top up as
+    above; at each checkpoint 40 timed claims and 5 under auto_explain; then VACUUM."""
+    out.heading(
+        f"Drift: claim cost against claims since the last VACUUM (batch {BATCH}, single claimer)"
+    )
+    groups = [
+        Group(
+            [100_000],
+            lambda n: f"{c.count(n)} ready",
+            [Variant("fast path (no policy), 100k ready", "driftfast", None, None)],
+            build_depth,
+        ),
+        Group(
+            [10_000],
+            lambda b: f"{c.count(b)} ahead",
+            [Variant("per-key 1, 10k saturated-key backlog", "driftkey", None, 1)],
+            build_backlog,
+        ),
+    ]
+    table = c.Table(
+        "Claim cost as dead rows accumulate (autovacuum "
+        + ("on" if _autovacuum_on(url) else "OFF on this server")
+        + ")",
+        ["queue", "claims since VACUUM", "jobs claimed", "p50 ms", "buffers/claim", "vs fresh"],
+    )
+    for group in groups:
+        size = group.sizes[0]
+        queue = group.queue(size)
+        with psycopg.connect(url, autocommit=True) as conn:
+            reset(conn)
+            group.build(conn, queue, size)
+            apply_policies(conn, group, group.variants[0])
+            settle(conn)
+            claimer = Claimer(conn)
+            done = 0
+            fresh: float | None = None
+            for checkpoint in [*checkpoints, -1]:
+                if checkpoint < 0:
+                    conn.execute("VACUUM workhorse.jobs, workhorse.key_hints, workhorse.key_heads")
+                    label = f"{done:,} + VACUUM"
+                else:
+                    while done < checkpoint:
+                        claimer.cycle(queue, BATCH)
+                        done += 1
+                    label = f"{done:,}"
+                claimed = done * BATCH
+                gate.wait()
+                lat = [claimer.cycle(queue, BATCH)[0] for _ in range(40)]
+                bufs = claimer.buffers(queue, BATCH, 5)
+                done += 45
+                buf = c.median(bufs) if bufs else math.nan
+                fresh = buf if fresh is None else fresh
+                table.add(
+                    group.variants[0].label,
+                    label,
+                    f"{claimed:,}",
+                    c.ms(c.percentile(lat, 50)),
+                    f"{buf:.0f}",
+                    f"{buf / fresh:.2f}" if fresh else "-",
+                )
+                out.line(f"  {group.variants[0].label}: {label} claims -> {buf:.0f} buffers/claim")
+            reset(conn)
+    table.notes.append(
+        "buffers/claim as in the latency table. Between vacuums every claim steps over the dead "
+        "index entries at the front of the ready index; on per-key queues it also re-reads every "
+        "dead key_hints row (a bitmap heap scan, which never marks them dead in the index)."
+    )
+    out.table(table)
+
+
+def _autovacuum_on(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SHOW autovacuum").fetchone()[0] == "on"  # type: ignore[index]
+
+
 # ---- main ----
 
 
@@ -728,7 +818,7 @@ def main(
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_claim")
     parser.add_argument("--quick", action="store_true", help="sizes capped at 100k; < 3 minutes")
-    parser.add_argument("--only", choices=("throughput", "latency"), default=None)
+    parser.add_argument("--only", choices=("throughput", "latency", "drift"), default=None)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (%(default)s)")
     parser.add_argument(
         "--window", type=float, default=None, help="throughput window, s (default 10, quick 3)"
@@ -747,7 +837,7 @@ def main(
         type=int,
         default=None,
         help="timed claims per measurement (one size, one batch size, one round; "
-        "default 200, quick 60)",
+        "default 200, quick 50)",
     )
     parser.add_argument(
         "--quiet-wait",
@@ -765,7 +855,7 @@ def main(
     window = args.window or (3.0 if args.quick else 10.0)
     warmup = 1.0 if args.quick else 2.0
     prefill_n = args.prefill or (60_000 if args.quick else 200_000)
-    claims = args.claims or (60 if args.quick else 200)
+    claims = args.claims or (50 if args.quick else 200)
     rounds = args.rounds or (3 if args.quick else 5)
 
     started = time.perf_counter()
@@ -788,6 +878,10 @@ def main(
         if args.only in (None, "latency"):
             bench_latency(
                 url, out, gate, latency_groups(args.quick), rounds=rounds, claims=claims, warm=5
+            )
+        if args.only in (None, "drift"):
+            bench_drift(
+                url, out, gate, checkpoints=[0, 300, 600] if args.quick else [0, 1000, 2000, 4000]
             )
         with psycopg.connect(url, autocommit=True) as conn:
             out.line(f"\nafter the run: {c.machine_load(conn)}")

@@ -37,10 +37,10 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as c  # noqa: E402
+import _common as c
 
-import workhorse  # noqa: E402
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue  # noqa: E402
+import workhorse
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue
 
 HERE = Path(__file__).resolve().parent
 TASK = "bench.noop"
@@ -224,7 +224,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--slots", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--concurrency", type=int, default=64, help="jobs in flight per slot (default %(default)s)"
+        "--concurrency", type=int, default=128, help="jobs in flight per slot (default %(default)s)"
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the best is shown")
     parser.add_argument("--skip-pgqueuer", action="store_true")
@@ -246,7 +246,7 @@ def main() -> None:
             )
 
         table = c.Table(
-            "jobs/s (best of %d)" % args.repeat,
+            f"jobs/s (best of {args.repeat})",
             ["case", "jobs/s", "first claim to last completion (s)", "notes"],
         )
         results: dict[str, float] = {}

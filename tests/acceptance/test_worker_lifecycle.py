@@ -3,6 +3,7 @@ SIGTERM draining, retries with backoff, holding, and release."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -49,6 +50,31 @@ def test_kill_9_of_a_slot_reruns_its_job_after_the_lease(database_url, conn, tmp
     assert "was killed by SIGKILL; restarting" in worker.output()
 
 
+def test_a_lost_lease_cancels_an_async_handler(database_url, conn, tmp_path):
+    probe.setup(conn)
+    job = _enqueue(conn, lifecycle.cancellable.call(("c1",)))
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "1", "--queues", "slow")
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'c1'"),
+                 20, "the job to start", worker)
+        canceled = subprocess.run(
+            [sys.executable, "-m", "workhorse", "--database-url", database_url,
+             "jobs", "cancel", str(job)],
+            cwd=HERE, capture_output=True, text=True, timeout=30,
+        )
+        assert canceled.returncode == 0, canceled.stderr
+        # The task's own lease (1s) sets the heartbeat pace: the loss is seen within a second.
+        wait_for(lambda: scalar(
+            conn, "SELECT count(*) FROM probe_runs WHERE token = 'c1:cancelled'"),
+            10, "the handler to be cancelled", worker)
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    assert _status(conn, job) == "canceled"
+    assert "lost its lease" in worker.output()
+
+
 def test_sigterm_drains_running_jobs_and_exits_0(database_url, conn, tmp_path):
     probe.setup(conn)
     running = [_enqueue(conn, lifecycle.slow.call((f"r{n}", 1.5))) for n in range(4)]
@@ -77,6 +103,7 @@ def test_retry_with_backoff_then_held_then_released(database_url, conn, tmp_path
     unknown = Queue(conn).enqueue("apps.lifecycle.nobody", {"args": [], "kwargs": {}},
                                   EnqueueOptions(queue="flaky"))
     bad = _enqueue(conn, lifecycle.not_json.call(()))
+    odd = _enqueue(conn, lifecycle.unstorable_error.call(()))
     worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
                     "--slots", "1", "--concurrency", "2", "--queues", "flaky")
     try:
@@ -84,7 +111,7 @@ def test_retry_with_backoff_then_held_then_released(database_url, conn, tmp_path
         times = [t for (t,) in conn.execute(
             "SELECT at FROM probe_runs WHERE token = 'f1' ORDER BY at").fetchall()]
         assert len(times) == 3
-        gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
         assert min(gaps) >= 0.4, gaps  # retry_backoff=0.4 between attempts
         held = Queue(conn).get_job(job)
         assert held.attempts == 3 and held.error["type"] == "RuntimeError"
@@ -96,6 +123,8 @@ def test_retry_with_backoff_then_held_then_released(database_url, conn, tmp_path
         assert failed.error["type"] == "UnknownTaskError"
         not_json = Queue(conn).get_job(bad)
         assert not_json.status == "failed" and not_json.error["type"] == "PayloadError"
+        wait_for(lambda: _status(conn, odd) == "failed", 10, "the unstorable error", worker)
+        assert "\\x00" in Queue(conn).get_job(odd).error["message"]
 
         conn.execute("INSERT INTO probe_flags VALUES ('f1')")
         released = subprocess.run(

@@ -50,7 +50,7 @@ from ..types import ConcurrencyPolicy, SyncReport, check_name
 from . import _registry
 from ._shared import IN_FLIGHT, Budget, Stats
 from .slot import Slot, SlotConfig
-from .wakeups import HINT, PASS, ChannelSet, ConnectionFds, Listener, decode, encode
+from .wakeups import BACKEND, HINT, PASS, ChannelSet, ConnectionFds, Listener, decode, encode
 
 # A slot that lived this long before dying starts its backoff afresh.
 HEALTHY_AFTER = 30.0
@@ -220,6 +220,7 @@ def _print_banner(
     facts.add_row("app", f"{app_reference or app.name} ({len(app.tasks)} tasks)")
     facts.add_row("namespace", app.name)
     facts.add_row("database", database.mask(url))
+    facts.add_row("supervisor", f"pid {os.getpid()} on {socket.gethostname()}")
     budget = (f", at most {settings.max_concurrent_tasks} in flight in all"
               if settings.max_concurrent_tasks else "")
     facts.add_row("slots", f"{settings.slots} x concurrency {settings.concurrency}{budget}")
@@ -313,6 +314,7 @@ class Supervisor:
         self.heartbeat_interval = max(min(leases) / 3.0, 0.05)
         self.slots = [_SlotProcess(i) for i in range(settings.slots)]
         self._by_pid: dict[int, _SlotProcess] = {}
+        self._backends: dict[int, int] = {}
         self._signals: list[int] = []
         self._stopping = False
         self._hard = False
@@ -339,7 +341,7 @@ class Supervisor:
         previous = self._install_signals()
         try:
             for slot in self.slots:
-                self._spawn(slot)
+                self._try_spawn(slot)
             self.listener.start()
             self._loop()
         finally:
@@ -377,7 +379,7 @@ class Supervisor:
                 for slot in self.slots:
                     if slot.restart_at is not None:
                         if slot.restart_at <= now:
-                            self._spawn(slot)
+                            self._try_spawn(slot)
                         else:
                             timeout = min(timeout, slot.restart_at - now)
             self._wait(timeout)
@@ -408,6 +410,9 @@ class Supervisor:
             kind, names = decode(message)
             if kind == PASS and names and not self._stopping:
                 self.channels.send_one(encode(HINT, names), exclude=index)
+            elif kind == BACKEND and names:
+                self._backends[index] = int(next(iter(names)))
+                self.listener.own_backends = frozenset(self._backends.values())
 
     def _has_room(self, index: int) -> bool:
         return self.stats.get(index, IN_FLIGHT) < self.settings.concurrency
@@ -484,6 +489,8 @@ class Supervisor:
             self.budget.reclaim(slot.index)
         self.stats.set(slot.index, IN_FLIGHT, 0)
         self.channels.close(slot.index)
+        if self._backends.pop(slot.index, None) is not None:
+            self.listener.own_backends = frozenset(self._backends.values())
         pid, slot.pid = slot.pid, 0
         if self._stopping:
             return
@@ -505,6 +512,16 @@ class Supervisor:
             f"[yellow]slot {slot.index} (pid {pid}) {how};[/] restarting in "
             f"{delay:g}s", highlight=False,
         )
+
+    def _try_spawn(self, slot: _SlotProcess) -> None:
+        try:
+            self._spawn(slot)
+        except OSError as exc:  # out of processes or memory: try again later
+            slot.quick_deaths += 1
+            delay = min(RESTART_BASE * 2 ** (slot.quick_deaths - 1), RESTART_CAP)
+            slot.restart_at = time.monotonic() + delay
+            self.console.print(f"[red]cannot start slot {slot.index}: {exc};[/] retrying in "
+                               f"{delay:g}s", highlight=False)
 
     def _spawn(self, slot: _SlotProcess) -> None:
         slot.restart_at = None

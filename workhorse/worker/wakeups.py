@@ -17,7 +17,9 @@ A hint for a governed queue (usually "capacity was freed") goes to ONE slot, not
 claimer of a governed queue takes its admission lock exclusively, and N slots woken for one
 freed place would make N-1 empty claims in a row. The slot that got the hint passes it on
 (`p\\0name`, back to the supervisor, which sends it to the next slot) only when its claim came
-back full, that is when there may be room left.
+back full, that is when there may be room left. A NOTIFY sent by one of this supervisor's own
+slots (the listener knows their outcome connections' backend pids, `b\\0pid`) is not relayed
+at all for a governed queue: that slot saw its completion first and acts on it itself.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ CHANNEL = "workhorse_jobs"
 HINT = b"q"
 GOVERNED = b"g"
 PASS = b"p"
+BACKEND = b"b"
 _SEP = b"\x00"
 # Re-read the timer at least this often, and at most this often after NOTIFYs.
 DUE_REFRESH = 1.0
@@ -160,6 +163,8 @@ class Listener:
         self._thread = threading.Thread(target=self._run, name="workhorse-listen", daemon=True)
         self.connected = threading.Event()
         self._fd = -1
+        # Backend pids of our slots' outcome connections (replaced whole; read by this thread).
+        self.own_backends: frozenset[int] = frozenset()
 
     def start(self) -> None:
         self._thread.start()
@@ -206,6 +211,10 @@ class Listener:
                             mask(self.url), backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+            except Exception:  # a bug here must not end wake-ups for good: slots would poll
+                log.exception("listener: unexpected error; restarting in %.1fs", backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
             finally:
                 if conn is not None:
                     if self._stop.is_set() and self.on_stop is not None and not conn.closed:
@@ -221,14 +230,16 @@ class Listener:
         while not self._stop.is_set():
             now = time.monotonic()
             timeout = max(0.0, min(next_tick, next_due, now + 0.5) - now)
-            names: set[str] = set()
-            for notify in conn.notifies(timeout=timeout, stop_after=1):
-                names.add(notify.payload)
-            if names:
+            notified = list(conn.notifies(timeout=timeout, stop_after=1))
+            if notified:
                 # A burst (one NOTIFY per completed batch) collapses into one message per slot.
-                for notify in conn.notifies(timeout=0.0):
-                    names.add(notify.payload)
-                served = names & self._served
+                notified.extend(conn.notifies(timeout=0.0))
+                own, governed = self.own_backends, self.governed
+                served = {
+                    n.payload for n in notified
+                    if n.payload in self._served
+                    and not (n.pid in own and n.payload in governed)
+                }
                 if served:
                     self.hint(served)
                     # An enqueue with a delay also notifies: its due time may be the next one.
@@ -298,6 +309,11 @@ class WakeupReceiver:
                     break
                 kind, names = decode(message)
                 self.on_message(kind, names)
+
+    def report_backend(self, pid: int) -> None:
+        """Tell the supervisor which backend our outcomes (and their NOTIFYs) come from."""
+        with contextlib.suppress(OSError):
+            self.sock.send(encode(BACKEND, [str(pid)]))
 
     def pass_on(self, queue: str) -> None:
         """Ask the supervisor to hand this governed queue's hint to the next slot."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import workhorse
@@ -19,6 +20,18 @@ def slow(token: str, seconds: float, again: float = 0.0) -> str:
     return token
 
 
+@app.task(queue="slow", lease="1s")
+async def cancellable(token: str) -> str:
+    """Runs until it is cancelled; says so."""
+    await probe.ran(token)
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        await probe.ran(f"{token}:cancelled")
+        raise
+    return token
+
+
 @app.task(queue="flaky", max_attempts=3, retry_backoff=0.4, on_failure="hold")
 def flaky(token: str) -> str:
     probe.ran_sync(token)
@@ -30,6 +43,11 @@ def flaky(token: str) -> str:
 @app.task(queue="flaky", max_attempts=1)
 def not_json() -> object:
     return {1, 2, 3}
+
+
+@app.task(queue="flaky", max_attempts=1)
+def unstorable_error() -> None:
+    raise ValueError("NUL \x00 and a lone surrogate \ud800 cannot go into jsonb as they are")
 
 
 @app.task(queue="capped")

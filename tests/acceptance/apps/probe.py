@@ -83,7 +83,8 @@ def ran_sync(token: str) -> int:
 
 
 def flag(name: str) -> bool:
-    return conn().execute("SELECT 1 FROM probe_flags WHERE name = %s", (name,)).fetchone() is not None
+    row = conn().execute("SELECT 1 FROM probe_flags WHERE name = %s", (name,)).fetchone()
+    return row is not None
 
 
 def setup(database: psycopg.Connection[Any], counters: dict[str, int] | None = None) -> None:
