@@ -10,8 +10,9 @@ from typing import Any
 
 import psycopg
 
-from .. import _sql
+from .. import _sql, telemetry
 from ..database import connect
+from ..queue import Queue
 
 log = logging.getLogger("workhorse.worker")
 
@@ -49,6 +50,7 @@ class Registry:
             self.tick(conn)
 
     def tick(self, conn: psycopg.Connection[Any]) -> None:
+        self._publish_health(conn)
         if self.id is None:
             self._insert(conn)
             return
@@ -57,6 +59,13 @@ class Registry:
         ).fetchone()
         if row is None:  # someone pruned our row: put it back
             self._insert(conn)
+
+    def _publish_health(self, conn: psycopg.Connection[Any]) -> None:
+        # The concurrency gauges report this snapshot; health is bounded (a sample per policy).
+        try:
+            telemetry.publish_health(Queue(conn).health())
+        except psycopg.Error as exc:
+            log.warning("could not read health for the concurrency gauges: %s", exc)
 
     def unregister(self, conn: psycopg.Connection[Any]) -> None:
         if self.id is not None:
