@@ -316,10 +316,18 @@ BEGIN
     -- A job among the best v_room admissible ones has at most v_room - 1 other unsaturated keys'
     -- heads ahead of its own key's head, so the first v_room unsaturated heads are enough; walking
     -- them skips at most the saturated keys, whatever their backlog.
+    --
+    -- One statement chooses, activates, and moves the heads on: each examined key's lateral reads
+    -- one row more than the key may take, so its next head is already in hand (or the key is
+    -- known to be empty) without a second probe per key.
+    RETURN QUERY
     WITH active_keys AS (
         SELECT * FROM unnest(v_key_names, v_key_counts) AS a(ckey, n)
     ), heads AS (
-        SELECT h.ckey
+        SELECT h.ckey, h.head_rank, h.head_id,
+               LEAST(v_room, v_policy.max_active_per_key
+                     - COALESCE((SELECT a.n FROM active_keys a WHERE a.ckey = h.ckey), 0))
+                   AS allowance
         FROM workhorse.key_heads h
         WHERE h.queue = p_queue
           AND NOT (h.ckey = ANY(COALESCE(v_saturated, '{}')))
@@ -332,8 +340,7 @@ BEGIN
             SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
             WHERE j.queue = p_queue AND j.ckey = heads.ckey AND j.status = 'ready'
             ORDER BY j.queue, j.ckey, j.rank, j.id
-            LIMIT LEAST(v_room, v_policy.max_active_per_key
-                        - COALESCE((SELECT a.n FROM active_keys a WHERE a.ckey = heads.ckey), 0))
+            LIMIT heads.allowance + 1
         ) AS c
     ), keyless AS (
         SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
@@ -359,26 +366,46 @@ BEGIN
         SELECT u.*, row_number() OVER (PARTITION BY u.ckey ORDER BY u.rank, u.id) AS nth
         FROM (SELECT * FROM keyed UNION ALL SELECT * FROM keyless UNION ALL SELECT * FROM expired) u
     ), admitted AS (
-        SELECT c.id, c.rank FROM candidates c
+        SELECT c.id FROM candidates c
         LEFT JOIN active_keys a ON a.ckey = c.ckey
         WHERE c.ckey = '' OR c.nth <= v_policy.max_active_per_key - COALESCE(a.n, 0)
         ORDER BY c.rank, c.id
         LIMIT v_room
+    ), activated AS (
+        UPDATE workhorse.jobs j
+        SET status = 'active',
+            attempts = j.attempts + 1,
+            fence = nextval('workhorse.fence_seq'),
+            lease_until = clock_timestamp() + make_interval(secs => p_lease),
+            started_at = clock_timestamp()
+        FROM admitted
+        WHERE j.id = admitted.id
+          AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
+        RETURNING j.*
+    ), next_heads AS (
+        -- A key's first row not admitted now is its new head; none means the key ran dry
+        -- (it had fewer ready jobs than allowance + 1).
+        SELECT heads.ckey, heads.head_rank, heads.head_id, nxt.rank, nxt.id
+        FROM heads
+        LEFT JOIN (
+            SELECT DISTINCT ON (k.ckey) k.ckey, k.rank, k.id
+            FROM keyed k
+            LEFT JOIN admitted a ON a.id = k.id
+            WHERE a.id IS NULL
+            ORDER BY k.ckey, k.rank, k.id
+        ) AS nxt ON nxt.ckey = heads.ckey
+    ), moved AS (
+        UPDATE workhorse.key_heads kh
+        SET head_rank = nh.rank, head_id = nh.id
+        FROM next_heads nh
+        WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
+          AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
+    ), emptied AS (
+        DELETE FROM workhorse.key_heads kh
+        USING next_heads nh
+        WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
     )
-    SELECT COALESCE(array_agg(admitted.id ORDER BY admitted.rank, admitted.id), '{}'),
-           (SELECT array_agg(heads.ckey) FROM heads)
-    INTO v_ids, v_examined
-    FROM admitted;
-
-    RETURN QUERY SELECT * FROM workhorse._activate(v_ids, p_lease, v_now);
-
-    -- The keys we claimed from have new heads; refreshing every examined head also heals one that
-    -- went stale when its job was canceled.
-    SELECT array_agg(DISTINCT k) INTO v_examined
-    FROM (SELECT unnest(v_examined) AS k
-          UNION ALL
-          SELECT j.ckey FROM workhorse.jobs j WHERE j.id = ANY(v_ids)) AS touched;
-    PERFORM workhorse._refresh_heads(p_queue, v_examined);
+    SELECT activated.* FROM activated;
 END
 $$;
 
