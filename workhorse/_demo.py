@@ -165,7 +165,6 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
                 worker.wait()
         if embedded_before is False:
             embedded.stop()
-            console.print("[dim]stopped the embedded server the demo started[/]")
 
     by_queue: dict[str, list[tuple[float, float]]] = defaultdict(list)
     by_key: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
@@ -175,7 +174,7 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
         if key is not None:
             by_key[(queue_name, key)].append(interval)
 
-    console.print()
+    console.print("\n")
     final = Table(title="highest concurrency that actually happened (from handler timestamps)")
     for column in ("queue", "key", "limit", "max seen", "ok"):
         final.add_column(column)
@@ -199,4 +198,6 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
         Text("limit exceeded" if exceeded else "no limit exceeded",
              style="bold red" if exceeded else "bold green")
     )
+    if embedded_before is False:
+        console.print("[dim]stopped the embedded server the demo started[/]")
     return 1 if exceeded else 0
