@@ -280,7 +280,7 @@ class Printer:
         if self.style == "rich":
             from rich.console import Console
 
-            self._console = Console()
+            self._console = Console(width=None if sys.stdout.isatty() else 160)
 
     def heading(self, text: str) -> None:
         if self._console is not None:

@@ -32,8 +32,8 @@
    enqueues leave behind cost until vacuum removes them.
 
 Full mode: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/1k/100k, 5 rounds of 200 claims, drift to
-4,000 claims; about 15 minutes on 2 cores. `--quick` caps sizes at 100k, shortens windows,
-rounds and drift: about 2.5 minutes on a quiet machine. Before each measurement the run waits
+4,000 claims; about 9 minutes on 2 cores. `--quick` caps sizes at 100k, shortens windows,
+rounds and drift: about 2 minutes on a quiet machine. Before each measurement the run waits
 (up to --quiet-wait s) for the machine to be idle, and reports how often it was not.
 """
 
