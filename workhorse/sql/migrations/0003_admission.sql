@@ -34,7 +34,6 @@ $$;
 -- Set each key's head to its best ready job, or drop the head when the key has none.
 CREATE FUNCTION workhorse._refresh_heads(p_queue text, p_keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
@@ -149,7 +148,6 @@ $$;
 --  * scheduled jobs that are due become ready (and hint their keys).
 CREATE FUNCTION workhorse._prepare_queue(p_queue text, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_keys text[];
@@ -187,17 +185,20 @@ $$;
 -- (not now(): that is the transaction start, before any wait for the lock).
 CREATE FUNCTION workhorse._activate(p_ids bigint[], p_lease double precision, p_now timestamptz)
 RETURNS SETOF workhorse.jobs
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
-    UPDATE workhorse.jobs j
-    SET status = 'active',
-        attempts = j.attempts + 1,
-        fence = nextval('workhorse.fence_seq'),
-        lease_until = clock_timestamp() + make_interval(secs => p_lease),
-        started_at = clock_timestamp()
-    WHERE j.id = ANY(p_ids)
-      AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= p_now))
-    RETURNING j.*;
+BEGIN
+    RETURN QUERY
+        UPDATE workhorse.jobs j
+        SET status = 'active',
+            attempts = j.attempts + 1,
+            fence = nextval('workhorse.fence_seq'),
+            lease_until = clock_timestamp() + make_interval(secs => p_lease),
+            started_at = clock_timestamp()
+        WHERE j.id = ANY(p_ids)
+          AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= p_now))
+        RETURNING j.*;
+END
 $$;
 
 -- Ready jobs in queue order plus expired leases, best `p_limit` by (rank, id).
@@ -207,8 +208,11 @@ $$;
 -- few (they were active), so sorting them is cheap.
 CREATE FUNCTION workhorse._queue_order_candidates(p_queue text, p_limit integer, p_now timestamptz)
 RETURNS bigint[]
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
     WITH ready AS (
         SELECT j.id, j.rank FROM workhorse.jobs j
         WHERE j.queue = p_queue AND j.status = 'ready'
@@ -226,17 +230,23 @@ AS $$
         ORDER BY rank, id
         LIMIT p_limit
     )
-    SELECT COALESCE(array_agg(best.id ORDER BY best.rank, best.id), '{}') FROM best;
+    SELECT COALESCE(array_agg(best.id ORDER BY best.rank, best.id), '{}') INTO v_ids FROM best;
+    RETURN v_ids;
+END
 $$;
 
 -- Claim up to p_limit jobs from one queue under its policy, if it has one.
 -- One queue per call: a governed claim holds its queue's lock until commit, and taking several
 -- queues' locks in caller-chosen orders could deadlock. Call it in autocommit: each claim commits
 -- alone, which is what releases the lock.
+-- Plans are pinned to the indexes instead of re-planned on every call: a cached generic plan
+-- made while the tables were empty is still an index plan, and the hint drain is an index
+-- scan, which marks the hints earlier claims deleted as dead in the index.
 CREATE FUNCTION workhorse.claim_v1(p_queue text, p_limit integer, p_lease double precision)
 RETURNS SETOF workhorse.jobs
 LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_policy workhorse.policies;
@@ -413,14 +423,19 @@ $$;
 -- in use by another claim. Returns the ids whose lease was extended.
 CREATE FUNCTION workhorse.heartbeat_v1(p_ids bigint[], p_fences bigint[], p_leases double precision[])
 RETURNS SETOF bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
-    UPDATE workhorse.jobs j
-    SET lease_until = clock_timestamp() + make_interval(secs => b.lease)
-    FROM unnest(p_ids, p_fences, p_leases) AS b(id, fence, lease)
-    WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
-      AND j.lease_until > clock_timestamp()
-    RETURNING j.id;
+BEGIN
+    RETURN QUERY
+        UPDATE workhorse.jobs j
+        SET lease_until = clock_timestamp() + make_interval(secs => b.lease)
+        FROM unnest(p_ids, p_fences, p_leases) AS b(id, fence, lease)
+        WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
+          AND j.lease_until > clock_timestamp()
+        RETURNING j.id;
+END
 $$;
 
 -- Record successes. Accepted while the job is still active under this fence, that is, until it is
@@ -428,22 +443,27 @@ $$;
 -- Returns the ids accepted; the others were stale and changed nothing.
 CREATE FUNCTION workhorse.complete_v1(p_ids bigint[], p_fences bigint[], p_results text[])
 RETURNS SETOF bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
-    WITH done AS (
-        UPDATE workhorse.jobs j
-        SET status = 'succeeded', result = b.result::jsonb, finished_at = clock_timestamp(),
-            lease_until = NULL
-        FROM unnest(p_ids, p_fences, p_results) AS b(id, fence, result)
-        WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
-        RETURNING j.id, j.queue
-    ), woken AS (
-        -- Capacity freed on a governed queue: wake the claimers that were waiting for it.
-        SELECT count(pg_notify('workhorse_jobs', g.queue)) AS n
-        FROM (SELECT DISTINCT d.queue FROM done d
-              JOIN workhorse.policies p ON p.queue = d.queue) AS g
-    )
-    SELECT done.id FROM done, woken;
+BEGIN
+    RETURN QUERY
+        WITH done AS (
+            UPDATE workhorse.jobs j
+            SET status = 'succeeded', result = b.result::jsonb, finished_at = clock_timestamp(),
+                lease_until = NULL
+            FROM unnest(p_ids, p_fences, p_results) AS b(id, fence, result)
+            WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
+            RETURNING j.id, j.queue
+        ), woken AS (
+            -- Capacity freed on a governed queue: wake the claimers that were waiting for it.
+            SELECT count(pg_notify('workhorse_jobs', g.queue)) AS n
+            FROM (SELECT DISTINCT d.queue FROM done d
+                  JOIN workhorse.policies p ON p.queue = d.queue) AS g
+        )
+        SELECT done.id FROM done, woken;
+END
 $$;
 
 -- Record a failed attempt. With p_retry_at and attempts left, the job waits as `scheduled`;
