@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,11 @@ from ..database import connect
 from ..queue import Queue
 
 log = logging.getLogger("workhorse.worker")
+
+# One supervisor at a time vacuums the small admission tables: every claim of a per-key queue
+# deletes hints and moves heads, and their dead rows would otherwise slow claims until autovacuum.
+_HOUSEKEEPING_LOCK = 0x776B686B656570  # "wkhkeep"
+HOUSEKEEPING_INTERVAL = 30.0
 
 
 class Registry:
@@ -35,6 +41,7 @@ class Registry:
         self.queues = queues
         self.stats = stats
         self.id: int | None = None
+        self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
 
     def _insert(self, conn: psycopg.Connection[Any]) -> None:
         row = conn.execute(
@@ -51,6 +58,7 @@ class Registry:
 
     def tick(self, conn: psycopg.Connection[Any]) -> None:
         self._publish_health(conn)
+        self._housekeeping(conn)
         if self.id is None:
             self._insert(conn)
             return
@@ -59,6 +67,21 @@ class Registry:
         ).fetchone()
         if row is None:  # someone pruned our row: put it back
             self._insert(conn)
+
+    def _housekeeping(self, conn: psycopg.Connection[Any]) -> None:
+        if time.monotonic() < self._next_housekeeping:
+            return
+        self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_HOUSEKEEPING_LOCK,)).fetchone()
+            if not row or not row[0]:
+                return
+            try:
+                conn.execute("VACUUM workhorse.key_hints, workhorse.key_heads")
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_HOUSEKEEPING_LOCK,))
+        except psycopg.Error as exc:  # e.g. not the tables' owner: autovacuum still runs
+            log.warning("could not vacuum the admission tables: %s", exc)
 
     def _publish_health(self, conn: psycopg.Connection[Any]) -> None:
         # The concurrency gauges report this snapshot; health is bounded (a sample per policy).
