@@ -1,7 +1,10 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
-from .app import App, QueueSpec, load_app
+from .app import App, load_app
 from .errors import (
+    AppLoadError,
+    DatabaseError,
+    EmbeddedServerError,
     InvalidOptionsError,
     InvalidPolicyError,
     PayloadError,
@@ -22,15 +25,20 @@ from .types import (
     JobStatus,
     PolicyHealth,
     QueueHealth,
+    QueueSpec,
     SyncReport,
+    WorkerInfo,
 )
 
 __all__ = [
     "App",
+    "AppLoadError",
     "AsyncQueue",
     "Backoff",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",
+    "DatabaseError",
+    "EmbeddedServerError",
     "EnqueueOptions",
     "InvalidOptionsError",
     "InvalidPolicyError",
@@ -48,6 +56,7 @@ __all__ = [
     "SyncReport",
     "Task",
     "UnknownTaskError",
+    "WorkerInfo",
     "WorkhorseError",
     "load_app",
 ]

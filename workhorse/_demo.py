@@ -22,7 +22,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from . import _sql, database
+from . import _ops, _sql, database
 from .app import App
 
 app = App("workhorse-demo")
@@ -90,6 +90,26 @@ def _view(active: dict[tuple[str, str | None], int], progress: dict[str, int], t
     return Group(queues, keys, status)
 
 
+# The demo's own statements live in sql/demo/, apart from the product's.
+
+
+def _demo_active() -> _ops.Operation[list[tuple[str, str | None, int]]]:
+    """Live concurrency per queue and key in the demo's queues."""
+    rows = yield _sql.statement("active", "demo"), (DEMO_QUEUES,)
+    return [(queue, key, int(n)) for queue, key, n in rows]
+
+
+def _demo_progress(first_id: int) -> _ops.Operation[dict[str, int]]:
+    rows = yield _sql.statement("progress", "demo"), (first_id, DEMO_QUEUES)
+    return {status: int(n) for status, n in rows}
+
+
+def _demo_runs(first_id: int) -> _ops.Operation[list[tuple[str, str | None, Any]]]:
+    """Each finished demo job's queue, key and result (its own start and end times)."""
+    rows = yield _sql.statement("runs", "demo"), (first_id, DEMO_QUEUES)
+    return [(queue, key, result) for queue, key, result in rows]
+
+
 def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrency: int,
              console: Console) -> int:
     from . import embedded
@@ -132,12 +152,9 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
         ) as live:
             while True:
                 active: dict[tuple[str, str | None], int] = {}
-                for queue_name, key, n in conn.execute(
-                    _sql.statement("demo_active"), (DEMO_QUEUES,)
-                ).fetchall():
+                for queue_name, key, n in _ops.execute(conn, _demo_active()):
                     active[(queue_name, key)] = n
-                progress = dict(conn.execute(
-                    _sql.statement("demo_progress"), (first_id, DEMO_QUEUES)).fetchall())
+                progress = _ops.execute(conn, _demo_progress(first_id))
                 for name in DEMO_QUEUES:
                     seen_queue[name] = max(seen_queue[name], sum(
                         n for (q, _), n in active.items() if q == name))
@@ -154,7 +171,7 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
                 if time.monotonic() > deadline:
                     raise RuntimeError("the demo did not finish within 50 s")
                 time.sleep(0.2)
-            runs = conn.execute(_sql.statement("demo_runs"), (first_id, DEMO_QUEUES)).fetchall()
+            runs = _ops.execute(conn, _demo_runs(first_id))
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

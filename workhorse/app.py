@@ -9,7 +9,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
@@ -20,11 +19,12 @@ from . import database, telemetry
 from .errors import AppLoadError, InvalidOptionsError, InvalidPolicyError, UnknownTaskError
 from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
-from .task import Call, JobHandle, KeySpec, Task
+from .task import Call, Enqueuer, JobHandle, KeySpec, Task
 from .types import (
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
     Job,
+    QueueSpec,
     SyncReport,
     check_name,
 )
@@ -34,28 +34,6 @@ ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
 _current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "workhorse_connection", default=None
 )
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSpec:
-    """A named queue and its limits, shared by every task that names it.
-
-    >>> QueueSpec("openai-api", max_active=5).definition()
-    ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, max_active_per_key=None)
-    """
-
-    name: str
-    max_active: int | None = None
-    max_active_per_key: int | None = None
-
-    @property
-    def governed(self) -> bool:
-        return self.max_active is not None or self.max_active_per_key is not None
-
-    def definition(self) -> ConcurrencyPolicyDefinition | None:
-        if not self.governed:
-            return None
-        return ConcurrencyPolicyDefinition(self.name, self.max_active, self.max_active_per_key)
 
 
 def _default_limit() -> int | None:
@@ -95,7 +73,7 @@ def _importable_main_name() -> str | None:
     return None
 
 
-class App:
+class App(Enqueuer):
     """A workhorse application: tasks, their queues and limits, and where the database is.
 
     >>> app = App("billing")
@@ -107,10 +85,7 @@ class App:
     """
 
     def __init__(self, name: str, database_url: str | None = None) -> None:
-        try:
-            check_name("app name", name)
-        except InvalidOptionsError as exc:
-            raise InvalidPolicyError(str(exc)) from None
+        check_name("app name", name, InvalidPolicyError)
         self.name = name
         self._database_url = database_url
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -132,10 +107,7 @@ class App:
         return self._declare_queue(QueueSpec(name, max_active, max_active_per_key))
 
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
-        try:
-            check_name("queue", spec.name)
-        except InvalidOptionsError as exc:
-            raise InvalidPolicyError(str(exc)) from None
+        check_name("queue", spec.name, InvalidPolicyError)
         spec.definition()  # validates the limits now, at declaration
         existing = self.queues.get(spec.name)
         if existing is None or not existing.governed:
@@ -153,7 +125,8 @@ class App:
             )
         return existing
 
-    def queue_name(self, queue: str | QueueSpec) -> str:
+    @staticmethod
+    def queue_name(queue: str | QueueSpec) -> str:
         return queue.name if isinstance(queue, QueueSpec) else queue
 
     @overload
@@ -311,6 +284,14 @@ class App:
         if self._database_url is None:
             self._database_url = database.resolve_url(None)
         return str(self._database_url)
+
+    @database_url.setter
+    def database_url(self, url: str) -> None:
+        """Point the app at another database (the CLI's --database-url); only before its pools
+        open."""
+        if self._pool is not None or self._async_pool is not None:
+            raise InvalidOptionsError("the app's pools are open: set database_url before use")
+        self._database_url = url
 
     def _forget_inherited_pools(self) -> None:
         # A forked child must not touch its parent's sockets: drop the pools without closing.

@@ -21,10 +21,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import _sql, database, telemetry
+from . import _ops, database, telemetry
 from ._durations import parse_duration
-from .errors import WorkhorseError
-from .queue import Queue, _job_from_row
+from .errors import WorkhorseError, first_line
+from .queue import Queue
 from .types import Job, JobStatus, QueueHealth
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,8 +88,7 @@ def handle_errors(fn: F) -> F:
         except WorkhorseError as exc:
             _fail(str(exc))
         except psycopg.Error as exc:
-            text = str(exc).strip().splitlines()
-            _fail(f"database error: {text[0] if text else type(exc).__name__}")
+            _fail(f"database error: {first_line(exc)}")
 
     return wrapper  # type: ignore[return-value]
 
@@ -132,7 +131,7 @@ def _load(reference: str, ctx: click.Context) -> Any:
     app = load_app(reference)
     explicit = ctx.obj.get("database_url")
     if explicit:
-        app._database_url = explicit
+        app.database_url = explicit
     return app
 
 
@@ -313,19 +312,17 @@ def _job_row(job: Job) -> list[str]:
 @click.option("--queue", default=None)
 @click.option("--status", type=click.Choice([s.value for s in JobStatus]), default=None)
 @click.option("--key", default=None, help="Concurrency key.")
+@click.option("--task", default=None, help="Task name.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
 def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: str | None,
-              limit: int, as_json: bool) -> None:
+              task: str | None, limit: int, as_json: bool) -> None:
     """The newest jobs, optionally filtered."""
     with _connect(ctx) as conn:
-        rows = conn.execute(
-            _sql.statement("list_jobs"),
-            {"queue": queue, "status": status, "key": key, "limit": limit},
-        ).fetchall()
-    found = [_job_from_row(row) for row in rows]
+        found = Queue(conn).list_jobs(queue=queue, status=status, key=key, task=task,
+                                      limit=limit)
     if as_json:
         print_json(found)
         return
@@ -383,11 +380,10 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
         raise click.UsageError("give a JOB_ID or --held (not both)")
     with _connect(ctx) as conn:
         if all_held:
-            ids = [r[0] for r in conn.execute(
-                _sql.statement("held_job_ids"), (queue, queue, 100_000)).fetchall()]
+            ids = _ops.execute(conn, _ops.held_job_ids(queue, 100_000))
         else:
-            ids = [job_id]
-        released = [r[0] for r in conn.execute(_sql.statement("retry_jobs"), (ids,)).fetchall()]
+            ids = [job_id] if job_id is not None else []
+        released = Queue(conn).retry_jobs(ids)
     if as_json:
         print_json({"released": released})
     # The exit code does not depend on the output format: a job that was not released is an error.
@@ -406,8 +402,7 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
 def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
     """Cancel jobs that have not finished (an active job's result will be discarded)."""
     with _connect(ctx) as conn:
-        canceled = [r[0] for r in conn.execute(
-            _sql.statement("cancel_jobs"), (list(job_ids),)).fetchall()]
+        canceled = Queue(conn).cancel_jobs(job_ids)
     if as_json:
         print_json({"canceled": canceled})
     if not canceled:
@@ -424,9 +419,7 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
 def workers(ctx: click.Context, as_json: bool) -> None:
     """The worker supervisors registered, their slots and last seen."""
     with _connect(ctx) as conn:
-        cur = conn.execute(_sql.statement("list_workers"))
-        names = [d.name for d in cur.description or []]
-        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        rows = Queue(conn).list_workers()
     if as_json:
         print_json(rows)
         return
@@ -435,10 +428,9 @@ def workers(ctx: click.Context, as_json: bool) -> None:
         table.add_column(column)
     for r in rows:
         table.add_row(
-            str(r["id"]), r["app"], r["host"], str(r["pid"]), str(r["slots"]),
-            ",".join(r["queues"]), r["started_at"].isoformat(timespec="seconds"),
-            r["last_seen"].isoformat(timespec="seconds"),
-            Text("yes", style="green") if r["alive"] else Text("no", style="red"),
+            str(r.id), r.app, r.host, str(r.pid), str(r.slots), ",".join(r.queues),
+            r.started_at.isoformat(timespec="seconds"), r.last_seen.isoformat(timespec="seconds"),
+            Text("yes", style="green") if r.alive else Text("no", style="red"),
         )
     console.print(table)
 
@@ -463,8 +455,7 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
             nonlocal previous
             result = queue.health()
             telemetry.publish_health(result)
-            row = conn.execute(_sql.statement("top_counters")).fetchone()
-            totals = (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
+            totals = _ops.execute(conn, _ops.top_counters())
             now = time.monotonic()
             rates: dict[str, float | None] = {
                 "claims_per_s": None, "completions_per_s": None, "failures_per_s": None}
@@ -514,8 +505,8 @@ def migrate(ctx: click.Context) -> None:
     with database.connect(url, autocommit=True) as conn:
         queue = Queue(conn)
         queue.install_schema()
-        version = conn.execute("SELECT max(version) FROM workhorse.schema_version").fetchone()
-    console.print(f"schema at version {version[0] if version else '?'} on {database.mask(url)}")
+        version = queue.schema_version()
+    console.print(f"schema at version {version} on {database.mask(url)}")
 
 
 @main.group()

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .errors import DatabaseError
+from .errors import DatabaseError, first_line
 
 ENV_URL = "WORKHORSE_DATABASE_URL"
 ENV_AUTO_MIGRATE = "WORKHORSE_AUTO_MIGRATE"
@@ -59,8 +59,7 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.OperationalError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        raise DatabaseError(f"cannot connect to {mask(url)}: {first_line}") from None
+        raise DatabaseError(f"cannot connect to {mask(url)}: {first_line(exc)}") from None
 
 
 def ensure_schema(url: str) -> None:

@@ -49,6 +49,12 @@ class AppLoadError(WorkhorseError):
     """`module:attribute` did not name an importable App."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (or its repr), for one-line logs and errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
 # Our SQL functions raise with these SQLSTATEs (class WH) so that Python can map them back.
 _SQLSTATE_ERRORS: dict[str, type[WorkhorseError]] = {
     "WH001": PolicyConflictError,

@@ -6,6 +6,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import InvalidOptionsError
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -23,7 +25,10 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if self.base < 0 or self.factor < 1 or self.cap < 0:
-            raise ValueError("Backoff needs base >= 0, factor >= 1 and cap >= 0")
+            raise InvalidOptionsError(
+                f"Backoff needs base >= 0, factor >= 1 and cap >= 0, got base={self.base!r}, "
+                f"factor={self.factor!r}, cap={self.cap!r}"
+            )
 
     def delay(self, attempt: int) -> float:
         exponent = max(attempt - 1, 0)

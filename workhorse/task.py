@@ -1,4 +1,8 @@
-"""Task: a registered handler, and the Celery-style ways to enqueue it."""
+"""Task: a registered handler, and the Celery-style ways to enqueue it.
+
+A Task and the JobHandles it returns talk to an `Enqueuer` (what sends calls and reads jobs),
+not to App: App is one, and a test double or an eager mode can be another.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,11 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .errors import InvalidOptionsError
 from .retry import RetryBackoff
-from .types import EnqueueOptions, Job, JobStatus
-
-if TYPE_CHECKING:
-    from .app import App, QueueSpec
+from .types import EnqueueOptions, Job, JobStatus, QueueSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,22 +47,38 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
     return value
 
 
+class Enqueuer(Protocol):
+    """What Task and JobHandle need: send resolved calls, read a job back."""
+
+    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
+        """Enqueue `calls` in one round trip (on `connection` when given)."""
+        ...
+
+    async def enqueue_calls_async(
+        self, calls: Sequence[Call], connection: Any = None
+    ) -> list[JobHandle]: ...
+
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    async def get_job_async(self, job_id: int) -> Job | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class JobHandle:
     """What `delay()` returns: the job's id, and lookups of its state."""
 
     id: int
-    app: App = field(repr=False, compare=False)
+    enqueuer: Enqueuer = field(repr=False, compare=False)
 
     def job(self) -> Job | None:
-        return self.app.get_job(self.id)
+        return self.enqueuer.get_job(self.id)
 
     def status(self) -> JobStatus | None:
         job = self.job()
         return None if job is None else job.status
 
     async def job_async(self) -> Job | None:
-        return await self.app.get_job_async(self.id)
+        return await self.enqueuer.get_job_async(self.id)
 
     async def status_async(self) -> JobStatus | None:
         job = await self.job_async()
@@ -83,7 +100,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        enqueuer: Enqueuer,
         fn: Callable[P, R],
         *,
         name: str,
@@ -95,7 +112,7 @@ class Task(Generic[P, R]):
         on_failure: str,
         lease: float | None,
     ) -> None:
-        self.app = app
+        self.enqueuer = enqueuer
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -138,7 +155,10 @@ class Task(Generic[P, R]):
             raise InvalidOptionsError(f"kwargs must have str keys, got {list(kwargs)!r}")
         key_spec = concurrency_key if concurrency_key is not None else self.concurrency_key
         key = resolve_key(key_spec, args, kwargs)
-        queue_name = self.app.queue_name(queue) if queue is not None else self.queue.name
+        if queue is None:
+            queue_name = self.queue.name
+        else:
+            queue_name = queue.name if isinstance(queue, QueueSpec) else queue
         options = EnqueueOptions(
             queue=queue_name,
             concurrency_key=key,
@@ -151,7 +171,7 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue with the decorator's options: `send.delay({"tenant": "t1"})`."""
-        return self.app.enqueue_calls([self.call(args, kwargs)])[0]
+        return self.enqueuer.enqueue_calls([self.call(args, kwargs)])[0]
 
     def apply_async(
         self,
@@ -163,14 +183,14 @@ class Task(Generic[P, R]):
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
         max_attempts); `connection=` enqueues inside the caller's transaction."""
-        return self.app.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
+        return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
         """Enqueue one job per argument tuple, in one round trip."""
-        return self.app.enqueue_calls([self.call(args, None, **options) for args in arguments])
+        return self.enqueuer.enqueue_calls([self.call(args, None, **options) for args in arguments])
 
     async def delay_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        return (await self.app.enqueue_calls_async([self.call(args, kwargs)]))[0]
+        return (await self.enqueuer.enqueue_calls_async([self.call(args, kwargs)]))[0]
 
     async def enqueue_async(
         self,
@@ -182,4 +202,4 @@ class Task(Generic[P, R]):
     ) -> JobHandle:
         """The async twin of `apply_async`, with the same arguments."""
         calls = [self.call(args, kwargs, **options)]
-        return (await self.app.enqueue_calls_async(calls, connection))[0]
+        return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]

@@ -7,6 +7,7 @@ and may name customers.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -75,7 +76,9 @@ _meter.create_observable_gauge(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def attributes(queue: str) -> dict[str, str]:
+    """The one attribute every instrument carries (shared dicts: callers must not change them)."""
     return {QUEUE_ATTRIBUTE: queue}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import InvalidOptionsError, InvalidPolicyError
+from .errors import InvalidOptionsError, InvalidPolicyError, WorkhorseError
 
 NAME_MAX = 255
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
@@ -29,13 +29,15 @@ class JobStatus(enum.StrEnum):
     CANCELED = "canceled"
 
 
-def check_name(what: str, value: object) -> str:
+def check_name(
+    what: str, value: object, error: type[WorkhorseError] = InvalidOptionsError
+) -> str:
+    """`value` if it is a name PostgreSQL can store (1-255 characters, no NUL); else `error`
+    (InvalidPolicyError where the name belongs to a policy declaration)."""
     if not isinstance(value, str) or not 1 <= len(value) <= NAME_MAX:
-        raise InvalidOptionsError(
-            f"{what} must be a string of 1-{NAME_MAX} characters, got {value!r}"
-        )
+        raise error(f"{what} must be a string of 1-{NAME_MAX} characters, got {value!r}")
     if "\x00" in value:
-        raise InvalidOptionsError(f"{what} must not contain NUL characters")
+        raise error(f"{what} must not contain NUL characters")
     return value
 
 
@@ -119,10 +121,7 @@ class ConcurrencyPolicyDefinition:
     max_active_per_key: int | None = None
 
     def __post_init__(self) -> None:
-        try:
-            check_name("queue", self.queue)
-        except InvalidOptionsError as exc:
-            raise InvalidPolicyError(str(exc)) from None
+        check_name("queue", self.queue, InvalidPolicyError)
         _check_limit("max_active", self.max_active, optional=True)
         _check_limit("max_active_per_key", self.max_active_per_key, optional=True)
         if self.max_active is None and self.max_active_per_key is None:
@@ -138,6 +137,28 @@ class ConcurrencyPolicyDefinition:
                 f"queue {self.queue!r}: max_active_per_key ({self.max_active_per_key}) "
                 f"must be <= max_active ({self.max_active})"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A named queue and its limits, shared by every task that names it.
+
+    >>> QueueSpec("openai-api", max_active=5).definition()
+    ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, max_active_per_key=None)
+    """
+
+    name: str
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+
+    @property
+    def governed(self) -> bool:
+        return self.max_active is not None or self.max_active_per_key is not None
+
+    def definition(self) -> ConcurrencyPolicyDefinition | None:
+        if not self.governed:
+            return None
+        return ConcurrencyPolicyDefinition(self.name, self.max_active, self.max_active_per_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +244,23 @@ class SyncReport:
     updated: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker supervisor's row in `workhorse.workers`: alive while it touched `last_seen` in
+    the last 30 seconds; `stats` holds its running counters."""
+
+    id: int
+    app: str
+    host: str
+    pid: int
+    slots: int
+    queues: list[str]
+    started_at: datetime
+    last_seen: datetime
+    stats: dict[str, Any]
+    alive: bool
 
 
 def asdict(value: Any) -> dict[str, Any]:

@@ -3,7 +3,6 @@ its counters, deleted on a clean exit. Run by the listener thread, on the listen
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -11,15 +10,13 @@ from typing import Any
 
 import psycopg
 
-from .. import _sql, telemetry
+from .. import _ops, telemetry
 from ..database import connect
-from ..queue import Queue
 
 log = logging.getLogger("workhorse.worker")
 
 # One supervisor at a time vacuums the small admission tables: every claim of a per-key queue
 # deletes hints and moves heads, and their dead rows would otherwise slow claims until autovacuum.
-_HOUSEKEEPING_LOCK = 0x776B686B656570  # "wkhkeep"
 HOUSEKEEPING_INTERVAL = 30.0
 
 
@@ -44,11 +41,8 @@ class Registry:
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
 
     def _insert(self, conn: psycopg.Connection[Any]) -> None:
-        row = conn.execute(
-            _sql.statement("worker_register"),
-            (self.app, self.host, self.pid, self.slots, self.queues, json.dumps(self.stats())),
-        ).fetchone()
-        self.id = int(row[0]) if row else None
+        self.id = _ops.execute(conn, _ops.register_worker(
+            self.app, self.host, self.pid, self.slots, self.queues, self.stats()))
 
     def connected(self, conn: psycopg.Connection[Any]) -> None:
         if self.id is None:
@@ -62,10 +56,8 @@ class Registry:
         if self.id is None:
             self._insert(conn)
             return
-        row = conn.execute(
-            _sql.statement("worker_heartbeat"), (json.dumps(self.stats()), self.id)
-        ).fetchone()
-        if row is None:  # someone pruned our row: put it back
+        if not _ops.execute(conn, _ops.touch_worker(self.id, self.stats())):
+            # Someone pruned our row: put it back.
             self._insert(conn)
 
     def _housekeeping(self, conn: psycopg.Connection[Any]) -> None:
@@ -73,26 +65,25 @@ class Registry:
             return
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_HOUSEKEEPING_LOCK,)).fetchone()
-            if not row or not row[0]:
+            if not _ops.execute(conn, _ops.try_lock_housekeeping()):
                 return
             try:
-                conn.execute("VACUUM workhorse.key_hints, workhorse.key_heads")
+                _ops.execute(conn, _ops.vacuum_admission_tables())
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_HOUSEKEEPING_LOCK,))
+                _ops.execute(conn, _ops.unlock_housekeeping())
         except psycopg.Error as exc:  # e.g. not the tables' owner: autovacuum still runs
             log.warning("could not vacuum the admission tables: %s", exc)
 
     def _publish_health(self, conn: psycopg.Connection[Any]) -> None:
         # The concurrency gauges report this snapshot; health is bounded (a sample per policy).
         try:
-            telemetry.publish_health(Queue(conn).health())
+            telemetry.publish_health(_ops.execute(conn, _ops.health()))
         except psycopg.Error as exc:
             log.warning("could not read health for the concurrency gauges: %s", exc)
 
     def unregister(self, conn: psycopg.Connection[Any]) -> None:
         if self.id is not None:
-            conn.execute(_sql.statement("worker_unregister"), (self.id,))
+            _ops.execute(conn, _ops.unregister_worker(self.id))
             self.id = None
 
     def unregister_if_needed(self, url: str) -> None:

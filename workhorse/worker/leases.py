@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 import psycopg
 
-from ..queue import Queue
+from .. import _ops
+from ..errors import first_line
 
 log = logging.getLogger("workhorse.worker")
 
@@ -80,10 +81,10 @@ class LeaseKeeper:
                     self.url, autocommit=True, connect_timeout=10,
                     application_name="workhorse-leases",
                 )
-            held = Queue(self._conn).heartbeat(leases)
+            held = _ops.execute(self._conn, _ops.heartbeat(leases))
         except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            log.warning("heartbeat failed (%s); retrying in %.1fs", first, self.interval)
+            log.warning("heartbeat failed (%s); retrying in %.1fs", first_line(exc),
+                        self.interval)
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

@@ -278,6 +278,11 @@ def _preload() -> None:
     import psycopg.rows  # noqa: F401
 
 
+def _restart_delay(quick_deaths: int) -> float:
+    """How long a slot that died young for the n-th time in a row waits before its restart."""
+    return min(RESTART_BASE * 2 ** (quick_deaths - 1), RESTART_CAP)
+
+
 def _describe_exit(status: int) -> str:
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
@@ -506,7 +511,7 @@ class Supervisor:
             )
             self._begin_stop("crash loop:", code=1)
             return
-        delay = min(RESTART_BASE * 2 ** (slot.quick_deaths - 1), RESTART_CAP)
+        delay = _restart_delay(slot.quick_deaths)
         slot.restart_at = now + delay
         self.console.print(
             f"[yellow]slot {slot.index} (pid {pid}) {how};[/] restarting in "
@@ -518,7 +523,7 @@ class Supervisor:
             self._spawn(slot)
         except OSError as exc:  # out of processes or memory: try again later
             slot.quick_deaths += 1
-            delay = min(RESTART_BASE * 2 ** (slot.quick_deaths - 1), RESTART_CAP)
+            delay = _restart_delay(slot.quick_deaths)
             slot.restart_at = time.monotonic() + delay
             self.console.print(f"[red]cannot start slot {slot.index}: {exc};[/] retrying in "
                                f"{delay:g}s", highlight=False)
@@ -582,11 +587,7 @@ class Supervisor:
         for fd in (self._wakeup_r, self._wakeup_w, *inherited_connections):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        # Detach before closing, so no socket object can close a reused descriptor later.
-        for end in list(self.channels._ends.values()):
-            with contextlib.suppress(OSError):
-                os.close(end.detach())
-        self.channels._ends = {}
+        self.channels.forget_in_child()
         _set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != self.pid:  # the supervisor died before prctl took effect
             os._exit(0)

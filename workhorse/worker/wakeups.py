@@ -1,12 +1,13 @@
 """Wake-ups: one LISTEN connection per supervisor, relayed to its slots; polling is the fallback.
 
-Supervisor side, `Listener` is one thread with one connection. It LISTENs on `workhorse_jobs`
-(whose payload is a queue name: sent on enqueue, on complete/fail in governed queues, and on a
-policy change) and relays the names of the queues this supervisor serves to every slot. The same
-connection runs a cheap timer query (`next_due.sql`): the earliest scheduled `run_at` and the
-earliest `lease_until` per queue, because a job falling due or a lease running out sends no NOTIFY.
-It also reports which queues are governed, so that a slot polls a saturated governed queue
-sooner than an empty one. `on_tick` lets the supervisor use the connection for its registry row.
+Supervisor side, `Listener` is one thread with one connection. It LISTENs on the wake-up
+channel (`listen_v1()`: only SQL spells the channel's name), whose payload is a queue name, sent
+on enqueue, on complete/fail in governed queues, and on a policy change; it relays the names of
+the queues this supervisor serves to every slot. The same connection runs a cheap timer query
+(`next_due.sql`): the earliest scheduled `run_at` and the earliest `lease_until` per queue,
+because a job falling due or a lease running out sends no NOTIFY. It also reports which queues
+are governed, so that a slot polls a saturated governed queue sooner than an empty one.
+`on_tick` lets the supervisor use the connection for its registry row.
 
 Slot side, `WakeupReceiver` reads its end of a datagram socketpair. Messages are tiny:
 `q\\0name\\0name...` (these queues may have work) and `g\\0name...` (the governed set).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -35,12 +37,13 @@ from typing import Any
 import anyio
 import psycopg
 
-from .. import _sql
+from .. import _ops
 from ..database import mask
+from ..errors import first_line
+from ._reconnect import Reconnect
 
 log = logging.getLogger("workhorse.worker")
 
-CHANNEL = "workhorse_jobs"
 HINT = b"q"
 GOVERNED = b"g"
 PASS = b"p"
@@ -115,6 +118,16 @@ class ChannelSet:
     def readable(self) -> dict[int, socket.socket]:
         with self._lock:
             return dict(self._ends)
+
+    def forget_in_child(self) -> None:
+        """In a freshly forked slot: drop the supervisor's ends without closing anything through
+        a socket object, which could close a descriptor that has been reused meanwhile. No lock:
+        the listener thread may have held it at the fork, and it does not exist here."""
+        ends, self._ends = list(self._ends.values()), {}
+        self._lock = threading.Lock()
+        for end in ends:
+            with contextlib.suppress(OSError):
+                os.close(end.detach())
 
     def close_all(self) -> None:
         with self._lock:
@@ -192,29 +205,28 @@ class Listener:
             conn.close()
 
     def _run(self) -> None:
-        backoff = 0.5
+        reconnect = Reconnect()
         while not self._stop.is_set():
             conn: psycopg.Connection[Any] | None = None
             try:
                 conn = self._connect()
-                conn.execute(f"LISTEN {CHANNEL}")
+                _ops.execute(conn, _ops.listen())
                 if self.on_connect is not None:
                     self.on_connect(conn)
                 self.connected.set()
                 # Anything sent while we were not listening is lost: tell every slot to look.
                 self.channels.broadcast(encode(HINT, self.queues))
-                backoff = 0.5
+                reconnect.succeeded()
                 self._serve(conn)
             except psycopg.Error as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                log.warning("listener: %s (%s); reconnecting in %.1fs", first,
-                            mask(self.url), backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                delay = reconnect.failed()
+                log.warning("listener: %s (%s); reconnecting in %.1fs", first_line(exc),
+                            mask(self.url), delay)
+                self._stop.wait(delay)
             except Exception:  # a bug here must not end wake-ups for good: slots would poll
-                log.exception("listener: unexpected error; restarting in %.1fs", backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                delay = reconnect.failed()
+                log.exception("listener: unexpected error; restarting in %.1fs", delay)
+                self._stop.wait(delay)
             finally:
                 if conn is not None:
                     if self._stop.is_set() and self.on_stop is not None and not conn.closed:
@@ -264,7 +276,7 @@ class Listener:
 
     def _read_due(self, conn: psycopg.Connection[Any]) -> float:
         """Wake the queues whose timer has passed; returns when to read it again (monotonic)."""
-        rows = conn.execute(_sql.statement("next_due"), (self.queues,)).fetchall()
+        rows = _ops.execute(conn, _ops.next_due(self.queues))
         mono = time.monotonic()
         soonest = mono + DUE_REFRESH
         due_now: set[str] = set()

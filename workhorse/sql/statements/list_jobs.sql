@@ -6,5 +6,6 @@ FROM workhorse.jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(key)s::text IS NULL OR ckey = %(key)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s

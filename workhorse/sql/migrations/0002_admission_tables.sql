@@ -38,15 +38,3 @@ ALTER TABLE workhorse.key_heads SET (
 ALTER TABLE workhorse.key_hints SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
-
-CREATE TABLE workhorse.workers (
-    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    app         text        NOT NULL,
-    host        text        NOT NULL,
-    pid         integer     NOT NULL,
-    slots       integer     NOT NULL,
-    queues      text[]      NOT NULL,
-    started_at  timestamptz NOT NULL DEFAULT now(),
-    last_seen   timestamptz NOT NULL DEFAULT now(),
-    stats       jsonb       NOT NULL DEFAULT '{}'::jsonb
-);

@@ -1,0 +1,487 @@
+"""The operations: every statement workhorse sends, bound to its parameters and its row mapping.
+
+Each operation is a generator that yields `(statement, params)` and receives the rows. It is
+written once and driven on either flavour of connection: `execute(conn, op)` on a
+`psycopg.Connection`, `execute_async(aconn, op)` on a `psycopg.AsyncConnection`. `Queue` and
+`AsyncQueue` are the public face of most of them; the worker, the CLI and the demo drive the rest
+directly. Raw rows never leave this module: operations return the dataclasses of `types.py`.
+
+Nothing here commits: the caller owns the connection and its transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import traceback as traceback_module
+from collections.abc import Generator, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+
+from . import _sql
+from .errors import (
+    InvalidOptionsError,
+    InvalidPolicyError,
+    PayloadError,
+    SchemaVersionError,
+    StaleLeaseError,
+    translate,
+)
+from .types import (
+    MAX_DELAY_SECONDS,
+    MAX_POLICY_DEFINITIONS,
+    ClaimedJob,
+    ConcurrencyPolicy,
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    Job,
+    JobStatus,
+    PolicyHealth,
+    QueueHealth,
+    SyncReport,
+    WorkerInfo,
+    check_name,
+)
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+Step = tuple[Any, Any]
+Operation = Generator[Step, Rows, T]
+
+PAYLOAD_LIMIT = 1024 * 1024
+HEALTH_SAMPLE = 1000
+SCHEMA_LOCK = 0x776F726B686F7273  # "workhors": serializes concurrent schema installs
+HOUSEKEEPING_LOCK = 0x776B686B656570  # "wkhkeep": one vacuum of the admission tables at a time
+# jsonb cannot store NUL in a string; catch "\u0000" (not an escaped backslash followed by it).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+# ---- JSON ---------------------------------------------------------------------------------------
+
+
+def encode_json(value: Any, what: str = "payload") -> str:
+    """JSON text for `value`, or PayloadError: not JSON, NaN/infinity, NUL, or over 1 MiB."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{what} is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise PayloadError(f"{what} is nested too deeply to be JSON") from None
+    try:
+        # Also the check for lone surrogates, which are not Unicode text (nor valid in jsonb).
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PayloadError(f"{what} contains a lone surrogate, not valid Unicode") from None
+    if size > PAYLOAD_LIMIT:
+        raise PayloadError(f"{what} is {size} bytes encoded; the limit is 1 MiB")
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise PayloadError(f"{what} contains a NUL character, which PostgreSQL cannot store")
+    return text
+
+
+def error_document(exc: BaseException) -> dict[str, Any]:
+    """The stored shape of a failure: type, message and traceback."""
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback_module.format_exception(exc)),
+    }
+
+
+# ---- drivers ------------------------------------------------------------------------------------
+
+
+def drive(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
+    """Run `operation` on `conn`, statement by statement; psycopg errors pass through."""
+    try:
+        statement, params = next(operation)
+        while True:
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                rows = cur.fetchall() if cur.description is not None else []
+            statement, params = operation.send(rows)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def drive_async(conn: psycopg.AsyncConnection[Any], operation: Operation[T]) -> T:
+    try:
+        statement, params = next(operation)
+        while True:
+            async with conn.cursor() as cur:
+                await cur.execute(statement, params)
+                rows = await cur.fetchall() if cur.description is not None else []
+            statement, params = operation.send(rows)
+    except StopIteration as stop:
+        return stop.value
+
+
+def raise_translated(exc: psycopg.Error) -> None:
+    """Raise the workhorse error our own SQL meant (by its SQLSTATE), if it is one."""
+    translated = translate(exc)
+    if translated is not None:
+        raise translated from None
+
+
+def execute(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
+    """`drive`, with our SQL's own errors raised as workhorse errors."""
+    try:
+        return drive(conn, operation)
+    except psycopg.Error as exc:
+        raise_translated(exc)
+        raise
+
+
+async def execute_async(conn: psycopg.AsyncConnection[Any], operation: Operation[T]) -> T:
+    try:
+        return await drive_async(conn, operation)
+    except psycopg.Error as exc:
+        raise_translated(exc)
+        raise
+
+
+def open_transaction() -> Operation[None]:
+    yield _sql.statement("open_transaction"), ()
+
+
+# ---- enqueue and jobs ---------------------------------------------------------------------------
+
+
+def enqueue_many(
+    jobs: Sequence[tuple[str, Any, EnqueueOptions | None]],
+    on_failure: Sequence[str] | None = None,
+    meta: Sequence[dict[str, Any] | None] | None = None,
+) -> Operation[list[int]]:
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    for what, per_job in (("on_failure", on_failure), ("meta", meta)):
+        if per_job is not None and (isinstance(per_job, str | dict) or len(per_job) != len(jobs)):
+            raise InvalidOptionsError(f"{what} must be a sequence with one entry per job")
+    for index, item in enumerate(jobs):
+        try:
+            task, payload, options = item
+        except (TypeError, ValueError):
+            raise InvalidOptionsError(
+                f"job {index} must be a (task, payload, options) tuple, got {item!r}"
+            ) from None
+        check_name("task", task)
+        options = options if options is not None else EnqueueOptions()
+        if not isinstance(options, EnqueueOptions):
+            raise InvalidOptionsError(f"options must be EnqueueOptions, got {options!r}")
+        failure_mode = on_failure[index] if on_failure is not None else "fail"
+        if failure_mode not in ("fail", "hold"):
+            raise InvalidOptionsError(f"on_failure must be 'fail' or 'hold', got {failure_mode!r}")
+        job_meta = meta[index] if meta is not None else None
+        values = (
+            task,
+            options.queue,
+            options.concurrency_key,
+            options.priority,
+            encode_json(payload),
+            options.run_at,
+            options.delay_seconds,
+            options.max_attempts,
+            failure_mode,
+            encode_json(job_meta, "meta") if job_meta else None,
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    if not columns[0]:
+        return []
+    rows = yield _sql.statement("enqueue"), columns
+    return [row[0] for row in rows]
+
+
+def _job_from_row(row: tuple[Any, ...]) -> Job:
+    (id_, task, queue, ckey, priority, payload, status, attempts, max_attempts, result, error,
+     run_at, enqueued_at, started_at, finished_at, on_failure, fence, lease_until, meta) = row
+    return Job(
+        id=id_, task=task, queue=queue, concurrency_key=ckey, priority=priority, payload=payload,
+        status=JobStatus(status), attempts=attempts, max_attempts=max_attempts, result=result,
+        error=error, run_at=run_at, enqueued_at=enqueued_at, started_at=started_at,
+        finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
+        meta=meta or {},
+    )
+
+
+def get_job(job_id: int) -> Operation[Job | None]:
+    rows = yield _sql.statement("get_job"), (job_id,)
+    return _job_from_row(rows[0]) if rows else None
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    status: str | None = None,
+    key: str | None = None,
+    task: str | None = None,
+    limit: int = 50,
+) -> Operation[list[Job]]:
+    """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
+    if status is not None:
+        try:
+            status = JobStatus(status).value
+        except ValueError:
+            raise InvalidOptionsError(f"unknown job status {status!r}") from None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
+    rows = yield _sql.statement("list_jobs"), {
+        "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
+    }
+    return [_job_from_row(row) for row in rows]
+
+
+def held_job_ids(queue: str | None, limit: int) -> Operation[list[int]]:
+    rows = yield _sql.statement("held_job_ids"), (queue, queue, limit)
+    return [row[0] for row in rows]
+
+
+def _job_ids(ids: Iterable[int]) -> list[int]:
+    found = list(ids)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in found):
+        raise InvalidOptionsError(f"job ids must be ints, got {found!r}")
+    return found
+
+
+def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
+    """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
+    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
+    return [row[0] for row in rows]
+
+
+def cancel_jobs(ids: Iterable[int]) -> Operation[list[int]]:
+    """Cancel jobs that have not finished; returns the ids canceled."""
+    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids),)
+    return [row[0] for row in rows]
+
+
+# ---- policies and health ------------------------------------------------------------------------
+
+
+def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
+    rows = yield _sql.statement("list_policies"), (namespace, namespace)
+    return [ConcurrencyPolicy(*row) for row in rows]
+
+
+def sync_policies(
+    namespace: str,
+    definitions: Iterable[ConcurrencyPolicyDefinition],
+    prune: bool,
+) -> Operation[tuple[SyncReport, list[ConcurrencyPolicy]]]:
+    check_name("namespace", namespace, InvalidPolicyError)
+    definitions = list(definitions)
+    if len(definitions) > MAX_POLICY_DEFINITIONS:
+        raise InvalidPolicyError(
+            f"{len(definitions)} definitions; at most {MAX_POLICY_DEFINITIONS} in one sync"
+        )
+    seen: set[str] = set()
+    for definition in definitions:
+        if not isinstance(definition, ConcurrencyPolicyDefinition):
+            raise InvalidPolicyError(f"expected ConcurrencyPolicyDefinition, got {definition!r}")
+        if definition.queue in seen:
+            raise InvalidPolicyError(f"queue {definition.queue!r} is defined twice")
+        seen.add(definition.queue)
+    rows = yield _sql.statement("sync_policies"), (
+        namespace,
+        [d.queue for d in definitions],
+        [d.max_active for d in definitions],
+        [d.max_active_per_key for d in definitions],
+        bool(prune),
+    )
+    report = SyncReport()
+    for action, queue in rows:
+        getattr(report, action).append(queue)
+    policies = yield from list_policies(namespace)
+    return report, policies
+
+
+def health() -> Operation[QueueHealth]:
+    rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
+    policies = [PolicyHealth(*row) for row in rows]
+    depth_rows = yield _sql.statement("depth"), ()
+    depth = {status.value: 0 for status in JobStatus}
+    depth.update({status: int(count) for status, count in depth_rows})
+    return QueueHealth(policies=policies, depth=depth)
+
+
+# ---- the worker's calls: claim, outcomes, leases ------------------------------------------------
+
+
+def lease_seconds(lease: object) -> float:
+    """A lease must be a finite, positive number of seconds: a NULL or NaN lease would leave an
+    active job that never expires and that no count of active jobs sees."""
+    if isinstance(lease, bool) or not isinstance(lease, int | float):
+        raise InvalidOptionsError(f"lease must be a number of seconds, got {lease!r}")
+    if not 0 < lease <= MAX_DELAY_SECONDS:
+        raise InvalidOptionsError(f"lease must be > 0 seconds and finite, got {lease!r}")
+    return float(lease)
+
+
+def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
+    check_name("queue", queue)
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
+    rows = yield _sql.statement("claim"), (queue, limit, lease_seconds(lease))
+    return [
+        ClaimedJob(
+            id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None, priority=row[4],
+            payload=row[5], attempts=row[6], max_attempts=row[7], fence=row[8],
+            lease_until=row[9], enqueued_at=row[10], run_at=row[11], meta=row[12] or {},
+        )
+        for row in rows
+    ]
+
+
+def complete_encoded(outcomes: Sequence[tuple[int, int, str]]) -> Operation[set[tuple[int, int]]]:
+    """Record successes whose results are already JSON text (`encode_json`); returns the
+    (id, fence) pairs accepted. A pair, not an id: one batch may carry a stale outcome and a
+    fresh one of the same job, and only the fresh one was accepted."""
+    if not outcomes:
+        return set()
+    rows = yield _sql.statement("complete"), (
+        [job_id for job_id, _, _ in outcomes],
+        [fence for _, fence, _ in outcomes],
+        [result for _, _, result in outcomes],
+    )
+    return {(row[0], row[1]) for row in rows}
+
+
+def complete(outcomes: Sequence[tuple[int, int, Any]]) -> Operation[set[int]]:
+    """Record successes `(job_id, fence, result)`; returns the ids accepted."""
+    encoded = [(job_id, fence, encode_json(result, "result")) for job_id, fence, result in outcomes]
+    accepted = yield from complete_encoded(encoded)
+    return {job_id for job_id, _ in accepted}
+
+
+def fail(
+    job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None
+) -> Operation[JobStatus]:
+    rows = yield _sql.statement("fail"), (job_id, fence, encode_json(error, "error"), retry_at)
+    status = rows[0][0] if rows else None
+    if status is None:
+        raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the failure was not recorded")
+    return JobStatus(status)
+
+
+def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:
+    if not leases:
+        return set()
+    rows = yield _sql.statement("heartbeat"), (
+        [job_id for job_id, _, _ in leases],
+        [fence for _, fence, _ in leases],
+        [lease_seconds(seconds) for _, _, seconds in leases],
+    )
+    return {row[0] for row in rows}
+
+
+# ---- wake-ups and the supervisor's row ---------------------------------------------------------
+
+
+def listen() -> Operation[None]:
+    """LISTEN on the wake-up channel (`notification_channel_v1()` names it, in SQL only)."""
+    yield _sql.statement("listen"), ()
+
+
+def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime | None, datetime]]]:
+    """Per queue: governed?, the earliest moment a job may become claimable without a NOTIFY,
+    and the database clock."""
+    rows = yield _sql.statement("next_due"), (list(queues),)
+    return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
+
+
+def register_worker(
+    app: str, host: str, pid: int, slots: int, queues: Sequence[str], stats: dict[str, Any]
+) -> Operation[int | None]:
+    rows = yield _sql.statement("worker_register"), (
+        app, host, pid, slots, list(queues), json.dumps(stats),
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def touch_worker(worker_id: int, stats: dict[str, Any]) -> Operation[bool]:
+    """Refresh the row's last_seen and counters; False when the row is gone (pruned)."""
+    rows = yield _sql.statement("worker_heartbeat"), (json.dumps(stats), worker_id)
+    return bool(rows)
+
+
+def unregister_worker(worker_id: int) -> Operation[None]:
+    yield _sql.statement("worker_unregister"), (worker_id,)
+
+
+def list_workers() -> Operation[list[WorkerInfo]]:
+    rows = yield _sql.statement("list_workers"), ()
+    return [WorkerInfo(*row) for row in rows]
+
+
+def top_counters() -> Operation[tuple[int, int, int]]:
+    """Running totals (claimed, succeeded, failed), cheap enough to read every second."""
+    rows = yield _sql.statement("top_counters"), ()
+    return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else (0, 0, 0)
+
+
+def try_lock_housekeeping() -> Operation[bool]:
+    """One supervisor at a time does the fleet's housekeeping: False when another one is."""
+    rows = yield _sql.statement("housekeeping_try_lock"), (HOUSEKEEPING_LOCK,)
+    return bool(rows and rows[0][0])
+
+
+def unlock_housekeeping() -> Operation[None]:
+    yield _sql.statement("housekeeping_unlock"), (HOUSEKEEPING_LOCK,)
+
+
+def vacuum_admission_tables() -> Operation[None]:
+    """VACUUM the key hints and heads. Needs an autocommit connection: VACUUM cannot run in a
+    transaction block."""
+    yield _sql.statement("vacuum_admission_tables"), ()
+
+
+# ---- schema -------------------------------------------------------------------------------------
+
+
+def schema_version() -> Operation[int]:
+    """The version the database's schema is at (0: not installed)."""
+    rows = yield _sql.statement("schema_installed"), ()
+    if not rows[0][0]:
+        return 0
+    rows = yield _sql.statement("schema_versions"), ()
+    return int(rows[-1][0]) if rows else 0
+
+
+def _check_recorded(recorded: Rows) -> None:
+    """Every recorded migration must be one of ours, under the same name."""
+    ours = {version: name for version, name, _ in _sql.migrations()}
+    for version, name in recorded:
+        if version in ours and ours[version] != name:
+            raise SchemaVersionError(
+                f"the database's schema migration {version} is {name!r}, not "
+                f"{ours[version]!r}: it was made by an unreleased workhorse layout; drop the "
+                "`workhorse` schema (DROP SCHEMA workhorse CASCADE) and install again"
+            )
+
+
+def install_schema() -> Operation[int]:
+    """Bring the schema to the latest version; returns the version found before."""
+    latest = _sql.latest_version()
+    rows = yield _sql.statement("schema_installed"), ()
+    if rows[0][0]:
+        recorded = yield _sql.statement("schema_versions"), ()
+        if recorded and recorded[-1][0] == latest:
+            _check_recorded(recorded)
+            return int(latest)
+    yield _sql.statement("schema_install_lock"), (SCHEMA_LOCK,)
+    yield _sql.statement("create_schema"), ()
+    yield _sql.statement("create_schema_version"), ()
+    recorded = yield _sql.statement("schema_versions"), ()
+    current = int(recorded[-1][0]) if recorded else 0
+    if current > latest:
+        raise SchemaVersionError(
+            f"the database schema is at version {current}, newer than this workhorse "
+            f"(version {latest}); upgrade workhorse"
+        )
+    _check_recorded(recorded)
+    for version, name, text in _sql.migrations():
+        if version > current:
+            yield text, None
+            yield _sql.statement("record_migration"), (version, name)
+    return current

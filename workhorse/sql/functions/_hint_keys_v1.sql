@@ -1,0 +1,15 @@
+-- "These keys may have a new head." Only per-key-governed queues keep heads.
+CREATE FUNCTION workhorse._hint_keys_v1(p_queue text, p_keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO workhorse.key_hints (queue, ckey)
+    SELECT p_queue, k
+    FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
+    WHERE EXISTS (SELECT 1 FROM workhorse.policies p
+                  WHERE p.queue = p_queue AND p.max_active_per_key IS NOT NULL);
+END
+$$;

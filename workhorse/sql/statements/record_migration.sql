@@ -1,0 +1,1 @@
+INSERT INTO workhorse.schema_version (version, name) VALUES (%s, %s)

@@ -1,0 +1,1 @@
+SELECT version, name FROM workhorse.schema_version ORDER BY version

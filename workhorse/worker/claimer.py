@@ -1,0 +1,167 @@
+"""The claimer: when, from which queue, and how much to claim.
+
+Each round claims up to `want` jobs (the slot's free capacity), round-robin across the served
+queues, starting one queue further each round so that no queue starves another; one `claim_v1`
+call per queue (it takes that one queue's admission lock), on an autocommit connection.
+
+A queue whose claim came back short is "dry" until a hint names it again or its poll interval
+passes: `--dequeue-timeout` for an empty queue, a short poll for a governed (maybe saturated)
+one, or sooner when this slot scheduled a retry there itself.
+
+Hints for a governed queue usually mean "capacity was freed", and the supervisor sends each to
+one slot only (see wakeups.py): the claimer that got one passes it on (`pass_on`) when its claim
+came back full, that is when there may be room left for another slot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .. import _ops
+from ..types import ClaimedJob
+
+# A governed queue that came back short is polled this often (at most) without a hint.
+SATURATION_POLL = 1.0
+
+
+@dataclass(eq=False)
+class QueueState:
+    name: str
+    dry_since: float | None = None  # monotonic; None: worth a claim
+    hints: int = 0  # bumped by every hint, so a claim can tell a hint raced it
+    local_due: float | None = None  # monotonic; a retry this slot scheduled
+    governed: bool = False
+    relayed: bool = False  # a governed hint came to this slot alone: pass it on if room is left
+
+
+class Claimer:
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        lease: float,
+        dequeue_timeout: float,
+        saturation_poll: float = SATURATION_POLL,
+        governed: Iterable[str] = (),
+        pass_on: Callable[[str], None] | None = None,
+    ) -> None:
+        governed = set(governed)
+        self.queues = [QueueState(q, governed=q in governed) for q in queues]
+        self._by_name = {state.name: state for state in self.queues}
+        self.lease = lease
+        self.dequeue_timeout = dequeue_timeout
+        self.saturation_poll = saturation_poll
+        self.pass_on = pass_on
+        self._rotation = 0
+
+    # ---- what the slot hears -----------------------------------------------------------------
+
+    def hinted(self, names: Iterable[str]) -> None:
+        """These queues may have work (a relayed NOTIFY)."""
+        for name in names:
+            state = self._by_name.get(name)
+            if state is not None:
+                state.hints += 1
+                state.dry_since = None
+                if state.governed:
+                    state.relayed = True
+
+    def set_governed(self, names: set[str]) -> None:
+        for state in self.queues:
+            state.governed = state.name in names
+
+    def retry_due(self, queue: str, delay: float) -> None:
+        """This slot scheduled a retry in `queue`: look again when it falls due."""
+        state = self._by_name.get(queue)
+        if state is not None:
+            due = time.monotonic() + delay
+            state.local_due = due if state.local_due is None else min(state.local_due, due)
+
+    def freed(self, queues: Iterable[str], has_room: bool) -> bool:
+        """Our own outcomes freed capacity in these queues. Their NOTIFY is not relayed back to
+        this supervisor's slots (the listener knows our connections), so this slot acts on it:
+        with room of its own it claims at once (and passes the hint on if that claim comes back
+        full); with none it passes the hint on straight away. Returns whether to claim now."""
+        claim_now = False
+        for name in queues:
+            state = self._by_name.get(name)
+            if state is None or not state.governed:
+                continue
+            if has_room:
+                state.dry_since = None
+                state.relayed = True
+                claim_now = True
+            elif self.pass_on is not None:
+                self.pass_on(name)
+        return claim_now
+
+    # ---- deciding ----------------------------------------------------------------------------
+
+    def eligible(self, now: float) -> list[QueueState]:
+        """The queues worth a claim now, in this round's order."""
+        queues = self.queues
+        start = self._rotation % len(queues)
+        out = []
+        for state in queues[start:] + queues[:start]:
+            if state.dry_since is not None:
+                if state.local_due is not None and state.local_due <= now:
+                    state.local_due = None
+                    state.dry_since = None
+                elif now - state.dry_since >= self._poll_interval(state):
+                    state.dry_since = None
+            if state.dry_since is None:
+                out.append(state)
+        return out
+
+    def _poll_interval(self, state: QueueState) -> float:
+        if state.governed:
+            return min(self.dequeue_timeout, self.saturation_poll)
+        return self.dequeue_timeout
+
+    def idle_timeout(self, now: float) -> float:
+        """How long to sleep when no queue is eligible: until the first one will be."""
+        soonest = self.dequeue_timeout
+        for state in self.queues:
+            if state.dry_since is not None:
+                soonest = min(soonest, state.dry_since + self._poll_interval(state) - now)
+            if state.local_due is not None:
+                soonest = min(soonest, state.local_due - now)
+        return max(soonest, 0.001)
+
+    async def claim(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        eligible: list[QueueState],
+        want: int,
+        start: Callable[[QueueState, list[ClaimedJob]], None],
+        *,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> int:
+        """One round: up to `want` jobs across `eligible`, in order; each queue's batch goes to
+        `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
+        many were claimed; psycopg errors pass through."""
+        total = 0
+        try:
+            for state in eligible:
+                need = want - total
+                if need <= 0 or stop():
+                    break
+                hints = state.hints
+                relayed, state.relayed = state.relayed, False
+                claimed = await _ops.execute_async(conn, _ops.claim(state.name, need, self.lease))
+                if len(claimed) < need and state.hints == hints:
+                    state.dry_since = time.monotonic()
+                elif relayed and self.pass_on is not None:
+                    # We were the one slot told; the queue may have room for more.
+                    self.pass_on(state.name)
+                if claimed:
+                    total += len(claimed)
+                    start(state, claimed)
+        finally:
+            self._rotation += 1
+        return total

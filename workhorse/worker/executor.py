@@ -1,0 +1,206 @@
+"""The executor: runs one claimed job in this process and says how it ended.
+
+It knows nothing about processes, sockets or connections, so a slot, a test, or an in-process
+drain can all run it. For one job it:
+  1. finds the task (an unknown one fails the job at once: no retry could change that);
+  2. unpacks the payload `{"args": [...], "kwargs": {...}}` into `fn(*args, **kwargs)`;
+  3. calls an async handler on the running loop, a sync one in a worker thread;
+  4. turns what happened into an `Outcome`: the result as JSON text (encoded here, once), or the
+     error document with the retry time the task's backoff gives while attempts remain.
+
+A job whose lease was lost meanwhile (`Execution.lost`, set by the slot when a heartbeat is
+refused) has no outcome: its result is discarded, because another claim may own the job now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+from opentelemetry import trace
+
+from .. import telemetry
+from .._ops import encode_json, error_document
+from ..errors import PayloadError, UnknownTaskError
+from ..retry import backoff_delay
+from ..task import Task
+from ..types import ClaimedJob
+
+
+@dataclass(eq=False, slots=True)
+class Execution:
+    """One claimed job while this process runs it (the lease keeper reads id, fence, lease)."""
+
+    job: ClaimedJob
+    task: Task[Any, Any] | None
+    lease: float
+    governed: bool = False
+    handle: asyncio.Task[Any] | None = None  # set while an async handler can be cancelled
+    lost: bool = False
+    holds: bool = True  # still counted against the slot's capacity
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+    @property
+    def fence(self) -> int:
+        return self.job.fence
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one attempt ended: `result` (JSON text) on success, else `error` and `retry_at`
+    (None: no retry, the job ends failed or held)."""
+
+    execution: Execution
+    result: str | None = None
+    error: dict[str, Any] | None = None
+    retry_at: datetime | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error is None
+
+    @property
+    def retry_delay(self) -> float | None:
+        if self.retry_at is None:
+            return None
+        return max((self.retry_at - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def tracing_enabled() -> bool:
+    """Whether an OpenTelemetry SDK is installed: without one, `run_span` is pure overhead."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def storable(error: dict[str, Any]) -> dict[str, Any]:
+    """The error document with NULs and lone surrogates escaped, so that jsonb accepts it."""
+    return {
+        key: value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+        if isinstance(value, str) else value
+        for key, value in error.items()
+    }
+
+
+def arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
+    """`(args, kwargs)` from an app task's payload, or PayloadError."""
+    if isinstance(payload, dict):
+        args = payload.get("args", [])
+        kwargs = payload.get("kwargs", {})
+        if isinstance(args, list) and isinstance(kwargs, dict):
+            return args, kwargs
+    raise PayloadError(f'payload must be {{"args": [...], "kwargs": {{...}}}}, got {payload!r}')
+
+
+class Executor:
+    """Runs claimed jobs of one app's tasks; `await executor.run(execution)` -> Outcome | None.
+
+    `limiter` bounds the threads that sync handlers run in (None: anyio's default limiter).
+    """
+
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        *,
+        app_name: str,
+        default_lease: float,
+        limiter: anyio.CapacityLimiter | None = None,
+        traced: bool | None = None,
+    ) -> None:
+        self.tasks = dict(tasks)
+        self.app_name = app_name
+        self.default_lease = default_lease
+        self.limiter = limiter
+        self.traced = tracing_enabled() if traced is None else traced
+
+    def prepare(self, job: ClaimedJob, governed: bool = False) -> Execution:
+        """The Execution for a job just claimed: its task, and the lease to keep renewing."""
+        task = self.tasks.get(job.task)
+        lease = task.lease if task is not None and task.lease else self.default_lease
+        return Execution(job, task, lease, governed)
+
+    async def run(self, execution: Execution) -> Outcome | None:
+        job, task = execution.job, execution.task
+        attributes = telemetry.attributes(job.queue)
+        started = time.perf_counter()
+        try:
+            if execution.lost:
+                return None
+            try:
+                if task is None:
+                    raise UnknownTaskError(f"app {self.app_name!r} has no task named {job.task!r}")
+                args, kwargs = arguments(job.payload)
+            except (UnknownTaskError, PayloadError) as exc:
+                return self._failure(execution, exc, final=True)  # nothing a retry could change
+            try:
+                if self.traced:
+                    with telemetry.run_span(task.name, job.queue, job.id, job.attempts, job.meta):
+                        value = await self._call(execution, task, args, kwargs)
+                else:
+                    value = await self._call(execution, task, args, kwargs)
+                result = encode_json(value, "result")  # not JSON: this attempt fails
+            except asyncio.CancelledError:
+                if not execution.lost:
+                    raise
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                return None
+            except Exception as exc:
+                return self._failure(execution, exc)
+            except (SystemExit, KeyboardInterrupt) as exc:  # a handler must not end the slot
+                return self._failure(execution, exc)
+            if execution.lost:
+                return None
+            return Outcome(execution, result=result)
+        finally:
+            telemetry.job_duration.record(time.perf_counter() - started, attributes)
+
+    async def _call(
+        self, execution: Execution, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        if task.is_async:
+            execution.handle = asyncio.current_task()
+            try:
+                return await task.fn(*args, **kwargs)
+            finally:
+                execution.handle = None
+        value = await anyio.to_thread.run_sync(
+            functools.partial(_call_sync, task.fn, args, kwargs), limiter=self.limiter
+        )
+        if isinstance(value, _Raised):
+            raise value.exc
+        return value
+
+    def _failure(
+        self, execution: Execution, exc: BaseException, final: bool = False
+    ) -> Outcome | None:
+        if execution.lost:
+            return None
+        job, task = execution.job, execution.task
+        retry_at = None
+        if not final and task is not None and job.attempts < job.max_attempts:
+            delay = backoff_delay(task.retry_backoff, job.attempts)
+            retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+        return Outcome(execution, error=storable(error_document(exc)), retry_at=retry_at)
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    exc: BaseException
+
+
+def _call_sync(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Runs in the worker thread. SystemExit and KeyboardInterrupt come back as values, so that a
+    handler that raises them fails its job instead of escaping into the loop."""
+    try:
+        return fn(*args, **kwargs)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Raised(exc)

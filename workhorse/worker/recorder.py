@@ -1,0 +1,169 @@
+"""The outcome recorder: batches completions and failures on its own connection.
+
+Successes go in one `complete_v1` call per flush: the batch is whatever finished while the
+previous flush was in flight, so a busy slot pays one round trip for many jobs and an idle one
+pays no delay. Failures go one by one to `fail_v1`, with the retry time the executor chose.
+
+Recorded outcomes are counted (telemetry, one log line for a failure) and handed, a flush's
+completions at once, to `on_recorded([(outcome, status), ...])`, where `status` is the job's
+new status, or None when the fence was stale (the job was claimed again, or canceled) and
+nothing was recorded. The database may refuse a flush (a restart, a cut connection): the
+outcomes stay queued and the flush is retried, on a new connection, after a backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import psycopg
+
+from .. import _ops, telemetry
+from ..errors import StaleLeaseError, first_line
+from ..types import JobStatus
+from ._reconnect import Reconnect
+from .executor import Outcome
+
+log = logging.getLogger("workhorse.worker")
+
+Recorded = tuple[Outcome, JobStatus | None]
+Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
+
+
+class OutcomeRecorder:
+    """`add()` outcomes from the loop; `run()` records them until `close()` and empty."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        on_recorded: Callable[[list[Recorded]], None],
+        *,
+        flush_interval: float = 0.0,
+        on_connected: Callable[[int], None] | None = None,
+        name: str = "recorder",
+    ) -> None:
+        self._connect = connect
+        self._on_recorded = on_recorded
+        self._on_connected = on_connected
+        self.flush_interval = flush_interval
+        self.name = name
+        self._done: list[Outcome] = []
+        self._failed: list[Outcome] = []
+        self._pending = anyio.Event()
+        self._closing = False
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._done) + len(self._failed)
+
+    def add(self, outcome: Outcome) -> None:
+        (self._done if outcome.succeeded else self._failed).append(outcome)
+        self._pending.set()
+
+    def close(self) -> None:
+        """Record what is queued, then let `run()` return."""
+        self._closing = True
+        self._pending.set()
+
+    async def run(self) -> None:
+        reconnect = Reconnect()
+        try:
+            while True:
+                if not self._done and not self._failed:
+                    if self._closing:
+                        return
+                    await self._pending.wait()
+                    self._pending = anyio.Event()
+                    continue
+                if self.flush_interval > 0 and not self._closing:
+                    await anyio.sleep(self.flush_interval)
+                try:
+                    await self.flush()
+                    reconnect.succeeded()
+                except psycopg.Error as exc:
+                    delay = reconnect.failed()
+                    log.warning("%s: recording outcomes failed (%s); retrying in %.1fs",
+                                self.name, first_line(exc), delay)
+                    await self._disconnect()
+                    await anyio.sleep(delay)
+        finally:
+            await self._disconnect()
+
+    async def flush(self) -> None:
+        """Record every queued outcome now (successes in one statement)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await self._connect()
+            if self._on_connected is not None:
+                self._on_connected(self._conn.info.backend_pid)
+        conn = self._conn
+        done, self._done = self._done, []
+        if done:
+            batch = [(o.execution.job_id, o.execution.fence, o.result or "null") for o in done]
+            try:
+                accepted = await _ops.execute_async(conn, _ops.complete_encoded(batch))
+            except BaseException:
+                self._done[:0] = done
+                raise
+            self._count_completed(done, accepted)
+        while self._failed:
+            outcome = self._failed[0]
+            execution = outcome.execution
+            assert outcome.error is not None
+            try:
+                status: JobStatus | None = await _ops.execute_async(conn, _ops.fail(
+                    execution.job_id, execution.fence, outcome.error, outcome.retry_at))
+            except StaleLeaseError:
+                status = None
+            self._failed.pop(0)
+            self._count_failed(outcome, status)
+
+    def _count_completed(self, done: list[Outcome], accepted: set[tuple[int, int]]) -> None:
+        per_queue: dict[str, int] = {}
+        recorded: list[Recorded] = []
+        for outcome in done:
+            execution = outcome.execution
+            if (execution.job_id, execution.fence) in accepted:
+                queue = execution.job.queue
+                per_queue[queue] = per_queue.get(queue, 0) + 1
+                recorded.append((outcome, JobStatus.SUCCEEDED))
+            else:
+                log.warning("%s: job %d's result was rejected: its lease had been lost",
+                            self.name, execution.job_id)
+                recorded.append((outcome, None))
+        for queue, n in per_queue.items():
+            telemetry.jobs_succeeded.add(n, telemetry.attributes(queue))
+        self._on_recorded(recorded)
+
+    def _count_failed(self, outcome: Outcome, status: JobStatus | None) -> None:
+        job = outcome.execution.job
+        attributes = telemetry.attributes(job.queue)
+        error = outcome.error or {}
+        what = f"{error.get('type')}: {error.get('message')}"
+        if status is None:
+            log.warning("%s: job %d's failure was rejected: its lease had been lost",
+                        self.name, job.id)
+        elif status == JobStatus.SCHEDULED:
+            telemetry.jobs_retried.add(1, attributes)
+            log.info("job %d (%s) attempt %d/%d failed, retrying: %s",
+                     job.id, job.task, job.attempts, job.max_attempts, what)
+        elif status == JobStatus.HELD:
+            telemetry.jobs_held.add(1, attributes)
+            log.warning("job %d (%s) held after attempt %d/%d: %s",
+                        job.id, job.task, job.attempts, job.max_attempts, what)
+        else:
+            telemetry.jobs_failed.add(1, attributes)
+            log.warning("job %d (%s) failed after attempt %d/%d: %s",
+                        job.id, job.task, job.attempts, job.max_attempts, what)
+        self._on_recorded([(outcome, status)])
+
+    async def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await conn.close()
+                except Exception:  # closing a broken connection
+                    log.debug("%s: closing a broken connection failed", self.name)
