@@ -119,7 +119,7 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
         embedded_before = embedded.is_running()
         console.print("[dim]no WORKHORSE_DATABASE_URL: using the embedded PostgreSQL server[/]")
     url = database.resolve_url(database_url)
-    app._database_url = url
+    app.database_url = url
     database.ensure_schema(url)
 
     report = app.sync()

@@ -1,0 +1,118 @@
+"""SQL functions version safely: one file per function, every helper versioned with its caller,
+and a new version installed beside an old one leaves the old one's statements untouched."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from workhorse import EnqueueOptions, Queue, _sql
+
+CALL = re.compile(r"workhorse\.(\w+)\(")
+DEFINES = re.compile(r"CREATE FUNCTION workhorse\.(\w+)\(")
+VERSIONED = re.compile(r"_v\d+$")
+
+
+def _calls(text: str) -> set[str]:
+    return set(CALL.findall(text)) - set(DEFINES.findall(text))
+
+
+def _closure(files: dict[str, str], root: str) -> set[str]:
+    """`root` and every function it calls, directly or not."""
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += sorted(_calls(files[name]))
+    return seen
+
+
+def test_one_function_per_file_named_after_it() -> None:
+    for name, text in _sql.function_files().items():
+        assert DEFINES.findall(text) == [name], f"functions/{name}.sql"
+
+
+def test_every_function_and_every_helper_it_calls_is_versioned() -> None:
+    files = _sql.function_files()
+    for name, text in files.items():
+        assert VERSIONED.search(name), f"{name}: a function's name ends in its version (_vN)"
+        for called in _calls(text):
+            assert called in files, f"{name} calls {called}, which has no file in functions/"
+            assert VERSIONED.search(called), f"{name} calls the unversioned {called}"
+
+
+def test_the_checks_above_can_fail() -> None:
+    """An unversioned helper call is caught by the same rules."""
+    text = "CREATE FUNCTION workhorse.claim_v9() ... PERFORM workhorse._prepare_queue(q); ..."
+    assert _calls(text) == {"_prepare_queue"}
+    assert not VERSIONED.search("_prepare_queue")
+
+
+def _definitions(conn: psycopg.Connection[Any], names: set[str]) -> dict[str, str]:
+    rows = conn.execute(
+        "SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p"
+        " WHERE p.pronamespace = 'workhorse'::regnamespace AND p.proname = ANY(%s)",
+        (sorted(names),),
+    ).fetchall()
+    return dict(rows)
+
+
+def _as_v2(files: dict[str, str], names: set[str]) -> list[str]:
+    """The functions `names` rewritten as version 2: each name, and each call among them, _v2.
+    Helpers outside `names` (the shared lock ids) keep being called at v1."""
+    rewritten = []
+    for name in sorted(names):
+        text = files[name]
+        for other in names:
+            text = re.sub(rf"workhorse\.{other}\(", f"workhorse.{other[:-3]}_v2(", text)
+        rewritten.append(text)
+    return rewritten
+
+
+# A claim_v2 whose queue-order helper admits nothing: if claim_v1 shared that helper, it would
+# admit nothing either.
+_BROKEN_HELPER = (
+    "CREATE OR REPLACE FUNCTION workhorse._queue_order_candidates_{version}("
+    "p_queue text, p_limit integer, p_now timestamptz) RETURNS bigint[]"
+    " LANGUAGE sql VOLATILE AS $$ SELECT '{{}}'::bigint[] $$"
+)
+
+
+def _claimed(queue: Queue, function: str, queue_name: str) -> int:
+    """Enqueue one job in `queue_name` and claim with `function`: how many came back."""
+    queue.enqueue("t", {}, EnqueueOptions(queue=queue_name))
+    rows = queue.conn.execute(
+        f"SELECT id FROM workhorse.{function}(%s, 1, 30)", (queue_name,)
+    ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.parametrize("shared_helper", [False, True], ids=["versioned", "broken-unversioned"])
+def test_installing_claim_v2_leaves_claim_v1_untouched(
+    queue: Queue, conn: psycopg.Connection[Any], shared_helper: bool
+) -> None:
+    files = _sql.function_files()
+    family = {n for n in _closure(files, "claim_v1") if n.startswith(("claim", "_"))}
+    family -= {"_admission_lock_id_v1", "_enqueue_gate_id_v1"}  # every version takes these locks
+    before = _definitions(conn, _closure(files, "claim_v1"))
+
+    for text in _as_v2(files, family):
+        conn.execute(text)
+    # claim_v2 changes its own helper. The broken variant is what an unversioned helper means:
+    # the change lands on the one helper both versions call.
+    conn.execute(_BROKEN_HELPER.format(version="v1" if shared_helper else "v2"))
+
+    unchanged = _definitions(conn, _closure(files, "claim_v1")) == before
+    by_v1 = _claimed(queue, "claim_v1", "q1")
+    by_v2 = _claimed(queue, "claim_v2", "q2")
+    if shared_helper:
+        # The check catches a shared, changed helper: v1's statements and behaviour changed.
+        assert (unchanged, by_v1, by_v2) == (False, 0, 1)
+    else:
+        assert unchanged, "installing claim_v2 changed a function claim_v1 calls"
+        assert (by_v1, by_v2) == (1, 0)  # v2 runs its own changed helper; v1 is as it was

@@ -1,0 +1,87 @@
+"""The layout rules a newcomer relies on, checked on the source itself:
+SQL text lives only under workhorse/sql/, and no module reaches into another's private names."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "workhorse"
+SQL_TEXT = re.compile(
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|VACUUM|LISTEN|NOTIFY|WITH|TRUNCATE)\s"
+)
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def sql_literals(source: str) -> list[str]:
+    """String constants (not docstrings) that read as SQL statements."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    return [
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        and id(node) not in docs and SQL_TEXT.match(node.value)
+    ]
+
+
+def private_reaches(source: str) -> list[str]:
+    """`from x import _name`, and `obj._name` on anything but self/cls."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        # `from . import _ops` imports a private module of the package: that is allowed.
+        if isinstance(node, ast.ImportFrom) and node.module not in (None, "__future__"):
+            found += [f"import {a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+              and not node.attr.startswith("__")
+              and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append(f"._{node.attr[1:]} at line {node.lineno}")
+    return found
+
+
+# os._exit is the only way out of a forked child that must not run the parent's cleanup.
+PUBLIC_UNDERSCORED = {"._exit"}
+
+
+def test_sql_text_lives_only_under_workhorse_sql() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE)): found
+        for path in _modules()
+        if (found := sql_literals(path.read_text("utf-8")))
+    }
+    assert offenders == {}
+
+
+def test_no_module_reaches_into_private_names() -> None:
+    offenders = {}
+    for path in _modules():
+        name = str(path.relative_to(PACKAGE))
+        found = [f for f in private_reaches(path.read_text("utf-8"))
+                 if f.split(" at ")[0] not in PUBLIC_UNDERSCORED]
+        if found:
+            offenders[name] = found
+    assert offenders == {}
+
+
+def test_the_layout_checks_can_fail() -> None:
+    bad = (
+        'from .queue import _job_from_row\n'
+        'rows = conn.execute("SELECT 1 FROM workhorse.jobs")\n'
+        'channels._ends = {}\n'
+    )
+    assert sql_literals(bad) == ["SELECT 1 FROM workhorse.jobs"]
+    assert private_reaches(bad) == ["import _job_from_row", "._ends at line 3"]
