@@ -39,10 +39,15 @@ from .types import (
     Job,
     JobStatus,
     PolicyHealth,
+    PolicyOverride,
+    QueueControl,
     QueueHealth,
+    QueueSummary,
+    RateLimit,
     SyncReport,
     WorkerInfo,
     check_name,
+    rate_text,
 )
 
 T = TypeVar("T")
@@ -261,7 +266,22 @@ def cancel_jobs(ids: Iterable[int]) -> Operation[list[int]]:
 
 def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
     rows = yield _sql.statement("list_policies"), (namespace, namespace)
-    return [ConcurrencyPolicy(*row) for row in rows]
+    return [
+        ConcurrencyPolicy(
+            namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
+            created_at=row[4], updated_at=row[5], rate_limit=rate_text(row[6], row[7]),
+            rate_limit_per_key=rate_text(row[8], row[9]),
+        )
+        for row in rows
+    ]
+
+
+def _override(row: Sequence[Any]) -> PolicyOverride:
+    """From (max_active, per_key, rate n, rate period, per-key n, per-key period, set, expires)."""
+    return PolicyOverride(
+        max_active=row[0], max_active_per_key=row[1], rate_limit=rate_text(row[2], row[3]),
+        rate_limit_per_key=rate_text(row[4], row[5]), set_at=row[6], expires_at=row[7],
+    )
 
 
 def sync_policies(
@@ -282,11 +302,17 @@ def sync_policies(
         if definition.queue in seen:
             raise InvalidPolicyError(f"queue {definition.queue!r} is defined twice")
         seen.add(definition.queue)
+    rates = [d.rate for d in definitions]
+    per_key = [d.rate_per_key for d in definitions]
     rows = yield _sql.statement("sync_policies"), (
         namespace,
         [d.queue for d in definitions],
         [d.max_active for d in definitions],
         [d.max_active_per_key for d in definitions],
+        [r.n if r else None for r in rates],
+        [r.period if r else None for r in rates],
+        [r.n if r else None for r in per_key],
+        [r.period if r else None for r in per_key],
         bool(prune),
     )
     report = SyncReport()
@@ -298,11 +324,93 @@ def sync_policies(
 
 def health() -> Operation[QueueHealth]:
     rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
-    policies = [PolicyHealth(*row) for row in rows]
+    policies = [
+        PolicyHealth(
+            namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
+            active=row[4], available=row[5], blocked_ready=row[6], saturated_keys=row[7],
+            capped=row[8], rate_limit=rate_text(row[9], row[10]),
+            rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
+            paused=row[14], override=_override((*row[16:22], None, row[22])) if row[15] else None,
+        )
+        for row in rows
+    ]
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
     return QueueHealth(policies=policies, depth=depth)
+
+
+# ---- operator controls ------------------------------------------------------------------------
+
+
+def _control(rows: Rows, queue: str) -> QueueControl:
+    if not rows:
+        return QueueControl(queue)
+    row = rows[0]
+    overridden = row[9] is not None
+    return QueueControl(
+        queue=row[0], paused=row[1], paused_at=row[2],
+        override=_override(row[3:11]) if overridden else None,
+    )
+
+
+def set_queue_control(
+    queue: str,
+    action: str,
+    *,
+    max_active: int | None = None,
+    max_active_per_key: int | None = None,
+    rate_limit: str | None = None,
+    rate_limit_per_key: str | None = None,
+    expires_in: float | None = None,
+) -> Operation[QueueControl]:
+    """Pause, resume, override or clear a queue's override (see set_queue_control_v1.sql)."""
+    check_name("queue", queue)
+    for what, value in (("max_active", max_active), ("max_active_per_key", max_active_per_key)):
+        if value is not None and (type(value) is not int or not 1 <= value <= 1_000_000):
+            raise InvalidPolicyError(f"{what} must be an int in [1, 1000000], got {value!r}")
+    rate = RateLimit.optional(rate_limit, "rate_limit")
+    rate_key = RateLimit.optional(rate_limit_per_key, "rate_limit_per_key")
+    if action == "override" and max_active is None and max_active_per_key is None and (
+        rate is None and rate_key is None
+    ):
+        raise InvalidPolicyError(
+            "an override needs at least one of max_active, max_active_per_key, rate_limit, "
+            "rate_limit_per_key"
+        )
+    if expires_in is not None and (
+        isinstance(expires_in, bool) or not isinstance(expires_in, int | float)
+        or not 0 < expires_in <= MAX_DELAY_SECONDS
+    ):
+        raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
+    rows = yield _sql.statement("set_queue_control"), (
+        queue, action, max_active, max_active_per_key,
+        rate.n if rate else None, rate.period if rate else None,
+        rate_key.n if rate_key else None, rate_key.period if rate_key else None,
+        float(expires_in) if expires_in is not None else None,
+    )
+    return _control(rows, queue)
+
+
+def list_queues() -> Operation[list[QueueSummary]]:
+    rows = yield _sql.statement("list_queues"), ()
+    summaries = []
+    for row in rows:
+        depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}
+        depth.update({status: int(n) for status, n in (row[1] or {}).items()})
+        summaries.append(QueueSummary(
+            queue=row[0], depth=depth, namespace=row[2], max_active=row[3],
+            max_active_per_key=row[4], rate_limit=rate_text(row[5], row[6]),
+            rate_limit_per_key=rate_text(row[7], row[8]), paused=row[9],
+            override=_override(row[11:19]) if row[10] else None,
+        ))
+    return summaries
+
+
+def housekeeping() -> Operation[tuple[int, int]]:
+    """Clear expired overrides and prune old start buckets: (overrides cleared, rows pruned)."""
+    rows = yield _sql.statement("housekeeping"), ()
+    return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
 
 # ---- the worker's calls: claim, outcomes, leases ------------------------------------------------
@@ -318,19 +426,33 @@ def lease_seconds(lease: object) -> float:
     return float(lease)
 
 
-def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
+def claim_batch(
+    queue: str, limit: int, lease: float
+) -> Operation[tuple[list[ClaimedJob], float | None]]:
+    """Up to `limit` jobs from `queue`, and, when a rate limit cut the claim short, the seconds
+    until its next start is allowed (else None)."""
     check_name("queue", queue)
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
     rows = yield _sql.statement("claim"), (queue, limit, lease_seconds(lease))
-    return [
-        ClaimedJob(
+    jobs = []
+    next_start = None
+    for row in rows:
+        if row[0] is None:  # no job: the rate limit's next allowed start
+            next_start = float(row[14])
+            continue
+        jobs.append(ClaimedJob(
             id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None, priority=row[4],
             payload=row[5], attempts=row[6], max_attempts=row[7], fence=row[8],
             lease_until=row[9], enqueued_at=row[10], run_at=row[11], meta=row[12] or {},
-        )
-        for row in rows
-    ]
+            started_at=row[13],
+        ))
+    return jobs, next_start
+
+
+def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
+    jobs, _ = yield from claim_batch(queue, limit, lease)
+    return jobs
 
 
 def complete_encoded(outcomes: Sequence[tuple[int, int, str]]) -> Operation[set[tuple[int, int]]]:

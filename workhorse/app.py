@@ -101,10 +101,21 @@ class App(Enqueuer):
     # ---- declarations ----------------------------------------------------------------------
 
     def queue(
-        self, name: str, max_active: int | None = None, max_active_per_key: int | None = None
+        self,
+        name: str,
+        max_active: int | None = None,
+        max_active_per_key: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_per_key: str | None = None,
     ) -> QueueSpec:
-        """Declare a queue that several tasks share, with one combined limit."""
-        return self._declare_queue(QueueSpec(name, max_active, max_active_per_key))
+        """Declare a queue that several tasks share, with one combined set of limits.
+
+        >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
+        '500/m'
+        """
+        return self._declare_queue(
+            QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key)
+        )
 
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
         check_name("queue", spec.name, InvalidPolicyError)
@@ -113,15 +124,15 @@ class App(Enqueuer):
         if existing is None or not existing.governed:
             self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
             return self.queues[spec.name]
-        if spec.governed and (existing.max_active, existing.max_active_per_key) != (
-            spec.max_active,
-            spec.max_active_per_key,
-        ):
+        if spec.governed and existing.limits != spec.limits:
+            names = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key")
+
+            def described(limits: tuple[Any, ...]) -> str:
+                return ", ".join(f"{n}={v}" for n, v in zip(names, limits, strict=True))
+
             raise InvalidPolicyError(
                 f"queue {spec.name!r} is declared twice with different limits: "
-                f"max_active={existing.max_active}, max_active_per_key="
-                f"{existing.max_active_per_key} vs max_active={spec.max_active}, "
-                f"max_active_per_key={spec.max_active_per_key}"
+                f"{described(existing.limits)} vs {described(spec.limits)}"
             )
         return existing
 
@@ -142,6 +153,8 @@ class App(Enqueuer):
         queue: str | QueueSpec | None = None,
         max_active: int | None = None,
         max_active_per_key: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_per_key: str | None = None,
         concurrency_key: KeySpec = None,
         priority: int = 0,
         max_attempts: int = 3,
@@ -159,6 +172,8 @@ class App(Enqueuer):
         queue: str | QueueSpec | None = None,
         max_active: int | None = None,
         max_active_per_key: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_per_key: str | None = None,
         concurrency_key: KeySpec = None,
         priority: int = 0,
         max_attempts: int = 3,
@@ -175,7 +190,8 @@ class App(Enqueuer):
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             return self._register(
                 function, name=name, queue=queue, max_active=max_active,
-                max_active_per_key=max_active_per_key, concurrency_key=concurrency_key,
+                max_active_per_key=max_active_per_key, rate_limit=rate_limit,
+                rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
                 on_failure=on_failure, lease=lease,
             )
@@ -190,6 +206,8 @@ class App(Enqueuer):
         queue: str | QueueSpec | None,
         max_active: int | None,
         max_active_per_key: int | None,
+        rate_limit: str | None,
+        rate_limit_per_key: str | None,
         concurrency_key: KeySpec,
         priority: int,
         max_attempts: int,
@@ -224,19 +242,20 @@ class App(Enqueuer):
             if lease_seconds <= 0:
                 raise InvalidOptionsError(f"lease must be positive, got {lease!r}")
 
+        limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
         if isinstance(queue, QueueSpec):
-            if max_active is not None or max_active_per_key is not None:
-                spec = self._declare_queue(QueueSpec(queue.name, max_active, max_active_per_key))
+            if any(value is not None for value in limits):
+                spec = self._declare_queue(QueueSpec(queue.name, *limits))
             else:
                 spec = self._declare_queue(queue)
         elif queue is not None:
-            spec = self._declare_queue(QueueSpec(queue, max_active, max_active_per_key))
+            spec = self._declare_queue(QueueSpec(queue, *limits))
         else:
             default_limit = _default_limit() if max_active is None else None
-            spec = self._declare_queue(
-                QueueSpec(task_name, max_active if max_active is not None else default_limit,
-                          max_active_per_key)
-            )
+            spec = self._declare_queue(QueueSpec(
+                task_name, max_active if max_active is not None else default_limit,
+                max_active_per_key, rate_limit, rate_limit_per_key,
+            ))
 
         task: Task[Any, Any] = Task(
             self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,

@@ -26,7 +26,9 @@ from .types import (
     EnqueueOptions,
     Job,
     JobStatus,
+    QueueControl,
     QueueHealth,
+    QueueSummary,
     SyncReport,
     WorkerInfo,
 )
@@ -127,6 +129,43 @@ class Queue:
     def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
         """Cancel jobs that have not finished; returns the ids that were canceled."""
         return self._run(_ops.cancel_jobs(ids))
+
+    def pause(self, queue: str) -> QueueControl:
+        """A paused queue admits nothing (governed or not); running jobs finish. Claims in
+        flight finish first; none admits after the pause commits. A sync never removes it."""
+        return self._run(_ops.set_queue_control(queue, "pause"), transaction=True)
+
+    def resume(self, queue: str) -> QueueControl:
+        """Undo a pause; workers are woken at once."""
+        return self._run(_ops.set_queue_control(queue, "resume"), transaction=True)
+
+    def override_policy(
+        self,
+        queue: str,
+        *,
+        max_active: int | None = None,
+        max_active_per_key: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_per_key: str | None = None,
+        expires_in: float | None = None,
+    ) -> QueueControl:
+        """Replace the named fields of `queue`'s policy (any queue, governed or not) until
+        `clear_override` or until `expires_in` seconds pass. A sync never removes it.
+
+        >>> q.override_policy("openai-api", max_active=2, expires_in=3600)   # doctest: +SKIP
+        """
+        operation = _ops.set_queue_control(
+            queue, "override", max_active=max_active, max_active_per_key=max_active_per_key,
+            rate_limit=rate_limit, rate_limit_per_key=rate_limit_per_key, expires_in=expires_in,
+        )
+        return self._run(operation, transaction=True)
+
+    def clear_override(self, queue: str) -> QueueControl:
+        return self._run(_ops.set_queue_control(queue, "clear_override"), transaction=True)
+
+    def list_queues(self) -> list[QueueSummary]:
+        """Every queue with live jobs, a policy or a control: depth, limits, paused, override."""
+        return self._run(_ops.list_queues())
 
     def list_workers(self) -> list[WorkerInfo]:
         return self._run(_ops.list_workers())
@@ -232,6 +271,34 @@ class AsyncQueue:
 
     async def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
         return await self._run(_ops.cancel_jobs(ids))
+
+    async def pause(self, queue: str) -> QueueControl:
+        return await self._run(_ops.set_queue_control(queue, "pause"), transaction=True)
+
+    async def resume(self, queue: str) -> QueueControl:
+        return await self._run(_ops.set_queue_control(queue, "resume"), transaction=True)
+
+    async def override_policy(
+        self,
+        queue: str,
+        *,
+        max_active: int | None = None,
+        max_active_per_key: int | None = None,
+        rate_limit: str | None = None,
+        rate_limit_per_key: str | None = None,
+        expires_in: float | None = None,
+    ) -> QueueControl:
+        operation = _ops.set_queue_control(
+            queue, "override", max_active=max_active, max_active_per_key=max_active_per_key,
+            rate_limit=rate_limit, rate_limit_per_key=rate_limit_per_key, expires_in=expires_in,
+        )
+        return await self._run(operation, transaction=True)
+
+    async def clear_override(self, queue: str) -> QueueControl:
+        return await self._run(_ops.set_queue_control(queue, "clear_override"), transaction=True)
+
+    async def list_queues(self) -> list[QueueSummary]:
+        return await self._run(_ops.list_queues())
 
     async def list_workers(self) -> list[WorkerInfo]:
         return await self._run(_ops.list_workers())

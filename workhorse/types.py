@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._durations import parse_duration
 from .errors import InvalidOptionsError, InvalidPolicyError, WorkhorseError
 
 NAME_MAX = 255
@@ -99,6 +101,70 @@ def delay_seconds(delay: object) -> float:
     return float(delay)
 
 
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+?)\s*$")
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+RATE_PERIOD_MAX = 366 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most `n` starts in any window of `period` seconds.
+
+    >>> RateLimit.parse("100/m"), str(RateLimit.parse("5/10s"))
+    (RateLimit(n=100, period=60.0), '5/10s')
+    """
+
+    n: int
+    period: float
+
+    @classmethod
+    def parse(cls, spec: object, what: str = "rate_limit") -> RateLimit:
+        """`N/s`, `N/m`, `N/h`, `N/d`, or `N/<duration>` such as `5/10s`; InvalidPolicyError."""
+        if isinstance(spec, RateLimit):
+            return spec
+        match = _RATE.match(spec) if isinstance(spec, str) else None
+        if match is None:
+            raise InvalidPolicyError(
+                f"{what} must look like N/s, N/m, N/h, N/d or N/<duration> (e.g. 100/m, 5/10s), "
+                f"got {spec!r}"
+            )
+        count, unit = int(match.group(1)), match.group(2)
+        if unit in _RATE_UNITS:
+            period = _RATE_UNITS[unit]
+        else:
+            try:
+                period = parse_duration(unit)
+            except ValueError:
+                raise InvalidPolicyError(f"{what}: {unit!r} is not a period, in {spec!r}") from None
+        if not 1 <= count <= LIMIT_MAX:
+            raise InvalidPolicyError(f"{what}: N must be in [1, {LIMIT_MAX}], got {spec!r}")
+        if not 0 < period <= RATE_PERIOD_MAX:
+            raise InvalidPolicyError(
+                f"{what}: the period must be more than 0 and at most 366 days, got {spec!r}"
+            )
+        return cls(count, period)
+
+    @classmethod
+    def optional(cls, spec: object, what: str) -> RateLimit | None:
+        return None if spec is None else cls.parse(spec, what)
+
+    @classmethod
+    def from_row(cls, n: int | None, period: float | None) -> RateLimit | None:
+        return None if n is None or period is None else cls(int(n), float(period))
+
+    def __str__(self) -> str:
+        for unit, seconds in _RATE_UNITS.items():
+            if self.period == seconds:
+                return f"{self.n}/{unit}"
+        return f"{self.n}/{self.period:g}s"
+
+
+def rate_text(n: int | None, period: float | None) -> str | None:
+    """The stored (N, period) pair as users write it: "100/m", "5/10s"; None for none."""
+    limit = RateLimit.from_row(n, period)
+    return None if limit is None else str(limit)
+
+
 def _check_limit(what: str, value: object, *, optional: bool) -> None:
     if value is None and optional:
         return
@@ -108,25 +174,37 @@ def _check_limit(what: str, value: object, *, optional: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ConcurrencyPolicyDefinition:
-    """A queue's limits as declared: queue-wide `max_active`, optional `max_active_per_key`.
+    """A queue's limits as declared: queue-wide `max_active`, optional `max_active_per_key`,
+    and rate limits (`"N/P"`: at most N starts in any window of P) queue-wide and per key.
 
-    `max_active=None` with a per-key limit means "limit per key, no queue-wide limit".
+    `max_active=None` with a per-key limit means "limit per key, no queue-wide limit"; a policy
+    may have rate limits and no concurrency limit.
 
     >>> ConcurrencyPolicyDefinition(queue="mail", max_active=20, max_active_per_key=3).max_active
     20
+    >>> ConcurrencyPolicyDefinition("api", rate_limit="500/m").rate.n
+    500
     """
 
     queue: str
-    max_active: int | None
+    max_active: int | None = None
     max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue, InvalidPolicyError)
         _check_limit("max_active", self.max_active, optional=True)
         _check_limit("max_active_per_key", self.max_active_per_key, optional=True)
-        if self.max_active is None and self.max_active_per_key is None:
+        # Normalised spellings ("100/m"), so that two equal limits compare equal.
+        for name in ("rate_limit", "rate_limit_per_key"):
+            limit = RateLimit.optional(getattr(self, name), name)
+            object.__setattr__(self, name, None if limit is None else str(limit))
+        if (self.max_active is None and self.max_active_per_key is None
+                and self.rate_limit is None and self.rate_limit_per_key is None):
             raise InvalidPolicyError(
-                f"queue {self.queue!r}: a policy needs max_active, max_active_per_key, or both"
+                f"queue {self.queue!r}: a policy needs max_active, max_active_per_key, "
+                "rate_limit or rate_limit_per_key"
             )
         if (
             self.max_active is not None
@@ -138,27 +216,47 @@ class ConcurrencyPolicyDefinition:
                 f"must be <= max_active ({self.max_active})"
             )
 
+    @property
+    def rate(self) -> RateLimit | None:
+        return RateLimit.optional(self.rate_limit, "rate_limit")
+
+    @property
+    def rate_per_key(self) -> RateLimit | None:
+        return RateLimit.optional(self.rate_limit_per_key, "rate_limit_per_key")
+
 
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
     """A named queue and its limits, shared by every task that names it.
 
-    >>> QueueSpec("openai-api", max_active=5).definition()
-    ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, max_active_per_key=None)
+    >>> QueueSpec("openai-api", max_active=5).definition().max_active
+    5
     """
 
     name: str
     max_active: int | None = None
     max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rate_limit", "rate_limit_per_key"):  # "100/m" however it was spelled
+            limit = RateLimit.optional(getattr(self, name), name)
+            object.__setattr__(self, name, None if limit is None else str(limit))
 
     @property
     def governed(self) -> bool:
-        return self.max_active is not None or self.max_active_per_key is not None
+        return any(value is not None for value in self.limits)
+
+    @property
+    def limits(self) -> tuple[int | None, int | None, str | None, str | None]:
+        return (self.max_active, self.max_active_per_key, self.rate_limit,
+                self.rate_limit_per_key)
 
     def definition(self) -> ConcurrencyPolicyDefinition | None:
         if not self.governed:
             return None
-        return ConcurrencyPolicyDefinition(self.name, self.max_active, self.max_active_per_key)
+        return ConcurrencyPolicyDefinition(self.name, *self.limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +269,8 @@ class ConcurrencyPolicy:
     max_active_per_key: int | None
     created_at: datetime
     updated_at: datetime
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +299,35 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyOverride:
+    """An operator's override of a queue's policy: the fields it replaces (None: not replaced),
+    since when, and until when (None: until cleared)."""
+
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    set_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueControl:
+    """A queue's operator controls after a pause, resume, override or clear."""
+
+    queue: str
+    paused: bool = False
+    paused_at: datetime | None = None
+    override: PolicyOverride | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyHealth:
-    namespace: str
+    """One governed, paused or overridden queue: the limits in force (an override's where it
+    has one), what is active, and what the limits hold back. `namespace` is None for a queue
+    that only an operator control governs."""
+
+    namespace: str | None
     queue: str
     max_active: int | None
     max_active_per_key: int | None
@@ -209,6 +336,11 @@ class PolicyHealth:
     blocked_ready: int
     saturated_keys: int
     capped: bool
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    rate_limited_keys: int = 0
+    paused: bool = False
+    override: PolicyOverride | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +366,22 @@ class ClaimedJob:
     enqueued_at: datetime
     run_at: datetime
     meta: dict[str, Any]
+    started_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """One row of `workhorse queues`: any queue with jobs, a policy or a control."""
+
+    queue: str
+    depth: dict[str, int]
+    namespace: str | None = None
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    paused: bool = False
+    override: PolicyOverride | None = None
 
 
 @dataclass(frozen=True, slots=True)

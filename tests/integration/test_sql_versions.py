@@ -62,19 +62,23 @@ def _definitions(conn: psycopg.Connection[Any], names: set[str]) -> dict[str, st
     return dict(rows)
 
 
-def _as_v2(files: dict[str, str], names: set[str]) -> list[str]:
-    """The functions `names` rewritten as version 2: each name, and each call among them, _v2.
-    Helpers outside `names` (the shared lock ids) keep being called at v1."""
+NEXT = "v99"  # a hypothetical next version, beside every real one
+
+
+def _as_next(files: dict[str, str], names: set[str]) -> list[str]:
+    """The functions `names` rewritten as the next version: each name, and each call among them,
+    ends in _v99. Helpers outside `names` (the shared lock ids) keep being called as they are."""
     rewritten = []
     for name in sorted(names):
         text = files[name]
         for other in names:
-            text = re.sub(rf"workhorse\.{other}\(", f"workhorse.{other[:-3]}_v2(", text)
+            base = VERSIONED.sub("", other)
+            text = re.sub(rf"workhorse\.{other}\(", f"workhorse.{base}_{NEXT}(", text)
         rewritten.append(text)
     return rewritten
 
 
-# A claim_v2 whose queue-order helper admits nothing: if claim_v1 shared that helper, it would
+# A next claim whose queue-order helper admits nothing: if claim_v1 shared that helper, it would
 # admit nothing either.
 _BROKEN_HELPER = (
     "CREATE OR REPLACE FUNCTION workhorse._queue_order_candidates_{version}("
@@ -93,26 +97,28 @@ def _claimed(queue: Queue, function: str, queue_name: str) -> int:
 
 
 @pytest.mark.parametrize("shared_helper", [False, True], ids=["versioned", "broken-unversioned"])
-def test_installing_claim_v2_leaves_claim_v1_untouched(
+def test_installing_a_new_claim_leaves_claim_v1_untouched(
     queue: Queue, conn: psycopg.Connection[Any], shared_helper: bool
 ) -> None:
+    """A hypothetical claim_v99, made from claim_v1 with its own copies of every helper, installed
+    beside claim_v1 (and claim_v2): claim_v1's statements and behaviour stay as they were."""
     files = _sql.function_files()
     family = {n for n in _closure(files, "claim_v1") if n.startswith(("claim", "_"))}
     family -= {"_admission_lock_id_v1", "_enqueue_gate_id_v1"}  # every version takes these locks
     before = _definitions(conn, _closure(files, "claim_v1"))
 
-    for text in _as_v2(files, family):
+    for text in _as_next(files, family):
         conn.execute(text)
-    # claim_v2 changes its own helper. The broken variant is what an unversioned helper means:
-    # the change lands on the one helper both versions call.
-    conn.execute(_BROKEN_HELPER.format(version="v1" if shared_helper else "v2"))
+    # The new claim changes its own helper. The broken variant is what an unversioned helper
+    # means: the change lands on the one helper both versions call.
+    conn.execute(_BROKEN_HELPER.format(version="v1" if shared_helper else NEXT))
 
     unchanged = _definitions(conn, _closure(files, "claim_v1")) == before
     by_v1 = _claimed(queue, "claim_v1", "q1")
-    by_v2 = _claimed(queue, "claim_v2", "q2")
+    by_next = _claimed(queue, f"claim_{NEXT}", "q2")
     if shared_helper:
         # The check catches a shared, changed helper: v1's statements and behaviour changed.
-        assert (unchanged, by_v1, by_v2) == (False, 0, 1)
+        assert (unchanged, by_v1, by_next) == (False, 0, 1)
     else:
-        assert unchanged, "installing claim_v2 changed a function claim_v1 calls"
-        assert (by_v1, by_v2) == (1, 0)  # v2 runs its own changed helper; v1 is as it was
+        assert unchanged, "installing a new claim changed a function claim_v1 calls"
+        assert (by_v1, by_next) == (1, 0)  # the new one runs its own helper; v1 is as it was

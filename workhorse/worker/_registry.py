@@ -68,6 +68,8 @@ class Registry:
             if not _ops.execute(conn, _ops.try_lock_housekeeping()):
                 return
             try:
+                # Expired overrides cleared, old rate-limit start buckets pruned, then VACUUM.
+                _ops.execute(conn, _ops.housekeeping())
                 _ops.execute(conn, _ops.vacuum_admission_tables())
             finally:
                 _ops.execute(conn, _ops.unlock_housekeeping())

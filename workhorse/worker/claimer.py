@@ -6,7 +6,8 @@ call per queue (it takes that one queue's admission lock), on an autocommit conn
 
 A queue whose claim came back short is "dry" until a hint names it again or its poll interval
 passes: `--dequeue-timeout` for an empty queue, a short poll for a governed (maybe saturated)
-one, or sooner when this slot scheduled a retry there itself.
+one, or sooner when this slot scheduled a retry there itself, or when the claim said that a rate
+limit allows the next start (then the slot sleeps until exactly that moment, not polling).
 
 Hints for a governed queue usually mean "capacity was freed", and the supervisor sends each to
 one slot only (see wakeups.py): the claimer that got one passes it on (`pass_on`) when its claim
@@ -153,8 +154,13 @@ class Claimer:
                     break
                 hints = state.hints
                 relayed, state.relayed = state.relayed, False
-                claimed = await _ops.execute_async(conn, _ops.claim(state.name, need, self.lease))
-                if len(claimed) < need and state.hints == hints:
+                claimed, next_start = await _ops.execute_async(
+                    conn, _ops.claim_batch(state.name, need, self.lease))
+                if next_start is not None:
+                    # A rate limit cut the claim short: sleep until its next allowed start.
+                    state.dry_since = time.monotonic()
+                    self.retry_due(state.name, next_start)
+                elif len(claimed) < need and state.hints == hints:
                     state.dry_since = time.monotonic()
                 elif relayed and self.pass_on is not None:
                     # We were the one slot told; the queue may have room for more.

@@ -1,4 +1,4 @@
--- "These keys may have a new head." Only per-key-governed queues keep heads.
+-- "These keys may have a new head." Only queues with a per-key limit keep heads (_keyed_v1).
 CREATE FUNCTION workhorse._hint_keys_v1(p_queue text, p_keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -9,7 +9,6 @@ BEGIN
     INSERT INTO workhorse.key_hints (queue, ckey)
     SELECT p_queue, k
     FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
-    WHERE EXISTS (SELECT 1 FROM workhorse.policies p
-                  WHERE p.queue = p_queue AND p.max_active_per_key IS NOT NULL);
+    WHERE workhorse._keyed_v1(p_queue);
 END
 $$;

@@ -43,6 +43,11 @@ BEGIN
         -- A policy was installed while we waited in shared mode; our caller retries on the hint.
         RETURN;
     END IF;
+    IF workhorse._unknown_to_v1_v1(p_queue) THEN
+        -- Rate-limited, paused or overridden: limits this version cannot enforce (invariant 5).
+        RAISE WARNING 'workhorse: claim_v1 admits nothing from queue % (it uses a rate limit, a pause or an override); upgrade this worker', p_queue;
+        RETURN;
+    END IF;
 
     v_now := clock_timestamp();
     PERFORM workhorse._prepare_queue_v1(p_queue, v_now);

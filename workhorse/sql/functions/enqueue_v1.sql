@@ -45,7 +45,8 @@ BEGIN
         INSERT INTO workhorse.key_hints (queue, ckey)
         SELECT DISTINCT i.queue, i.ckey
         FROM inserted i
-        JOIN workhorse.policies p ON p.queue = i.queue AND p.max_active_per_key IS NOT NULL
+        JOIN (SELECT DISTINCT q FROM unnest(p_queues) AS q) AS keyed
+          ON keyed.q = i.queue AND workhorse._keyed_v1(keyed.q)
         WHERE i.ckey <> '' AND i.status = 'ready'
     )
     SELECT id FROM inserted ORDER BY id;

@@ -1,10 +1,15 @@
 -- Desired-state sync of one namespace's policies. Returns one row per queue touched, with what
--- happened to it: created, updated, unchanged or pruned.
+-- happened to it: created, updated, unchanged or pruned. Rate limits come as (N, period seconds)
+-- pairs, NULL for none. Pauses and overrides live in queue_controls and are never touched here.
 CREATE FUNCTION workhorse.sync_concurrency_policies_v1(
     p_namespace text,
     p_queues text[],
     p_max_active integer[],
     p_max_active_per_key integer[],
+    p_rate_limits integer[],
+    p_rate_periods double precision[],
+    p_rate_limits_per_key integer[],
+    p_rate_periods_per_key double precision[],
     p_prune boolean
 ) RETURNS TABLE (sync_action text, sync_queue text)
 LANGUAGE plpgsql VOLATILE
@@ -15,7 +20,12 @@ DECLARE
     v_old workhorse.policies;
     v_max integer;
     v_per_key integer;
-    v_was_per_key boolean;
+    v_rate integer;
+    v_period double precision;
+    v_rate_key integer;
+    v_period_key double precision;
+    v_was_keyed boolean;
+    v_keyed boolean;
 BEGIN
     -- Every queue this call may touch, locked in one sorted order (concurrent syncs and claims
     -- cannot deadlock), before anything is read: two syncs racing for a new queue serialize here,
@@ -39,31 +49,44 @@ BEGIN
             USING ERRCODE = 'WH001';
     END IF;
 
-    FOR v_queue, v_max, v_per_key IN
-        SELECT * FROM unnest(p_queues, p_max_active, p_max_active_per_key) ORDER BY 1
+    FOR v_queue, v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key IN
+        SELECT * FROM unnest(p_queues, p_max_active, p_max_active_per_key, p_rate_limits,
+                             p_rate_periods, p_rate_limits_per_key, p_rate_periods_per_key)
+        ORDER BY 1
     LOOP
         SELECT * INTO v_old FROM workhorse.policies p WHERE p.queue = v_queue;
-        v_was_per_key := FOUND AND v_old.max_active_per_key IS NOT NULL;
-        IF v_per_key IS NOT NULL AND NOT v_was_per_key THEN
-            -- Wait out enqueues that read "no per-key policy", then build the heads they missed.
+        v_was_keyed := workhorse._keyed_v1(v_queue);
+        v_keyed := v_per_key IS NOT NULL OR v_rate_key IS NOT NULL
+                   OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = v_queue
+                              AND (c.max_active_per_key IS NOT NULL
+                                   OR c.rate_limit_per_key IS NOT NULL));
+        IF v_keyed AND NOT v_was_keyed THEN
+            -- Wait out enqueues that read "no per-key limit", then build the heads they missed.
             PERFORM pg_advisory_xact_lock(workhorse._enqueue_gate_id_v1(v_queue));
         END IF;
         IF v_old.queue IS NULL THEN
-            INSERT INTO workhorse.policies (queue, namespace, max_active, max_active_per_key)
-            VALUES (v_queue, p_namespace, v_max, v_per_key);
+            INSERT INTO workhorse.policies (queue, namespace, max_active, max_active_per_key,
+                                            rate_limit, rate_period, rate_limit_per_key,
+                                            rate_period_per_key)
+            VALUES (v_queue, p_namespace, v_max, v_per_key, v_rate, v_period, v_rate_key,
+                    v_period_key);
             sync_action := 'created';
-        ELSIF v_old.max_active IS NOT DISTINCT FROM v_max
-              AND v_old.max_active_per_key IS NOT DISTINCT FROM v_per_key THEN
+        ELSIF (v_old.max_active, v_old.max_active_per_key, v_old.rate_limit, v_old.rate_period,
+               v_old.rate_limit_per_key, v_old.rate_period_per_key)
+              IS NOT DISTINCT FROM (v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key)
+        THEN
             sync_action := 'unchanged';
         ELSE
             UPDATE workhorse.policies p
-            SET max_active = v_max, max_active_per_key = v_per_key, updated_at = now()
+            SET max_active = v_max, max_active_per_key = v_per_key, rate_limit = v_rate,
+                rate_period = v_period, rate_limit_per_key = v_rate_key,
+                rate_period_per_key = v_period_key, updated_at = now()
             WHERE p.queue = v_queue;
             sync_action := 'updated';
         END IF;
-        IF v_per_key IS NOT NULL AND NOT v_was_per_key THEN
+        IF v_keyed AND NOT v_was_keyed THEN
             PERFORM workhorse._rebuild_heads_v1(v_queue);
-        ELSIF v_per_key IS NULL AND v_was_per_key THEN
+        ELSIF v_was_keyed AND NOT v_keyed THEN
             PERFORM workhorse._drop_heads_v1(v_queue);
         END IF;
         IF sync_action <> 'unchanged' THEN
@@ -79,7 +102,9 @@ BEGIN
             WHERE p.namespace = p_namespace AND NOT (p.queue = ANY(p_queues))
             RETURNING p.queue
         LOOP
-            PERFORM workhorse._drop_heads_v1(v_queue);
+            IF NOT workhorse._keyed_v1(v_queue) THEN
+                PERFORM workhorse._drop_heads_v1(v_queue);
+            END IF;
             PERFORM workhorse._wake_v1(v_queue);
             sync_action := 'pruned';
             sync_queue := v_queue;

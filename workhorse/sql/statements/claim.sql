@@ -1,4 +1,4 @@
+-- A row with a NULL id is no job: it says in next_start_in when a rate limit allows the next start.
 SELECT id, task, queue, ckey, priority, payload, attempts, max_attempts, fence, lease_until,
-       enqueued_at, run_at, meta
-FROM workhorse.claim_v1(%s::text, %s::integer, %s::double precision)
-ORDER BY rank, id
+       enqueued_at, run_at, meta, started_at, next_start_in
+FROM workhorse.claim_v2(%s::text, %s::integer, %s::double precision)

@@ -1,2 +1,4 @@
 SELECT sync_action, sync_queue
-FROM workhorse.sync_concurrency_policies_v1(%s::text, %s::text[], %s::integer[], %s::integer[], %s::boolean)
+FROM workhorse.sync_concurrency_policies_v1(
+    %s::text, %s::text[], %s::integer[], %s::integer[], %s::integer[], %s::double precision[],
+    %s::integer[], %s::double precision[], %s::boolean)

@@ -1,3 +1,3 @@
--- Every claim of a per-key queue deletes hints and moves heads; their dead rows would otherwise
--- slow claims until autovacuum comes round.
-VACUUM workhorse.key_hints, workhorse.key_heads
+-- Every claim of a per-key or rate-limited queue deletes hints, moves heads and counts starts;
+-- their dead rows would otherwise slow claims until autovacuum comes round.
+VACUUM workhorse.key_hints, workhorse.key_heads, workhorse.rate_starts

@@ -1,0 +1,30 @@
+-- Every queue with live jobs, a policy or a control: live depth by status (each status counted
+-- through its partial index; finished history is not counted per queue), and the limits in force.
+WITH depth AS (
+    SELECT j.queue, j.status, count(*)::bigint AS n
+    FROM workhorse.jobs j
+    WHERE j.status IN ('scheduled', 'ready', 'active')
+    GROUP BY j.queue, j.status
+    UNION ALL
+    SELECT j.queue, j.status, count(*)::bigint
+    FROM workhorse.jobs j
+    WHERE j.status IN ('held', 'failed', 'canceled')
+    GROUP BY j.queue, j.status
+), queues AS (
+    SELECT d.queue FROM depth d
+    UNION SELECT p.queue FROM workhorse.policies p
+    UNION SELECT c.queue FROM workhorse.queue_controls c
+)
+SELECT q.queue,
+       COALESCE((SELECT jsonb_object_agg(d.status, d.n) FROM depth d WHERE d.queue = q.queue),
+                '{}'::jsonb) AS depth,
+       p.namespace, l.max_active, l.max_active_per_key, l.rate_limit, l.rate_period,
+       l.rate_limit_per_key, l.rate_period_per_key, l.paused,
+       c.override_set_at IS NOT NULL AS overridden,
+       c.max_active, c.max_active_per_key, c.rate_limit, c.rate_period,
+       c.rate_limit_per_key, c.rate_period_per_key, c.override_set_at, c.override_expires_at
+FROM queues q
+LEFT JOIN workhorse.policies p ON p.queue = q.queue
+LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+CROSS JOIN LATERAL workhorse._limits_v2(q.queue, clock_timestamp()) AS l
+ORDER BY q.queue
