@@ -23,13 +23,15 @@ def count(conn: psycopg.Connection[Any], where: str = "true", *params: Any) -> i
     return int(row[0])
 
 
-def spawn(mode: str, database_url: str, **options: Any) -> subprocess.Popen[str]:
-    """Launch `_claimer.py MODE` as its own OS process; `start` releases it, `collect` reads the
-    JSON report it prints at the end."""
+def spawn(
+    mode: str, database_url: str, *, script: Path = CLAIMER, **options: Any
+) -> subprocess.Popen[str]:
+    """Launch `script MODE` (by default `_claimer.py`) as its own OS process; `start` releases
+    it, `collect` reads the JSON report it prints at the end."""
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{path}" if path else str(REPO)}
     return subprocess.Popen(
-        [sys.executable, str(CLAIMER), mode, database_url, json.dumps(options)],
+        [sys.executable, str(script), mode, database_url, json.dumps(options)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
