@@ -86,12 +86,36 @@ def encode_json(value: Any, what: str = "payload") -> str:
     return text
 
 
+# A failure's message and traceback are cut to these many characters (the end of a traceback,
+# where the error is, is kept), so that the stored document stays far below the 1 MiB limit.
+ERROR_MESSAGE_LIMIT = 16 * 1024
+ERROR_TRACEBACK_LIMIT = 64 * 1024
+
+
+def _clipped(text: str, limit: int, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    if keep_end:
+        return f"[{cut} characters cut]...{text[-limit:]}"
+    return f"{text[:limit]}...[{cut} characters cut]"
+
+
 def error_document(exc: BaseException) -> dict[str, Any]:
-    """The stored shape of a failure: type, message and traceback."""
+    """The stored shape of a failure: type, message and traceback, bounded in size. An exception
+    whose own `__str__` fails still gives a document."""
+    try:
+        message = str(exc)
+    except Exception as broken:
+        message = f"<unprintable {type(exc).__name__}: its __str__ raised {broken!r}>"
+    try:
+        trace = "".join(traceback_module.format_exception(exc))
+    except Exception:
+        trace = "".join(traceback_module.format_tb(exc.__traceback__)) + type(exc).__name__
     return {
         "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback_module.format_exception(exc)),
+        "message": _clipped(message, ERROR_MESSAGE_LIMIT),
+        "traceback": _clipped(trace, ERROR_TRACEBACK_LIMIT, keep_end=True),
     }
 
 

@@ -23,9 +23,9 @@ from rich.text import Text
 
 from . import _ops, database, telemetry
 from ._durations import parse_duration
-from .errors import WorkhorseError, first_line
+from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
-from .types import Job, JobStatus, QueueHealth
+from .types import Job, JobStatus, PolicyOverride, QueueControl, QueueHealth, RateLimit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -215,6 +215,8 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
     table.add_column("change")
     table.add_column("max_active", justify="right")
     table.add_column("max_active_per_key", justify="right")
+    table.add_column("rate_limit", justify="right")
+    table.add_column("rate_limit_per_key", justify="right")
     styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
     for change in ("created", "updated", "pruned", "unchanged"):
         for queue_name in getattr(report, change):
@@ -224,6 +226,8 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
                 Text(change, style=styles[change]),
                 _limit(d.max_active if d else None),
                 _limit(d.max_active_per_key if d else None),
+                (d.rate_limit if d else None) or "-",
+                (d.rate_limit_per_key if d else None) or "-",
             )
     console.print(table)
 
@@ -235,18 +239,28 @@ def _limit(value: int | None) -> str:
 # ---- read verbs -------------------------------------------------------------------------------
 
 
+def _limits_text(max_active: int | None, per_key: int | None, rate: str | None,
+                 rate_per_key: str | None) -> str:
+    parts = [f"{name} {value}" for name, value in (
+        ("max", max_active), ("per key", per_key), ("rate", rate), ("rate/key", rate_per_key))
+        if value is not None]
+    return ", ".join(parts) or "-"
+
+
 def health_table(health: QueueHealth) -> Table:
     table = Table(title="policies")
-    for column in ("namespace", "queue", "limit", "per key", "active", "available",
-                   "blocked_ready", "saturated_keys"):
-        text_column = column in ("namespace", "queue")
+    for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
+                   "saturated_keys", "rate_limited_keys"):
+        text_column = column in ("namespace", "queue", "limits")
         table.add_column(column, justify="left" if text_column else "right")
     for p in health.policies:
         blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
+        name = p.queue + (" (paused)" if p.paused else "") + (" (override)" if p.override else "")
         table.add_row(
-            p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
+            p.namespace or "-", name,
+            _limits_text(p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key),
             str(p.active), _limit(p.available), blocked, str(p.saturated_keys),
-            style="bold yellow" if p.blocked_ready else None,
+            str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
         )
     return table
 
@@ -274,25 +288,169 @@ def health(ctx: click.Context, as_json: bool) -> None:
     console.print(depth_table(result))
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--namespace", default=None, help="Only this namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the policies as JSON.")
 @click.pass_context
 @handle_errors
 def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
-    """The stored concurrency policies."""
+    """The stored policies; `override` and `clear-override` change the limits in force."""
+    if ctx.invoked_subcommand is not None:
+        return
     with _connect(ctx) as conn:
         rows = Queue(conn).list_concurrency_policies(namespace)
     if as_json:
         print_json(rows)
         return
-    table = Table(title="concurrency policies")
-    for column in ("namespace", "queue", "max_active", "max_active_per_key", "updated_at"):
+    table = Table(title="policies")
+    for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
+                   "rate_limit_per_key", "updated_at"):
         table.add_column(column)
     for p in rows:
         table.add_row(p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
+                      p.rate_limit or "-", p.rate_limit_per_key or "-",
                       p.updated_at.isoformat(timespec="seconds"))
     console.print(table)
+
+
+def _control_line(control: QueueControl) -> str:
+    parts = ["paused" if control.paused else "not paused"]
+    if control.override is not None:
+        parts.append(f"override {_override_text(control.override)}")
+    return f"{control.queue}: " + "; ".join(parts)
+
+
+def _override_text(override: PolicyOverride) -> str:
+    fields = [f"{name}={value}" for name, value in (
+        ("max_active", override.max_active), ("max_active_per_key", override.max_active_per_key),
+        ("rate_limit", override.rate_limit), ("rate_limit_per_key", override.rate_limit_per_key),
+    ) if value is not None]
+    until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
+             if override.expires_at else " until cleared")
+    return ", ".join(fields) + until
+
+
+def _rate_option(value: str | None, param: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(RateLimit.parse(value, param))
+    except InvalidPolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"--{param.replace('_', '-')}") from None
+
+
+@policies.command("override")
+@click.argument("queue")
+@click.option("--max-active", type=click.IntRange(1, 1_000_000), default=None)
+@click.option("--max-active-per-key", type=click.IntRange(1, 1_000_000), default=None)
+@click.option("--rate-limit", default=None, metavar="N/P", help="e.g. 100/m, 5/10s.")
+@click.option("--rate-limit-per-key", default=None, metavar="N/P")
+@click.option("--for", "for_", type=DURATION, default=None,
+              help="Expire after this long (default: until cleared).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def policies_override(
+    ctx: click.Context, queue: str, max_active: int | None, max_active_per_key: int | None,
+    rate_limit: str | None, rate_limit_per_key: str | None, for_: float | None, as_json: bool,
+) -> None:
+    """Replace the named limits of QUEUE (any queue) until cleared or expired."""
+    rate = _rate_option(rate_limit, "rate_limit")
+    rate_key = _rate_option(rate_limit_per_key, "rate_limit_per_key")
+    if max_active is None and max_active_per_key is None and rate is None and rate_key is None:
+        raise click.UsageError(
+            "give at least one of --max-active, --max-active-per-key, --rate-limit, "
+            "--rate-limit-per-key")
+    if for_ is not None and for_ <= 0:
+        raise click.BadParameter("must be positive", param_hint="--for")
+    with _connect(ctx) as conn:
+        control = Queue(conn).override_policy(
+            queue, max_active=max_active, max_active_per_key=max_active_per_key,
+            rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
+        )
+    if as_json:
+        print_json(control)
+        return
+    console.print(_control_line(control), highlight=False)
+
+
+@policies.command("clear-override")
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> None:
+    """Back to the synced policy for QUEUE."""
+    with _connect(ctx) as conn:
+        control = Queue(conn).clear_override(queue)
+    if as_json:
+        print_json(control)
+        return
+    console.print(_control_line(control), highlight=False)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the queues as JSON.")
+@click.pass_context
+@handle_errors
+def queues(ctx: click.Context, as_json: bool) -> None:
+    """Every queue: live depth by status, limits in force, rate limits, paused, override."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _connect(ctx) as conn:
+        rows = Queue(conn).list_queues()
+    if as_json:
+        print_json(rows)
+        return
+    statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
+    table = Table(title="queues")
+    table.add_column("queue", no_wrap=True)
+    for status in statuses:
+        table.add_column(status, justify="right")
+    table.add_column("limits")
+    table.add_column("controls")
+    for row in rows:
+        limits = _limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
+                              row.rate_limit_per_key)
+        controls = ["paused"] if row.paused else []
+        if row.override is not None:
+            controls.append(f"override {_override_text(row.override)}")
+        table.add_row(
+            row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
+            limits, Text("; ".join(controls) or "-",
+                                           style="bold yellow" if controls else ""),
+        )
+    console.print(table)
+
+
+@queues.command("pause")
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def queues_pause(ctx: click.Context, queue: str, as_json: bool) -> None:
+    """Admit nothing from QUEUE (running jobs finish) until it is resumed."""
+    with _connect(ctx) as conn:
+        control = Queue(conn).pause(queue)
+    if as_json:
+        print_json(control)
+        return
+    console.print(_control_line(control), highlight=False)
+
+
+@queues.command("resume")
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
+    """Admit from QUEUE again; workers wake at once."""
+    with _connect(ctx) as conn:
+        control = Queue(conn).resume(queue)
+    if as_json:
+        print_json(control)
+        return
+    console.print(_control_line(control), highlight=False)
 
 
 @main.group()

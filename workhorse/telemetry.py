@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context, metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .types import QueueHealth
+from .types import PolicyHealth, QueueHealth, RateLimit
 
 QUEUE_ATTRIBUTE = "workhorse.queue"
 _TRACE_META_KEY = "trace"
@@ -44,17 +44,26 @@ def publish_health(health: QueueHealth) -> None:
         _snapshot = health
 
 
-def _gauge_values(field: str) -> Iterable[Observation]:
+def _gauge_values(value_of: str | Callable[[PolicyHealth], float | None]
+                  ) -> Iterable[Observation]:
     with _snapshot_lock:
         snapshot = _snapshot
     if snapshot is None:
         return []
     observations = []
     for policy in snapshot.policies:
-        value = getattr(policy, field)
+        value = value_of(policy) if callable(value_of) else getattr(policy, value_of)
         if value is not None:
             observations.append(Observation(value, {QUEUE_ATTRIBUTE: policy.queue}))
     return observations
+
+
+def _starts_per_second(policy: PolicyHealth) -> float | None:
+    """The queue-wide rate limit in force, as starts per second (N / period)."""
+    if policy.rate_limit is None:
+        return None
+    limit = RateLimit.parse(policy.rate_limit)
+    return limit.n / limit.period
 
 
 def _observe_limit(options: CallbackOptions) -> Iterable[Observation]:
@@ -69,7 +78,20 @@ def _observe_blocked(options: CallbackOptions) -> Iterable[Observation]:
     return _gauge_values("blocked_ready")
 
 
+def _observe_rate_limit(options: CallbackOptions) -> Iterable[Observation]:
+    return _gauge_values(_starts_per_second)
+
+
+def _observe_rate_limited_keys(options: CallbackOptions) -> Iterable[Observation]:
+    return _gauge_values(
+        lambda policy: policy.rate_limited_keys if policy.rate_limit_per_key else None)
+
+
 _meter.create_observable_gauge("workhorse.queue.concurrency.limit", callbacks=[_observe_limit])
+_meter.create_observable_gauge(
+    "workhorse.queue.rate.limit", unit="{start}/s", callbacks=[_observe_rate_limit])
+_meter.create_observable_gauge(
+    "workhorse.queue.rate.limited_keys", unit="{key}", callbacks=[_observe_rate_limited_keys])
 _meter.create_observable_gauge("workhorse.queue.concurrency.active", callbacks=[_observe_active])
 _meter.create_observable_gauge(
     "workhorse.queue.concurrency.blocked_ready", callbacks=[_observe_blocked]

@@ -126,3 +126,27 @@ def test_plans_made_on_an_empty_table_do_not_stick(explained: Any) -> None:
     _fill(q)
     for queue in ("per-key", "queue-only", "free"):
         _check(plans(lambda queue=queue: q.claim(queue, 10, 30)))
+
+
+def test_rate_limited_claim_plans_use_indexes(explained: Any) -> None:
+    """claim_v2 with rate limits in force: the start buckets and the heads are read through
+    their indexes, behind a key whose starts are used up."""
+    q, plans = explained
+    _fill(q)
+    q.sync_concurrency_policies("plans", [
+        ConcurrencyPolicyDefinition("rated", 40, None, rate_limit="1000/s",
+                                    rate_limit_per_key="3/h"),
+        ConcurrencyPolicyDefinition("queue-rated", None, None, rate_limit="5/h"),
+    ], prune=False)
+    for queue, keys in (("rated", ("hot", "hot", "hot", "hot", "cold", None)), ("queue-rated",
+                                                                                (None,) * 10)):
+        q.enqueue_many([("t", {}, EnqueueOptions(queue=queue, concurrency_key=k))
+                        for k in keys * 200])
+    q.conn.execute("ANALYZE workhorse.jobs")
+    q.claim("rated", 10, 30)  # "hot" has used its 3 starts
+    q.claim("queue-rated", 10, 30)  # the queue has used its 5
+    for queue, expect in (
+        ("rated", ("rate_starts_pkey", "key_heads_order_idx", "jobs_ready_key_idx")),
+        ("queue-rated", ("rate_starts_pkey",)),
+    ):
+        _check(plans(lambda queue=queue: q.claim(queue, 10, 30)), expect=expect)

@@ -30,7 +30,8 @@ COUNTERS = ("workhorse.jobs.claimed", "workhorse.jobs.succeeded", "workhorse.job
             "workhorse.jobs.retried", "workhorse.jobs.held")
 HISTOGRAMS = ("workhorse.job.duration", "workhorse.job.queue_wait")
 GAUGES = ("workhorse.queue.concurrency.limit", "workhorse.queue.concurrency.active",
-          "workhorse.queue.concurrency.blocked_ready")
+          "workhorse.queue.concurrency.blocked_ready", "workhorse.queue.rate.limit",
+          "workhorse.queue.rate.limited_keys")
 
 APP_MODULE = textwrap.dedent('''
     """A workhorse app whose module installs the OpenTelemetry SDK when WH_OTEL_OUT is set:
@@ -163,6 +164,8 @@ ENQUEUER = textwrap.dedent('''
         policies=[
             PolicyHealth("otel", "limited", 7, 2, 3, 4, 5, 1, False),
             PolicyHealth("otel", "per-key-only", None, 2, 1, None, 6, 0, False),
+            PolicyHealth("otel", "rated", None, None, 0, None, 0, 0, False, rate_limit="120/m",
+                         rate_limit_per_key="5/s", rate_limited_keys=3),
         ],
         depth={},
     ))
@@ -256,6 +259,10 @@ def test_spans_and_metrics_from_enqueue_to_run(
         ("workhorse.queue.concurrency.active", "per-key-only"): 1,
         ("workhorse.queue.concurrency.blocked_ready", "limited"): 5,
         ("workhorse.queue.concurrency.blocked_ready", "per-key-only"): 6,
+        ("workhorse.queue.concurrency.active", "rated"): 0,
+        ("workhorse.queue.concurrency.blocked_ready", "rated"): 0,
+        ("workhorse.queue.rate.limit", "rated"): 2.0,  # 120/m as starts per second
+        ("workhorse.queue.rate.limited_keys", "rated"): 3,
     }
     _assert_only_queue_attribute(report["after"])
 

@@ -162,7 +162,7 @@ class Claimer:
                     self.retry_due(state.name, next_start)
                 elif len(claimed) < need and state.hints == hints:
                     state.dry_since = time.monotonic()
-                elif relayed and self.pass_on is not None:
+                elif relayed and len(claimed) >= need and self.pass_on is not None:
                     # We were the one slot told; the queue may have room for more.
                     self.pass_on(state.name)
                 if claimed:

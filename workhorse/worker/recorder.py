@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
 import psycopg
 
 from .. import _ops, telemetry
-from ..errors import StaleLeaseError, first_line
+from ..errors import PayloadError, StaleLeaseError, first_line
 from ..types import JobStatus
 from ._reconnect import Reconnect
 from .executor import Outcome
@@ -117,6 +118,14 @@ class OutcomeRecorder:
                     execution.job_id, execution.fence, outcome.error, outcome.retry_at))
             except StaleLeaseError:
                 status = None
+            except PayloadError as exc:
+                # A document that cannot be stored (an error document built by hand): record
+                # the failure with what can be said, rather than never recording it.
+                outcome = replace(outcome, error={
+                    "type": str(outcome.error.get("type"))[:255],
+                    "message": f"the error could not be stored: {exc}", "traceback": None})
+                self._failed[0] = outcome
+                continue
             self._failed.pop(0)
             self._count_failed(outcome, status)
 

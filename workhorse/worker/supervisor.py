@@ -46,7 +46,13 @@ from .._durations import parse_duration
 from ..app import App
 from ..errors import InvalidOptionsError
 from ..queue import Queue
-from ..types import ConcurrencyPolicy, SyncReport, check_name
+from ..types import (
+    ConcurrencyPolicy,
+    ConcurrencyPolicyDefinition,
+    PolicyHealth,
+    SyncReport,
+    check_name,
+)
 from . import _registry
 from ._shared import IN_FLIGHT, Budget, Stats
 from .slot import Slot, SlotConfig
@@ -160,7 +166,8 @@ def run_worker(
         database.ensure_schema(url)
     with database.connect(url, autocommit=True, connect_timeout=10) as conn:
         stored = Queue(conn).list_concurrency_policies()
-    _print_banner(console, app, settings, url, stored, report, app_reference)
+        in_force = {p.queue: p for p in Queue(conn).health().policies}
+    _print_banner(console, app, settings, url, stored, report, app_reference, in_force)
     supervisor = Supervisor(app, settings, url, console=console, app_reference=app_reference,
                             governed={p.queue for p in stored})
     return supervisor.run()
@@ -169,13 +176,39 @@ def run_worker(
 # ---- banner ------------------------------------------------------------------------------------
 
 
-def _limits(max_active: int | None, per_key: int | None) -> str:
+def _limits(
+    max_active: int | None,
+    per_key: int | None,
+    rate_limit: str | None = None,
+    rate_limit_per_key: str | None = None,
+) -> str:
     parts = []
     if max_active is not None:
         parts.append(f"max_active={max_active}")
     if per_key is not None:
         parts.append(f"per_key={per_key}")
+    if rate_limit is not None:
+        parts.append(f"rate={rate_limit}")
+    if rate_limit_per_key is not None:
+        parts.append(f"rate_per_key={rate_limit_per_key}")
     return ", ".join(parts) if parts else "ungoverned"
+
+
+def _stored_limits(p: ConcurrencyPolicy | ConcurrencyPolicyDefinition) -> str:
+    return _limits(p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key)
+
+
+def _in_force(health: PolicyHealth) -> str:
+    """What an operator control adds to the stored limits, for the banner."""
+    notes = []
+    if health.paused:
+        notes.append("[bold yellow]paused[/]")
+    if health.override is not None:
+        o = health.override
+        until = f" until {o.expires_at:%Y-%m-%d %H:%M:%S%z}" if o.expires_at else ""
+        limits = _limits(o.max_active, o.max_active_per_key, o.rate_limit, o.rate_limit_per_key)
+        notes.append(f"[yellow]override {limits}{until}[/]")
+    return "; ".join(notes)
 
 
 def policy_drift(app: App, stored: list[ConcurrencyPolicy]) -> list[str]:
@@ -184,21 +217,17 @@ def policy_drift(app: App, stored: list[ConcurrencyPolicy]) -> list[str]:
     declared = {d.queue: d for d in app.policy_definitions()}
     lines = []
     for queue, definition in sorted(declared.items()):
-        want = _limits(definition.max_active, definition.max_active_per_key)
+        want = _stored_limits(definition)
         policy = by_queue.get(queue)
         if policy is None:
             lines.append(f"{queue}: declared {want}, not stored (ungoverned until synced)")
         elif policy.namespace != app.name:
             lines.append(f"{queue}: declared {want}, stored under namespace {policy.namespace!r}")
-        elif (policy.max_active, policy.max_active_per_key) != (
-            definition.max_active, definition.max_active_per_key
-        ):
-            have = _limits(policy.max_active, policy.max_active_per_key)
-            lines.append(f"{queue}: declared {want}, stored {have}")
+        elif _stored_limits(policy) != want:
+            lines.append(f"{queue}: declared {want}, stored {_stored_limits(policy)}")
     for policy in stored:
         if policy.namespace == app.name and policy.queue not in declared:
-            have = _limits(policy.max_active, policy.max_active_per_key)
-            lines.append(f"{policy.queue}: stored {have}, no longer declared")
+            lines.append(f"{policy.queue}: stored {_stored_limits(policy)}, no longer declared")
     return lines
 
 
@@ -210,8 +239,10 @@ def _print_banner(
     stored: list[ConcurrencyPolicy],
     report: SyncReport | None,
     app_reference: str,
+    in_force: dict[str, PolicyHealth] | None = None,
 ) -> None:
     by_queue = {p.queue: p for p in stored}
+    in_force = in_force or {}
     title = Text.assemble(("workhorse worker", "bold"), "  ", (app_reference or app.name, "cyan"))
     console.print(title)
     facts = Table.grid(padding=(0, 2))
@@ -231,13 +262,15 @@ def _print_banner(
     queues.add_column("queue")
     queues.add_column("stored limits")
     queues.add_column("namespace", style="dim")
+    queues.add_column("operator controls")
     for name in settings.queues:
         policy = by_queue.get(name)
+        health = in_force.get(name)
+        controls = _in_force(health) if health is not None else ""
         if policy is None:
-            queues.add_row(name, "ungoverned", "")
+            queues.add_row(name, "ungoverned", "", controls)
         else:
-            queues.add_row(name, _limits(policy.max_active, policy.max_active_per_key),
-                           policy.namespace)
+            queues.add_row(name, _stored_limits(policy), policy.namespace, controls)
     console.print(queues)
     if report is not None:
         changes = [f"{what} {', '.join(names)}" for what, names in (
