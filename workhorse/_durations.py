@@ -1,4 +1,4 @@
-"""Durations as users write them: `<number>[ms|s|m|h]`; a bare number means seconds."""
+"""Durations as users write them: `<number>[ms|s|m|h|d]`; a bare number means seconds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 import re
 from datetime import timedelta
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(value: str | float | int | timedelta) -> float:
@@ -25,7 +25,7 @@ def parse_duration(value: str | float | int | timedelta) -> float:
     else:
         match = _DURATION.match(str(value))
         if match is None:
-            raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 500ms, 2m, 1h)")
+            raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 500ms, 2m, 1h, 1d)")
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"not a duration: {value!r}")

@@ -354,7 +354,7 @@ def health() -> Operation[QueueHealth]:
             active=row[4], available=row[5], blocked_ready=row[6], saturated_keys=row[7],
             capped=row[8], rate_limit=rate_text(row[9], row[10]),
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
-            paused=row[14], override=_override((*row[16:22], None, row[22])) if row[15] else None,
+            paused=row[14], override=_override(row[16:24]) if row[15] else None,
         )
         for row in rows
     ]

@@ -34,7 +34,7 @@ error_console = Console(stderr=True)
 
 
 class Duration(click.ParamType):
-    """`<number>[ms|s|m|h]`; a bare number means seconds."""
+    """`<number>[ms|s|m|h|d]`; a bare number means seconds."""
 
     name = "duration"
 

@@ -156,7 +156,9 @@ class RateLimit:
         for unit, seconds in _RATE_UNITS.items():
             if self.period == seconds:
                 return f"{self.n}/{unit}"
-        return f"{self.n}/{self.period:g}s"
+        # Fixed notation, every digit: the text must parse back to this very period.
+        period = format(self.period, "f").rstrip("0").rstrip(".")
+        return f"{self.n}/{period}s"
 
 
 def rate_text(n: int | None, period: float | None) -> str | None:

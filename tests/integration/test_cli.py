@@ -397,7 +397,7 @@ def test_usage_errors_exit_2() -> None:
         ["worker", "x:app", "--slots", "0"],
         ["worker", "x:app", "--grace", "soon"],
         ["worker"],
-        ["top", "--interval", "1d"],
+        ["top", "--interval", "1w"],
         ["jobs", "show", "abc"],
         ["db", "restart"],
         ["health", "--bogus"],

@@ -452,12 +452,19 @@ def test_a_rate_limit_sleeps_the_queue_until_its_next_start(
         [state] = claimer.queues
         # Dry, and due again when the rate allows the next start: a minute from now, give or
         # take the start bucket's width (1/100 of the period, rounded up: never too early).
-        assert state.dry_since is not None and state.local_due is not None
-        assert before + 59 < state.local_due <= after + 60.6
+        assert state.dry_since is not None and state.rate_due is not None
+        assert before + 59 < state.rate_due <= after + 60.6
         assert claimer.eligible(after) == []
-        assert 59 < claimer.idle_timeout(after) <= 60.6
-        assert claimer.eligible(state.local_due) == [state]
-        assert state.local_due is None and state.dry_since is None
+        # No poll meanwhile: even past the governed poll interval, it stays asleep.
+        claimer.saturation_poll = 0.001
+        assert claimer.eligible(after + 30) == []
+        assert 29 < claimer.idle_timeout(after + 30) <= 30.6
+        assert claimer.eligible(state.rate_due) == [state]
+        assert state.rate_due is None and state.dry_since is None
+        # A hint (a policy change, say) wakes it at once.
+        state.rate_due = after + 60
+        claimer.hinted(["r"])
+        assert claimer.eligible(after) == [state]
 
     _run(database_url, body)
     assert started == [("r", ids[:2])]

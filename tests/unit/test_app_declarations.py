@@ -459,7 +459,7 @@ def test_call_options_from_decorator_and_call_site() -> None:
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("15", 15.0),
+        ("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("1d", 86400.0), ("15", 15.0),
         ("1.5", 1.5), (".5s", 0.5), (" 10 s ", 10.0), ("0", 0.0), (15, 15.0), (0.25, 0.25),
         (timedelta(minutes=1), 60.0),
     ],
@@ -469,7 +469,7 @@ def test_parse_duration(text: Any, seconds: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["5x", "", "s", "-1", "-1s", "1d", "abc", "1e3", True, math.nan, math.inf, -2,
+    "text", ["5x", "", "s", "-1", "-1s", "1w", "abc", "1e3", True, math.nan, math.inf, -2,
              timedelta(seconds=-1)],
 )
 def test_parse_duration_rejects(text: Any) -> None:

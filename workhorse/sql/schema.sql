@@ -810,7 +810,10 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
             ) AS e
             LEFT JOIN active_keys a ON a.ckey = e.ckey
-            WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
+            WHERE e.ckey = ''
+               OR (e.nth <= v_per_key - COALESCE(a.n, 0)
+                   AND (v_rate_key IS NULL OR e.nth <= v_rate_key - workhorse._rate_used_v2(
+                            p_queue, e.ckey, v_period_key, v_now)))
             ORDER BY e.rank, e.id
             LIMIT v_room
         ), candidates AS (
@@ -901,10 +904,12 @@ BEGIN
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
             RETURNING j.id, j.fence, j.queue
         ), woken AS (
-            -- Capacity freed on a governed queue: wake the claimers that were waiting for it.
+            -- Capacity freed on a governed queue (a policy, or an operator control): wake the
+            -- claimers that were waiting for it.
             SELECT count(workhorse._wake_v1(g.queue)) AS n
-            FROM (SELECT DISTINCT d.queue FROM done d
-                  JOIN workhorse.policies p ON p.queue = d.queue) AS g
+            FROM (SELECT DISTINCT d.queue FROM done d) AS g
+            WHERE EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = g.queue)
+               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = g.queue)
         )
         SELECT done.id, done.fence FROM done, woken;
 END
@@ -979,7 +984,9 @@ BEGIN
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
     RETURNING j.status, j.queue INTO v_status, v_queue;
-    IF v_status IS NOT NULL AND EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue) THEN
+    IF v_status IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
+            OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
         PERFORM workhorse._wake_v1(v_queue);
     END IF;
     RETURN v_status;
@@ -1027,13 +1034,18 @@ BEGIN
         expired_overrides := expired_overrides + 1;
     END LOOP;
 
-    DELETE FROM workhorse.rate_starts s
-    WHERE s.bucket_end <= now() - make_interval(secs => COALESCE((
-        SELECT GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
-                        c.rate_period_per_key)
-        FROM (SELECT s.queue AS queue) AS q
+    -- One pass, joined to each queue's longest period in force (none: every bucket goes).
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.rate_starts s) AS q
         LEFT JOIN workhorse.policies p ON p.queue = q.queue
-        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue), 0));
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.rate_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS pruned_starts = ROW_COUNT;
 END
 $function$;

@@ -36,6 +36,7 @@ class QueueState:
     dry_since: float | None = None  # monotonic; None: worth a claim
     hints: int = 0  # bumped by every hint, so a claim can tell a hint raced it
     local_due: float | None = None  # monotonic; a retry this slot scheduled
+    rate_due: float | None = None  # monotonic; when a rate limit allows the next start
     governed: bool = False
     relayed: bool = False  # a governed hint came to this slot alone: pass it on if room is left
 
@@ -69,6 +70,7 @@ class Claimer:
             if state is not None:
                 state.hints += 1
                 state.dry_since = None
+                state.rate_due = None
                 if state.governed:
                     state.relayed = True
 
@@ -109,6 +111,13 @@ class Claimer:
         start = self._rotation % len(queues)
         out = []
         for state in queues[start:] + queues[:start]:
+            if state.rate_due is not None:
+                # Out of starts: nothing to claim before the next allowed one (a hint, such as
+                # a policy change, clears this); no poll meanwhile.
+                if state.rate_due > now:
+                    continue
+                state.rate_due = None
+                state.dry_since = None
             if state.dry_since is not None:
                 if state.local_due is not None and state.local_due <= now:
                     state.local_due = None
@@ -128,6 +137,9 @@ class Claimer:
         """How long to sleep when no queue is eligible: until the first one will be."""
         soonest = self.dequeue_timeout
         for state in self.queues:
+            if state.rate_due is not None:
+                soonest = min(soonest, state.rate_due - now)
+                continue
             if state.dry_since is not None:
                 soonest = min(soonest, state.dry_since + self._poll_interval(state) - now)
             if state.local_due is not None:
@@ -159,7 +171,7 @@ class Claimer:
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()
-                    self.retry_due(state.name, next_start)
+                    state.rate_due = state.dry_since + next_start
                 elif len(claimed) < need and state.hints == hints:
                     state.dry_since = time.monotonic()
                 elif relayed and len(claimed) >= need and self.pass_on is not None:

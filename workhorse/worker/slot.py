@@ -221,10 +221,12 @@ class Slot:
             self._receiver.report_backend(backend_pid)
 
     async def _connect(self, role: str) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             self.config.url, autocommit=True, connect_timeout=10,
             application_name=f"workhorse-slot{self.index}-{role}",
         )
+        conn.add_notice_handler(_log_server_warning)
+        return conn
 
     # ---- claiming --------------------------------------------------------------------------
 
@@ -366,6 +368,13 @@ class Slot:
         has_room = self.config.concurrency - self._in_flight > 0
         if self.claimer.freed(freed, has_room):
             self._wake.set()
+
+
+def _log_server_warning(diagnostic: psycopg.errors.Diagnostic) -> None:
+    """Our SQL warns the worker through the server (an older claim refusing a queue whose
+    features it does not know): say it in the worker's log."""
+    if diagnostic.severity_nonlocalized == "WARNING":
+        log.warning("database: %s", diagnostic.message_primary)
 
 
 async def _close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:

@@ -169,7 +169,10 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
             ) AS e
             LEFT JOIN active_keys a ON a.ckey = e.ckey
-            WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
+            WHERE e.ckey = ''
+               OR (e.nth <= v_per_key - COALESCE(a.n, 0)
+                   AND (v_rate_key IS NULL OR e.nth <= v_rate_key - workhorse._rate_used_v2(
+                            p_queue, e.ckey, v_period_key, v_now)))
             ORDER BY e.rank, e.id
             LIMIT v_room
         ), candidates AS (

@@ -18,10 +18,12 @@ BEGIN
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
             RETURNING j.id, j.fence, j.queue
         ), woken AS (
-            -- Capacity freed on a governed queue: wake the claimers that were waiting for it.
+            -- Capacity freed on a governed queue (a policy, or an operator control): wake the
+            -- claimers that were waiting for it.
             SELECT count(workhorse._wake_v1(g.queue)) AS n
-            FROM (SELECT DISTINCT d.queue FROM done d
-                  JOIN workhorse.policies p ON p.queue = d.queue) AS g
+            FROM (SELECT DISTINCT d.queue FROM done d) AS g
+            WHERE EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = g.queue)
+               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = g.queue)
         )
         SELECT done.id, done.fence FROM done, woken;
 END

@@ -22,7 +22,9 @@ BEGIN
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
     RETURNING j.status, j.queue INTO v_status, v_queue;
-    IF v_status IS NOT NULL AND EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue) THEN
+    IF v_status IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
+            OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
         PERFORM workhorse._wake_v1(v_queue);
     END IF;
     RETURN v_status;

@@ -18,13 +18,18 @@ BEGIN
         expired_overrides := expired_overrides + 1;
     END LOOP;
 
-    DELETE FROM workhorse.rate_starts s
-    WHERE s.bucket_end <= now() - make_interval(secs => COALESCE((
-        SELECT GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
-                        c.rate_period_per_key)
-        FROM (SELECT s.queue AS queue) AS q
+    -- One pass, joined to each queue's longest period in force (none: every bucket goes).
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.rate_starts s) AS q
         LEFT JOIN workhorse.policies p ON p.queue = q.queue
-        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue), 0));
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.rate_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS pruned_starts = ROW_COUNT;
 END
 $$;

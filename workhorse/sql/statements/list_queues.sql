@@ -20,7 +20,9 @@ SELECT q.queue,
                 '{}'::jsonb) AS depth,
        p.namespace, l.max_active, l.max_active_per_key, l.rate_limit, l.rate_period,
        l.rate_limit_per_key, l.rate_period_per_key, l.paused,
-       c.override_set_at IS NOT NULL AS overridden,
+       c.override_set_at IS NOT NULL
+           AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+           AS overridden,
        c.max_active, c.max_active_per_key, c.rate_limit, c.rate_period,
        c.rate_limit_per_key, c.rate_period_per_key, c.override_set_at, c.override_expires_at
 FROM queues q

@@ -17,12 +17,14 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        l.rate_limit, l.rate_period, l.rate_limit_per_key, l.rate_period_per_key,
        r.limited_keys AS rate_limited_keys,
        l.paused,
-       c.override_set_at IS NOT NULL AS overridden,
+       c.override_set_at IS NOT NULL
+           AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+           AS overridden,
        c.max_active AS override_max_active, c.max_active_per_key AS override_max_active_per_key,
        c.rate_limit AS override_rate_limit, c.rate_period AS override_rate_period,
        c.rate_limit_per_key AS override_rate_limit_per_key,
        c.rate_period_per_key AS override_rate_period_per_key,
-       c.override_expires_at,
+       c.override_set_at, c.override_expires_at,
        s.queue_used AS rate_used
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
