@@ -7,16 +7,20 @@ from .errors import (
     EmbeddedServerError,
     InvalidOptionsError,
     InvalidPolicyError,
+    JobNotFoundError,
     PayloadError,
     PolicyConflictError,
     SchemaVersionError,
     StaleLeaseError,
+    TaskCanceledError,
+    TaskFailedError,
     UnknownTaskError,
     WorkhorseError,
 )
+from .handle import JobHandle
 from .queue import AsyncQueue, Queue
 from .retry import Backoff
-from .task import JobHandle, Task
+from .task import Task
 from .types import (
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -44,6 +48,7 @@ __all__ = [
     "InvalidPolicyError",
     "Job",
     "JobHandle",
+    "JobNotFoundError",
     "JobStatus",
     "PayloadError",
     "PolicyConflictError",
@@ -55,6 +60,8 @@ __all__ = [
     "StaleLeaseError",
     "SyncReport",
     "Task",
+    "TaskCanceledError",
+    "TaskFailedError",
     "UnknownTaskError",
     "WorkerInfo",
     "WorkhorseError",

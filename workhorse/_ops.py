@@ -48,6 +48,7 @@ from .types import (
     WorkerInfo,
     check_name,
     rate_text,
+    retention_seconds,
 )
 
 T = TypeVar("T")
@@ -183,7 +184,7 @@ def enqueue_many(
     on_failure: Sequence[str] | None = None,
     meta: Sequence[dict[str, Any] | None] | None = None,
 ) -> Operation[list[int]]:
-    columns: list[list[Any]] = [[] for _ in range(10)]
+    columns: list[list[Any]] = [[] for _ in range(11)]
     for what, per_job in (("on_failure", on_failure), ("meta", meta)):
         if per_job is not None and (isinstance(per_job, str | dict) or len(per_job) != len(jobs)):
             raise InvalidOptionsError(f"{what} must be a sequence with one entry per job")
@@ -213,6 +214,7 @@ def enqueue_many(
             options.max_attempts,
             failure_mode,
             encode_json(job_meta, "meta") if job_meta else None,
+            options.idempotency_key,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
@@ -224,18 +226,26 @@ def enqueue_many(
 
 def _job_from_row(row: tuple[Any, ...]) -> Job:
     (id_, task, queue, ckey, priority, payload, status, attempts, max_attempts, result, error,
-     run_at, enqueued_at, started_at, finished_at, on_failure, fence, lease_until, meta) = row
+     run_at, enqueued_at, started_at, finished_at, on_failure, fence, lease_until, meta,
+     cancel_requested, idempotency_key, expires_at) = row
     return Job(
         id=id_, task=task, queue=queue, concurrency_key=ckey, priority=priority, payload=payload,
         status=JobStatus(status), attempts=attempts, max_attempts=max_attempts, result=result,
         error=error, run_at=run_at, enqueued_at=enqueued_at, started_at=started_at,
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
-        meta=meta or {},
+        meta=meta or {}, cancel_requested=bool(cancel_requested),
+        idempotency_key=idempotency_key, expires_at=expires_at,
     )
 
 
+def _job_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidOptionsError(f"a job id is an int, got {job_id!r}")
+    return job_id
+
+
 def get_job(job_id: int) -> Operation[Job | None]:
-    rows = yield _sql.statement("get_job"), (job_id,)
+    rows = yield _sql.statement("get_job"), (_job_id(job_id),)
     return _job_from_row(rows[0]) if rows else None
 
 
@@ -267,10 +277,18 @@ def held_job_ids(queue: str | None, limit: int) -> Operation[list[int]]:
 
 
 def _job_ids(ids: Iterable[int]) -> list[int]:
-    found = list(ids)
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in found):
-        raise InvalidOptionsError(f"job ids must be ints, got {found!r}")
-    return found
+    if isinstance(ids, int | str | bytes):
+        raise InvalidOptionsError(f"job ids must be a list of ints, got {ids!r}")
+    return [_job_id(i) for i in ids]
+
+
+def retention_json(retention: dict[str, float | None] | None = None) -> str:
+    """What the SQL functions take: status -> seconds kept; a status left out is kept for ever."""
+    seconds = retention_seconds(None) if retention is None else retention
+    return json.dumps({status: value for status, value in seconds.items() if value is not None})
+
+
+DEFAULT_RETENTION_JSON = retention_json()
 
 
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
@@ -279,10 +297,40 @@ def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     return [row[0] for row in rows]
 
 
-def cancel_jobs(ids: Iterable[int]) -> Operation[list[int]]:
-    """Cancel jobs that have not finished; returns the ids canceled."""
-    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids),)
+def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
+                ) -> Operation[list[int]]:
+    """Cancel jobs that have not finished (an active one gets a cancel request); returns the
+    ids canceled or asked to cancel."""
+    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids), retention)
     return [row[0] for row in rows]
+
+
+def resting_jobs(ids: Iterable[int]) -> Operation[set[int]]:
+    """Which of these jobs are succeeded, failed, held or canceled."""
+    rows = yield _sql.statement("resting_jobs"), (list(ids),)
+    return {row[0] for row in rows}
+
+
+def listen_results() -> Operation[None]:
+    yield _sql.statement("listen_results"), ()
+
+
+def prune_jobs(
+    limit: int = 5000, older_than: float | None = None, statuses: Sequence[str] | None = None
+) -> Operation[int]:
+    """Delete up to `limit` finished jobs: expired ones, or with `older_than` (seconds) those of
+    `statuses` (default succeeded, failed, canceled) that finished that long ago. -1: another
+    pruner holds the lock."""
+    chosen = list(statuses) if statuses else ["succeeded", "failed", "canceled"]
+    for status in chosen:
+        if status not in ("succeeded", "failed", "held", "canceled"):
+            raise InvalidOptionsError(
+                f"only finished jobs are pruned (succeeded, failed, held, canceled), got {status!r}"
+            )
+    if older_than is not None and (isinstance(older_than, bool) or older_than < 0):
+        raise InvalidOptionsError(f"older_than must be seconds >= 0, got {older_than!r}")
+    rows = yield _sql.statement("prune_jobs"), (limit, older_than, chosen)
+    return int(rows[0][0])
 
 
 # ---- policies and health ------------------------------------------------------------------------
@@ -479,46 +527,61 @@ def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
     return jobs
 
 
-def complete_encoded(outcomes: Sequence[tuple[int, int, str]]) -> Operation[set[tuple[int, int]]]:
-    """Record successes whose results are already JSON text (`encode_json`); returns the
-    (id, fence) pairs accepted. A pair, not an id: one batch may carry a stale outcome and a
-    fresh one of the same job, and only the fresh one was accepted."""
+def complete_encoded(
+    outcomes: Sequence[tuple[int, int, str, str]],
+) -> Operation[dict[tuple[int, int], JobStatus]]:
+    """Record successes `(id, fence, result, retention)`, result and retention already JSON
+    text; returns the (id, fence) pairs accepted with the status each ended in (succeeded, or
+    canceled when a cancel was requested). A pair, not an id: one batch may carry a stale
+    outcome and a fresh one of the same job, and only the fresh one was accepted."""
     if not outcomes:
-        return set()
+        return {}
     rows = yield _sql.statement("complete"), (
-        [job_id for job_id, _, _ in outcomes],
-        [fence for _, fence, _ in outcomes],
-        [result for _, _, result in outcomes],
+        [job_id for job_id, _, _, _ in outcomes],
+        [fence for _, fence, _, _ in outcomes],
+        [result for _, _, result, _ in outcomes],
+        [retention for _, _, _, retention in outcomes],
     )
-    return {(row[0], row[1]) for row in rows}
+    return {(row[0], row[1]): JobStatus(row[2]) for row in rows}
 
 
 def complete(outcomes: Sequence[tuple[int, int, Any]]) -> Operation[set[int]]:
-    """Record successes `(job_id, fence, result)`; returns the ids accepted."""
-    encoded = [(job_id, fence, encode_json(result, "result")) for job_id, fence, result in outcomes]
+    """Record successes `(job_id, fence, result)` with the default retention; returns the ids
+    accepted."""
+    encoded = [(job_id, fence, encode_json(result, "result"), DEFAULT_RETENTION_JSON)
+               for job_id, fence, result in outcomes]
     accepted = yield from complete_encoded(encoded)
     return {job_id for job_id, _ in accepted}
 
 
 def fail(
-    job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None
+    job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None,
+    retention: str = DEFAULT_RETENTION_JSON,
 ) -> Operation[JobStatus]:
-    rows = yield _sql.statement("fail"), (job_id, fence, encode_json(error, "error"), retry_at)
+    rows = yield _sql.statement("fail"), (
+        job_id, fence, encode_json(error, "error"), retry_at, retention)
     status = rows[0][0] if rows else None
     if status is None:
         raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the failure was not recorded")
     return JobStatus(status)
 
 
-def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:
+def renew_leases(leases: Sequence[tuple[int, int, float]]) -> Operation[dict[int, bool]]:
+    """Extend `(job_id, fence, seconds)` leases; returns the ids still held, each with whether
+    its cancel was requested."""
     if not leases:
-        return set()
+        return {}
     rows = yield _sql.statement("heartbeat"), (
         [job_id for job_id, _, _ in leases],
         [fence for _, fence, _ in leases],
         [lease_seconds(seconds) for _, _, seconds in leases],
     )
-    return {row[0] for row in rows}
+    return {row[0]: bool(row[1]) for row in rows}
+
+
+def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:
+    held = yield from renew_leases(leases)
+    return set(held)
 
 
 # ---- wake-ups and the supervisor's row ---------------------------------------------------------

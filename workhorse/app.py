@@ -15,7 +15,7 @@ from typing import Any, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from . import database, telemetry
+from . import _ops, _results, database, telemetry
 from .errors import AppLoadError, InvalidOptionsError, InvalidPolicyError, UnknownTaskError
 from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
@@ -27,6 +27,7 @@ from .types import (
     QueueSpec,
     SyncReport,
     check_name,
+    retention_seconds,
 )
 
 ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
@@ -84,9 +85,17 @@ class App(Enqueuer):
     ['mail']
     """
 
-    def __init__(self, name: str, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        database_url: str | None = None,
+        *,
+        retention: dict[str, Any] | None = None,
+    ) -> None:
         check_name("app name", name, InvalidPolicyError)
         self.name = name
+        # How long this app's finished jobs are kept: fixed on each job when it ends.
+        self.retention = retention_seconds(retention)
         self._database_url = database_url
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueSpec] = {}
@@ -161,6 +170,7 @@ class App(Enqueuer):
         retry_backoff: RetryBackoff | None = None,
         on_failure: str = "fail",
         lease: float | str | None = None,
+        retention: dict[str, Any] | None = None,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
@@ -180,6 +190,7 @@ class App(Enqueuer):
         retry_backoff: RetryBackoff | None = None,
         on_failure: str = "fail",
         lease: float | str | None = None,
+        retention: dict[str, Any] | None = None,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
@@ -193,7 +204,7 @@ class App(Enqueuer):
                 max_active_per_key=max_active_per_key, rate_limit=rate_limit,
                 rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
-                on_failure=on_failure, lease=lease,
+                on_failure=on_failure, lease=lease, retention=retention,
             )
 
         return register(fn) if fn is not None else register
@@ -214,6 +225,7 @@ class App(Enqueuer):
         retry_backoff: RetryBackoff | None,
         on_failure: str,
         lease: float | str | None,
+        retention: dict[str, Any] | None = None,
     ) -> Task[Any, Any]:
         from ._durations import parse_duration
 
@@ -261,6 +273,7 @@ class App(Enqueuer):
             self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,
             priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
             on_failure=on_failure, lease=lease_seconds,
+            retention=retention_seconds(retention, self.retention),
         )
         self.tasks[task_name] = task
         return task
@@ -446,11 +459,8 @@ class App(Enqueuer):
         return (await self.enqueue_calls_async(calls, connection))[0]
 
     def get_job(self, job_id: int) -> Job | None:
-        conn = _current_connection.get()
-        if isinstance(conn, psycopg.Connection):
+        with self._connection_for_call() as conn:
             return Queue(conn).get_job(job_id)
-        with self.connection() as pooled:
-            return Queue(pooled).get_job(job_id)
 
     async def get_job_async(self, job_id: int) -> Job | None:
         conn = _current_connection.get()
@@ -459,6 +469,46 @@ class App(Enqueuer):
         pool = await self._get_async_pool()
         async with pool.connection() as pooled:
             return await AsyncQueue(pooled).get_job(job_id)
+
+    # ---- results and control ---------------------------------------------------------------
+
+    def handle(self, job_id: int) -> JobHandle:
+        """The handle of an existing job, from its id, in any process.
+
+        >>> app.handle(42).get(timeout=10)                            # doctest: +SKIP
+        """
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise InvalidOptionsError(f"a job id is an int, got {job_id!r}")
+        return JobHandle(job_id, self)
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        """Cancel jobs: scheduled, ready or held ones at once, running ones by request (they
+        end canceled when their handler returns). Returns the ids it changed."""
+        retention = _ops.retention_json(self.retention)
+        with self._connection_for_call() as conn:
+            return _ops.execute(conn, _ops.cancel_jobs(ids, retention))
+
+    def retry(self, ids: Sequence[int]) -> list[int]:
+        """Failed, held or canceled jobs become ready with a fresh set of attempts. Returns the
+        ids it changed."""
+        with self._connection_for_call() as conn:
+            return _ops.execute(conn, _ops.retry_jobs(ids))
+
+    def wait_for(self, job_id: int, timeout: float | None) -> bool:
+        return _results.waiter(self.database_url).wait(job_id, timeout)
+
+    async def wait_for_async(self, job_id: int, timeout: float | None) -> bool:
+        return await _results.waiter(self.database_url).wait_async(job_id, timeout)
+
+    @contextmanager
+    def _connection_for_call(self) -> Iterator[psycopg.Connection[Any]]:
+        """The `using()` connection (inside the caller's transaction), else a pooled one."""
+        conn = _current_connection.get()
+        if isinstance(conn, psycopg.Connection):
+            yield conn
+        else:
+            with self.connection() as pooled:
+                yield pooled
 
     # ---- policies ------------------------------------------------------------------------
 

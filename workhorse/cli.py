@@ -558,7 +558,8 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
 @click.pass_context
 @handle_errors
 def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
-    """Cancel jobs that have not finished (an active job's result will be discarded)."""
+    """Cancel jobs that have not finished (a running one is asked to stop, and ends canceled
+    when its handler returns)."""
     with _connect(ctx) as conn:
         canceled = Queue(conn).cancel_jobs(job_ids)
     if as_json:
@@ -568,6 +569,36 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
     if as_json:
         return
     console.print(f"canceled {len(canceled)} job(s): {canceled}")
+
+
+@jobs.command("prune")
+@click.option("--older-than", type=DURATION, default=None,
+              help="Finished this long ago (default: those whose retention expired).")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["succeeded", "failed", "held", "canceled"]),
+              help="With --older-than: only these (default succeeded, failed, canceled).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str, ...],
+               as_json: bool) -> None:
+    """Delete finished jobs now, in batches, and print how many went."""
+    if statuses and older_than is None:
+        raise click.UsageError("--status needs --older-than")
+    deleted = 0
+    with _connect(ctx) as conn:
+        queue = Queue(conn)
+        while True:
+            batch = queue.prune_jobs(5000, older_than=older_than, statuses=statuses or None)
+            if batch < 0:
+                raise WorkhorseError("another pruner is running; try again in a moment")
+            deleted += batch
+            if batch < 5000:
+                break
+    if as_json:
+        print_json({"pruned": deleted})
+        return
+    console.print(f"pruned {deleted} job(s)")
 
 
 @main.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 
@@ -29,8 +31,28 @@ class UnknownTaskError(WorkhorseError, LookupError):
     """A task name the app does not know."""
 
 
+class JobNotFoundError(WorkhorseError, LookupError):
+    """No job with that id (never enqueued, or pruned by retention)."""
+
+
 class StaleLeaseError(WorkhorseError):
     """A fence was rejected: the job was claimed again, or the lease already expired."""
+
+
+class TaskFailedError(WorkhorseError):
+    """`JobHandle.get` on a job that ended failed or held; `.job` is the Job."""
+
+    def __init__(self, message: str, job: Any = None) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class TaskCanceledError(WorkhorseError):
+    """`JobHandle.get` on a canceled job; `.job` is the Job."""
+
+    def __init__(self, message: str, job: Any = None) -> None:
+        super().__init__(message)
+        self.job = job
 
 
 class SchemaVersionError(WorkhorseError):

@@ -127,8 +127,21 @@ class Queue:
         return self._run(_ops.retry_jobs(ids))
 
     def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
-        """Cancel jobs that have not finished; returns the ids that were canceled."""
+        """Cancel jobs that have not finished (a running one by request: it ends canceled when
+        its handler returns); returns the ids canceled or asked to cancel."""
         return self._run(_ops.cancel_jobs(ids))
+
+    def prune_jobs(
+        self,
+        limit: int = 5000,
+        *,
+        older_than: float | None = None,
+        statuses: Sequence[str] | None = None,
+    ) -> int:
+        """Delete up to `limit` finished jobs whose retention expired (or, with `older_than`
+        seconds, those of `statuses` that finished that long ago); -1 while another pruner
+        runs."""
+        return self._run(_ops.prune_jobs(limit, older_than, statuses))
 
     def pause(self, queue: str) -> QueueControl:
         """A paused queue admits nothing (governed or not); running jobs finish. Claims in
@@ -271,6 +284,15 @@ class AsyncQueue:
 
     async def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
         return await self._run(_ops.cancel_jobs(ids))
+
+    async def prune_jobs(
+        self,
+        limit: int = 5000,
+        *,
+        older_than: float | None = None,
+        statuses: Sequence[str] | None = None,
+    ) -> int:
+        return await self._run(_ops.prune_jobs(limit, older_than, statuses))
 
     async def pause(self, queue: str) -> QueueControl:
         return await self._run(_ops.set_queue_control(queue, "pause"), transaction=True)

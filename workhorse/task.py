@@ -1,20 +1,23 @@
 """Task: a registered handler, and the Celery-style ways to enqueue it.
 
-A Task and the JobHandles it returns talk to an `Enqueuer` (what sends calls and reads jobs),
-not to App: App is one, and a test double or an eager mode can be another.
+A Task and the JobHandles it returns talk to an `Enqueuer` (handle.py: what sends calls and
+reads, waits for, cancels and retries jobs), not to App: App is one, and a test double or an
+eager mode can be another.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from .errors import InvalidOptionsError
+from .handle import Enqueuer, JobHandle
 from .retry import RetryBackoff
-from .types import EnqueueOptions, Job, JobStatus, QueueSpec
+from .types import EnqueueOptions, QueueSpec, retention_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,44 +50,6 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
     return value
 
 
-class Enqueuer(Protocol):
-    """What Task and JobHandle need: send resolved calls, read a job back."""
-
-    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
-        """Enqueue `calls` in one round trip (on `connection` when given)."""
-        ...
-
-    async def enqueue_calls_async(
-        self, calls: Sequence[Call], connection: Any = None
-    ) -> list[JobHandle]: ...
-
-    def get_job(self, job_id: int) -> Job | None: ...
-
-    async def get_job_async(self, job_id: int) -> Job | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class JobHandle:
-    """What `delay()` returns: the job's id, and lookups of its state."""
-
-    id: int
-    enqueuer: Enqueuer = field(repr=False, compare=False)
-
-    def job(self) -> Job | None:
-        return self.enqueuer.get_job(self.id)
-
-    def status(self) -> JobStatus | None:
-        job = self.job()
-        return None if job is None else job.status
-
-    async def job_async(self) -> Job | None:
-        return await self.enqueuer.get_job_async(self.id)
-
-    async def status_async(self) -> JobStatus | None:
-        job = await self.job_async()
-        return None if job is None else job.status
-
-
 @dataclass(frozen=True, slots=True)
 class Call:
     """One enqueue request, resolved and validated; the unit `App.enqueue_many` sends."""
@@ -111,6 +76,7 @@ class Task(Generic[P, R]):
         retry_backoff: RetryBackoff | None,
         on_failure: str,
         lease: float | None,
+        retention: dict[str, float | None] | None = None,
     ) -> None:
         self.enqueuer = enqueuer
         self.fn = fn
@@ -122,6 +88,10 @@ class Task(Generic[P, R]):
         self.retry_backoff = retry_backoff
         self.on_failure = on_failure
         self.lease = lease
+        self.retention = retention_seconds(None) if retention is None else dict(retention)
+        # What the worker hands the database when this task's job ends (see _expiry_v1.sql).
+        self.retention_json = json.dumps(
+            {status: seconds for status, seconds in self.retention.items() if seconds is not None})
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = fn.__doc__
@@ -144,6 +114,7 @@ class Task(Generic[P, R]):
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        idempotency_key: str | None = None,
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -166,6 +137,7 @@ class Task(Generic[P, R]):
             run_at=run_at,
             delay=delay,
             max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            idempotency_key=idempotency_key,
         )
         return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure)
 
@@ -182,7 +154,9 @@ class Task(Generic[P, R]):
         **options: Any,
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
-        max_attempts); `connection=` enqueues inside the caller's transaction."""
+        max_attempts, idempotency_key); `connection=` enqueues inside the caller's transaction.
+        With an idempotency key, a job of this task with that key that still exists is returned
+        instead of a new one."""
         return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:

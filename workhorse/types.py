@@ -31,6 +31,49 @@ class JobStatus(enum.StrEnum):
     CANCELED = "canceled"
 
 
+RESTING = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED})
+
+
+RETENTION_STATUSES = ("succeeded", "failed", "canceled")
+DEFAULT_RETENTION: dict[str, float | None] = {
+    "succeeded": 86400.0, "failed": 7 * 86400.0, "canceled": 86400.0,
+}
+
+
+def retention_seconds(
+    retention: object, base: dict[str, float | None] | None = None
+) -> dict[str, float | None]:
+    """`{"succeeded": "1d", "failed": "7d", "canceled": "1d"}` (durations; None keeps for ever)
+    over `base` (the defaults); InvalidOptionsError for an unknown status or a bad duration.
+
+    >>> retention_seconds({"failed": "30d"})["failed"]
+    2592000.0
+    """
+    merged = dict(DEFAULT_RETENTION if base is None else base)
+    if retention is None:
+        return merged
+    if not isinstance(retention, dict):
+        raise InvalidOptionsError(f"retention must be a dict of status -> duration, got "
+                                  f"{retention!r}")
+    for status, value in retention.items():
+        if status not in RETENTION_STATUSES:
+            raise InvalidOptionsError(
+                f"retention: {status!r} is not one of {', '.join(RETENTION_STATUSES)} "
+                "(held jobs are kept until an operator acts)"
+            )
+        if value is None:
+            merged[status] = None
+            continue
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise InvalidOptionsError(f"retention[{status!r}]: {exc}") from None
+        if seconds > MAX_DELAY_SECONDS:
+            raise InvalidOptionsError(f"retention[{status!r}] is too long: {value!r}")
+        merged[status] = seconds
+    return merged
+
+
 def check_name(
     what: str, value: object, error: type[WorkhorseError] = InvalidOptionsError
 ) -> str:
@@ -57,11 +100,14 @@ class EnqueueOptions:
     run_at: datetime | None = None
     delay: float | timedelta | None = None
     max_attempts: int = 3
+    idempotency_key: str | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
         if self.concurrency_key is not None:
             check_name("concurrency_key", self.concurrency_key)
+        if self.idempotency_key is not None:
+            check_name("idempotency_key", self.idempotency_key)
         if type(self.priority) is not int or not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise InvalidOptionsError(
                 f"priority must be an int in [{PRIORITY_MIN}, {PRIORITY_MAX}], "
@@ -298,6 +344,14 @@ class Job:
     fence: int | None = None
     lease_until: datetime | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: bool = False
+    idempotency_key: str | None = None
+    expires_at: datetime | None = None
+
+    @property
+    def resting(self) -> bool:
+        """Whether the job reached a status it stays in: succeeded, failed, held or canceled."""
+        return self.status in RESTING
 
 
 @dataclass(frozen=True, slots=True)

@@ -278,9 +278,10 @@ def test_claim_v1_still_serves_v1_queues(queue: Queue) -> None:
 
 # heartbeat_v1 as 0.1 shipped it: the lease check without the admission lock.
 _UNLOCKED_HEARTBEAT = """
-CREATE OR REPLACE FUNCTION workhorse.heartbeat_v1(
+DROP FUNCTION workhorse.heartbeat_v1(bigint[], bigint[], double precision[]);
+CREATE FUNCTION workhorse.heartbeat_v1(
     p_ids bigint[], p_fences bigint[], p_leases double precision[])
-RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$
+RETURNS TABLE (id bigint, cancel_requested boolean) LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RETURN QUERY
         UPDATE workhorse.jobs j
@@ -288,7 +289,7 @@ BEGIN
         FROM unnest(p_ids, p_fences, p_leases) AS b(id, fence, lease)
         WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
           AND j.lease_until > clock_timestamp()
-        RETURNING j.id;
+        RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 END $$
 """
 

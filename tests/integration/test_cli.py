@@ -106,7 +106,7 @@ def states(queue: Queue) -> dict[str, int]:
                        on_failure=["hold"])
     ids["held2"] = _ended(queue, "held2")
     ids["canceled"] = queue.enqueue("t.cancel", None, one(queue="canceled"))
-    queue.conn.execute("SELECT workhorse.cancel_jobs_v1(%s::bigint[])", ([ids["canceled"]],))
+    queue.conn.execute("SELECT workhorse.cancel_jobs_v1(%s::bigint[], '{}')", ([ids["canceled"]],))
     for name, job_id in ids.items():
         job = queue.get_job(job_id)
         assert job is not None and job.status.value == name.rstrip("2"), (name, job)

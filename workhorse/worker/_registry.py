@@ -12,12 +12,16 @@ import psycopg
 
 from .. import _ops, telemetry
 from ..database import connect
+from ..errors import first_line
 
 log = logging.getLogger("workhorse.worker")
 
 # One supervisor at a time vacuums the small admission tables: every claim of a per-key queue
 # deletes hints and moves heads, and their dead rows would otherwise slow claims until autovacuum.
 HOUSEKEEPING_INTERVAL = 30.0
+# Retention: expired jobs go in batches of PRUNE_BATCH, for at most PRUNE_BUDGET s per tick (5 s).
+PRUNE_BATCH = 5000
+PRUNE_BUDGET = 1.0
 
 
 class Registry:
@@ -52,6 +56,7 @@ class Registry:
 
     def tick(self, conn: psycopg.Connection[Any]) -> None:
         self._publish_health(conn)
+        self._prune(conn)
         self._housekeeping(conn)
         if self.id is None:
             self._insert(conn)
@@ -59,6 +64,17 @@ class Registry:
         if not _ops.execute(conn, _ops.touch_worker(self.id, self.stats())):
             # Someone pruned our row: put it back.
             self._insert(conn)
+
+    def _prune(self, conn: psycopg.Connection[Any]) -> None:
+        """Delete expired jobs in batches, each its own short transaction, for at most
+        PRUNE_BUDGET seconds a tick; one pruner at a time fleet-wide (the SQL try-lock)."""
+        deadline = time.monotonic() + PRUNE_BUDGET
+        try:
+            while time.monotonic() < deadline:
+                if _ops.execute(conn, _ops.prune_jobs(PRUNE_BATCH)) < PRUNE_BATCH:
+                    return
+        except psycopg.Error as exc:
+            log.warning("could not prune expired jobs: %s", first_line(exc))
 
     def _housekeeping(self, conn: psycopg.Connection[Any]) -> None:
         if time.monotonic() < self._next_housekeeping:

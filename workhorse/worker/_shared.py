@@ -13,8 +13,10 @@ from typing import Any
 _FORK = multiprocessing.get_context("fork")
 
 # One row of counters per slot index; a restarted slot keeps adding to its index's row.
-STAT_FIELDS = ("claimed", "succeeded", "failed", "retried", "held", "lost", "stale", "in_flight")
-CLAIMED, SUCCEEDED, FAILED, RETRIED, HELD, LOST, STALE, IN_FLIGHT = range(len(STAT_FIELDS))
+STAT_FIELDS = ("claimed", "succeeded", "failed", "retried", "held", "lost", "stale", "in_flight",
+               "canceled")
+CLAIMED, SUCCEEDED, FAILED, RETRIED, HELD, LOST, STALE, IN_FLIGHT, CANCELED = range(
+    len(STAT_FIELDS))
 
 
 class Budget:

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 
-from .. import telemetry
+from .. import _ops, telemetry
 from .._ops import encode_json, error_document
 from ..errors import PayloadError, UnknownTaskError
 from ..retry import backoff_delay
@@ -44,6 +44,8 @@ class Execution:
     handle: asyncio.Task[Any] | None = None  # set while an async handler can be cancelled
     lost: bool = False
     holds: bool = True  # still counted against the slot's capacity
+    retention: str = _ops.DEFAULT_RETENTION_JSON  # how long the job is kept once it ends
+    cancel_requested: bool = False  # an operator asked; the job ends canceled when it stops
 
     @property
     def job_id(self) -> int:
@@ -113,8 +115,10 @@ class Executor:
         default_lease: float,
         limiter: anyio.CapacityLimiter | None = None,
         traced: bool | None = None,
+        retention: str = _ops.DEFAULT_RETENTION_JSON,
     ) -> None:
         self.tasks = dict(tasks)
+        self.retention = retention  # the app's, for jobs whose task it does not know
         self.app_name = app_name
         self.default_lease = default_lease
         self.limiter = limiter
@@ -124,7 +128,8 @@ class Executor:
         """The Execution for a job just claimed: its task, and the lease to keep renewing."""
         task = self.tasks.get(job.task)
         lease = task.lease if task is not None and task.lease else self.default_lease
-        return Execution(job, task, lease, governed)
+        retention = task.retention_json if task is not None else self.retention
+        return Execution(job, task, lease, governed, retention=retention)
 
     async def run(self, execution: Execution) -> Outcome | None:
         job, task = execution.job, execution.task
@@ -146,13 +151,16 @@ class Executor:
                 else:
                     value = await self._call(execution, task, args, kwargs)
                 result = encode_json(value, "result")  # not JSON: this attempt fails
-            except asyncio.CancelledError:
-                if not execution.lost:
+            except asyncio.CancelledError as exc:
+                if not execution.lost and not execution.cancel_requested:
                     raise
                 current = asyncio.current_task()
                 if current is not None:
                     current.uncancel()
-                return None
+                if execution.lost:
+                    return None
+                # Cancelled on an operator's request: the database ends it `canceled`.
+                return self._failure(execution, exc, final=True)
             except Exception as exc:
                 return self._failure(execution, exc)
             except (SystemExit, KeyboardInterrupt) as exc:  # a handler must not end the slot

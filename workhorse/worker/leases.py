@@ -9,6 +9,8 @@ lease when it has one.
 
 A job missing from the returned set has lost its lease (it expired first, or the job was claimed
 again). `on_lost` is told, from this thread; the slot cancels what it can and discards the result.
+A job whose cancel an operator requested is told to `on_cancel`: the slot cancels an async
+handler; a sync one runs on, its job still counted, and ends canceled when it returns.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ class LeaseKeeper:
         interval: float,
         *,
         name: str = "workhorse-leases",
+        on_cancel: Callable[[list[tuple[int, int]]], None] | None = None,
     ) -> None:
         self.url = url
         self.running = running
         self.on_lost = on_lost
+        self.on_cancel = on_cancel
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -81,7 +85,7 @@ class LeaseKeeper:
                     self.url, autocommit=True, connect_timeout=10,
                     application_name="workhorse-leases",
                 )
-            held = _ops.execute(self._conn, _ops.heartbeat(leases))
+            held = _ops.execute(self._conn, _ops.renew_leases(leases))
         except psycopg.Error as exc:
             log.warning("heartbeat failed (%s); retrying in %.1fs", first_line(exc),
                         self.interval)
@@ -93,3 +97,6 @@ class LeaseKeeper:
         lost = [(job_id, fence) for job_id, fence, _ in leases if job_id not in held]
         if lost:
             self.on_lost(lost)
+        canceled = [(job_id, fence) for job_id, fence, _ in leases if held.get(job_id)]
+        if canceled and self.on_cancel is not None:
+            self.on_cancel(canceled)

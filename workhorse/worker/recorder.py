@@ -102,7 +102,8 @@ class OutcomeRecorder:
         conn = self._conn
         done, self._done = self._done, []
         if done:
-            batch = [(o.execution.job_id, o.execution.fence, o.result or "null") for o in done]
+            batch = [(o.execution.job_id, o.execution.fence, o.result or "null",
+                      o.execution.retention) for o in done]
             try:
                 accepted = await _ops.execute_async(conn, _ops.complete_encoded(batch))
             except BaseException:
@@ -115,7 +116,8 @@ class OutcomeRecorder:
             assert outcome.error is not None
             try:
                 status: JobStatus | None = await _ops.execute_async(conn, _ops.fail(
-                    execution.job_id, execution.fence, outcome.error, outcome.retry_at))
+                    execution.job_id, execution.fence, outcome.error, outcome.retry_at,
+                    execution.retention))
             except StaleLeaseError:
                 status = None
             except PayloadError as exc:
@@ -129,15 +131,20 @@ class OutcomeRecorder:
             self._failed.pop(0)
             self._count_failed(outcome, status)
 
-    def _count_completed(self, done: list[Outcome], accepted: set[tuple[int, int]]) -> None:
+    def _count_completed(
+        self, done: list[Outcome], accepted: dict[tuple[int, int], JobStatus]
+    ) -> None:
         per_queue: dict[str, int] = {}
         recorded: list[Recorded] = []
         for outcome in done:
             execution = outcome.execution
-            if (execution.job_id, execution.fence) in accepted:
+            status = accepted.get((execution.job_id, execution.fence))
+            if status is JobStatus.SUCCEEDED:
                 queue = execution.job.queue
                 per_queue[queue] = per_queue.get(queue, 0) + 1
                 recorded.append((outcome, JobStatus.SUCCEEDED))
+            elif status is not None:  # canceled: its cancel was requested while it ran
+                recorded.append((outcome, status))
             else:
                 log.warning("%s: job %d's result was rejected: its lease had been lost",
                             self.name, execution.job_id)
@@ -158,6 +165,9 @@ class OutcomeRecorder:
             telemetry.jobs_retried.add(1, attributes)
             log.info("job %d (%s) attempt %d/%d failed, retrying: %s",
                      job.id, job.task, job.attempts, job.max_attempts, what)
+        elif status == JobStatus.CANCELED:
+            log.warning("job %d (%s) canceled on request during attempt %d/%d",
+                     job.id, job.task, job.attempts, job.max_attempts)
         elif status == JobStatus.HELD:
             telemetry.jobs_held.add(1, attributes)
             log.warning("job %d (%s) held after attempt %d/%d: %s",

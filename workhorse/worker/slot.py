@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from .. import telemetry
+from .. import _ops, telemetry
 from ..errors import first_line
 from ..types import ClaimedJob, JobStatus
 from . import _shared
@@ -64,6 +64,7 @@ _RECORDED_STAT = {
     JobStatus.SCHEDULED: _shared.RETRIED,
     JobStatus.HELD: _shared.HELD,
     JobStatus.FAILED: _shared.FAILED,
+    JobStatus.CANCELED: _shared.CANCELED,
 }
 
 
@@ -152,6 +153,7 @@ class Slot:
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             limiter=anyio.CapacityLimiter(self.config.concurrency),
+            retention=_ops.retention_json(self.app.retention),
         )
         self.recorder = OutcomeRecorder(
             lambda: self._connect("outcomes"), self._recorded,
@@ -161,6 +163,7 @@ class Slot:
         keeper = LeaseKeeper(
             self.config.url, self._running, self._lost_from_thread,
             self.config.heartbeat_interval, name=f"workhorse-leases-{self.index}",
+            on_cancel=self._cancel_from_thread,
         )
         keeper.start()
         try:
@@ -344,6 +347,21 @@ class Slot:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._mark_lost, lost)
+
+    def _cancel_from_thread(self, requested: list[tuple[int, int]]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._mark_cancel_requested, requested)
+
+    def _mark_cancel_requested(self, requested: list[tuple[int, int]]) -> None:
+        for job_id, fence in requested:
+            execution = self._running.get(job_id)
+            if execution is None or execution.fence != fence or execution.cancel_requested:
+                continue
+            execution.cancel_requested = True
+            if execution.handle is not None:
+                execution.handle.cancel()  # async: cancelled; sync: runs on, ends canceled
 
     def _mark_lost(self, lost: list[tuple[int, int]]) -> None:
         for job_id, fence in lost:

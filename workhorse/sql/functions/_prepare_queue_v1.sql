@@ -6,17 +6,28 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_keys text[];
+    v_ended text;
 BEGIN
-    UPDATE workhorse.jobs j
-    SET status = CASE j.on_failure WHEN 'hold' THEN 'held' ELSE 'failed' END,
-        finished_at = p_now,
-        lease_until = NULL,
-        error = jsonb_build_object(
-            'type', 'LeaseExpired',
-            'message', format('lease expired on attempt %s of %s', j.attempts, j.max_attempts),
-            'traceback', NULL)
-    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= p_now
-      AND j.attempts >= j.max_attempts;
+    -- No app ran this attempt to its end, so the default retention applies: failed 7 days,
+    -- canceled 1 day (its cancel was requested), held until an operator acts.
+    WITH ended AS (
+        UPDATE workhorse.jobs j
+        SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'canceled'
+                          WHEN j.on_failure = 'hold' THEN 'held' ELSE 'failed' END,
+            finished_at = p_now,
+            expires_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN p_now + interval '1 day'
+                              WHEN j.on_failure = 'hold' THEN NULL
+                              ELSE p_now + interval '7 days' END,
+            lease_until = NULL,
+            error = jsonb_build_object(
+                'type', 'LeaseExpired',
+                'message', format('lease expired on attempt %s of %s', j.attempts, j.max_attempts),
+                'traceback', NULL)
+        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= p_now
+          AND (j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+        RETURNING j.id
+    )
+    SELECT workhorse._ended_v1(array_agg(e.id)) INTO v_ended FROM ended e;
 
     -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
     -- rows makes the planner hash the whole jobs table, on every claim.

@@ -1,7 +1,10 @@
 -- Record a failed attempt. With p_retry_at and attempts left, the job waits as `scheduled`;
--- otherwise it ends `failed`, or `held` when its task says so. Returns the new status, or NULL
--- when the fence is stale (nothing changed).
-CREATE FUNCTION workhorse.fail_v1(p_id bigint, p_fence bigint, p_error text, p_retry_at timestamptz)
+-- otherwise it ends `failed`, or `held` when its task says so; a job whose cancel was requested
+-- while it ran ends `canceled` (no retry). `p_retention` (JSON: status -> seconds kept, from the
+-- app that ran the job) fixes the expiry of a job that ends here. Returns the new status, or
+-- NULL when the fence is stale (nothing changed).
+CREATE FUNCTION workhorse.fail_v1(
+    p_id bigint, p_fence bigint, p_error text, p_retry_at timestamptz, p_retention text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -9,15 +12,21 @@ DECLARE
     v_status text;
     v_queue text;
 BEGIN
+    -- The next status is computed from the row being updated (not a snapshot read before it),
+    -- so that a cancel request that commits meanwhile is seen.
     UPDATE workhorse.jobs j
-    SET status = CASE
-            WHEN p_retry_at IS NOT NULL AND j.attempts < j.max_attempts THEN 'scheduled'
-            WHEN j.on_failure = 'hold' THEN 'held'
-            ELSE 'failed' END,
-        run_at = CASE WHEN p_retry_at IS NOT NULL AND j.attempts < j.max_attempts
+    SET status = workhorse._failed_status_v1(
+            j.cancel_requested_at, j.attempts, j.max_attempts, j.on_failure, p_retry_at),
+        run_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
+                               j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
                       THEN p_retry_at ELSE j.run_at END,
-        finished_at = CASE WHEN p_retry_at IS NOT NULL AND j.attempts < j.max_attempts
+        finished_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
+                                    j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
                            THEN NULL ELSE clock_timestamp() END,
+        expires_at = workhorse._expiry_v1(
+            workhorse._failed_status_v1(j.cancel_requested_at, j.attempts, j.max_attempts,
+                                        j.on_failure, p_retry_at),
+            p_retention::jsonb, clock_timestamp()),
         error = p_error::jsonb,
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
@@ -26,6 +35,9 @@ BEGIN
        AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
             OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
         PERFORM workhorse._wake_v1(v_queue);
+    END IF;
+    IF v_status IN ('failed', 'held', 'canceled') THEN
+        PERFORM workhorse._ended_v1(ARRAY[p_id]);
     END IF;
     RETURN v_status;
 END

@@ -1,5 +1,6 @@
 -- Extend leases in one statement. An expired lease is not renewed: its capacity may already be
--- in use by another claim. Returns the ids whose lease was extended.
+-- in use by another claim. Returns the ids whose lease was extended, and whether an operator
+-- asked to cancel each (the worker then stops the handler if it can).
 --
 -- The queues' admission locks are taken (shared, in sorted order) before the lease is checked:
 -- otherwise a governed claim could count the lease as expired and admit a replacement while this
@@ -7,7 +8,7 @@
 -- live jobs at a limit of one). With the lock, a claim either sees the renewal committed, or ran
 -- first, and then the lease has expired by the time it is checked here and is refused.
 CREATE FUNCTION workhorse.heartbeat_v1(p_ids bigint[], p_fences bigint[], p_leases double precision[])
-RETURNS SETOF bigint
+RETURNS TABLE (id bigint, cancel_requested boolean)
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -26,6 +27,6 @@ BEGIN
         FROM unnest(p_ids, p_fences, p_leases) AS b(id, fence, lease)
         WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
           AND j.lease_until > clock_timestamp()
-        RETURNING j.id;
+        RETURNING j.id, j.cancel_requested_at IS NOT NULL;
 END
 $$;

@@ -11,7 +11,7 @@ BEGIN
     WITH released AS (
         UPDATE workhorse.jobs j
         SET status = 'ready', attempts = 0, run_at = now(), finished_at = NULL,
-            lease_until = NULL
+            lease_until = NULL, expires_at = NULL, cancel_requested_at = NULL
         WHERE j.id = ANY(p_ids) AND j.status IN ('held', 'failed', 'canceled')
         RETURNING j.id, j.queue, j.ckey
     )

@@ -1,1 +1,2 @@
-SELECT id, fence FROM workhorse.complete_v1(%s::bigint[], %s::bigint[], %s::text[])
+SELECT c.id, c.fence, c.status
+FROM workhorse.complete_v1(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) AS c

@@ -1,1 +1,2 @@
-SELECT id FROM workhorse.heartbeat_v1(%s::bigint[], %s::bigint[], %s::double precision[]) AS id
+SELECT h.id, h.cancel_requested
+FROM workhorse.heartbeat_v1(%s::bigint[], %s::bigint[], %s::double precision[]) AS h

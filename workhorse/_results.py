@@ -1,0 +1,172 @@
+"""Waiting for jobs to finish, for `JobHandle.get` and `wait`: one thread and one connection per
+process and database, however many waiters.
+
+The thread LISTENs on the results channel (`listen_results_v1()`; complete, fail, cancel and an
+expired last lease NOTIFY the ids of jobs that reached a resting status) and, every
+`POLL_INTERVAL`, asks which of the waited-for jobs are resting, in one statement: the fallback
+for where LISTEN does not work (PgBouncer in transaction mode) or a notification was missed.
+`WORKHORSE_LISTEN_URL`, when set, is where it LISTENs. A waiter holds no connection while it
+waits: it registers its job id here and sleeps on an event (or an asyncio future).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from . import _ops
+from .errors import first_line
+
+log = logging.getLogger("workhorse.results")
+
+ENV_LISTEN_URL = "WORKHORSE_LISTEN_URL"
+# How often waited-for jobs are looked up when no notification came (the poll fallback).
+POLL_INTERVAL = 0.5
+RECONNECT = 1.0
+
+_Wake = Callable[[], None]
+
+
+class ResultWaiter:
+    """Per (process, database): `wait(job_id, timeout)` returns when the job rests (True) or
+    when the timeout passes (False). Started on first use; a daemon thread."""
+
+    def __init__(self, url: str, listen_url: str | None = None) -> None:
+        self.url = url
+        self.listen_url = listen_url or url
+        self._lock = threading.Lock()
+        self._waiting: dict[int, list[_Wake]] = {}
+        self._thread: threading.Thread | None = None
+        self._kick = threading.Event()
+
+    # ---- waiters -------------------------------------------------------------------------------
+
+    def _register(self, job_id: int, wake: _Wake) -> None:
+        with self._lock:
+            self._waiting.setdefault(job_id, []).append(wake)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="workhorse-results", daemon=True)
+                self._thread.start()
+        self._kick.set()  # look the job up at once: it may have ended before we registered
+
+    def _unregister(self, job_id: int, wake: _Wake) -> None:
+        with self._lock:
+            wakes = self._waiting.get(job_id)
+            if wakes is not None:
+                with contextlib.suppress(ValueError):
+                    wakes.remove(wake)
+                if not wakes:
+                    del self._waiting[job_id]
+
+    def wait(self, job_id: int, timeout: float | None) -> bool:
+        done = threading.Event()
+        self._register(job_id, done.set)
+        try:
+            return done.wait(timeout)
+        finally:
+            self._unregister(job_id, done.set)
+
+    async def wait_async(self, job_id: int, timeout: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        self._register(job_id, wake)
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._unregister(job_id, wake)
+
+    def _resolve(self, ids: set[int]) -> None:
+        with self._lock:
+            wakes = [wake for job_id in ids for wake in self._waiting.pop(job_id, [])]
+        for wake in wakes:
+            with contextlib.suppress(RuntimeError):  # an event loop that closed meanwhile
+                wake()
+
+    # ---- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            listener: psycopg.Connection[Any] | None = None
+            poller: psycopg.Connection[Any] | None = None
+            try:
+                poller = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                         application_name="workhorse-results")
+                try:
+                    listener = poller if self.listen_url == self.url else psycopg.connect(
+                        self.listen_url, autocommit=True, connect_timeout=10,
+                        application_name="workhorse-results-listen")
+                    _ops.execute(listener, _ops.listen_results())
+                except psycopg.Error as exc:
+                    log.warning("results: cannot LISTEN (%s); polling every %.1fs",
+                                first_line(exc), POLL_INTERVAL)
+                    listener = None
+                self._serve(poller, listener)
+            except psycopg.Error as exc:
+                log.warning("results: %s; reconnecting in %.1fs", first_line(exc), RECONNECT)
+                time.sleep(RECONNECT)
+            finally:
+                for conn in {id(c): c for c in (listener, poller) if c is not None}.values():
+                    with contextlib.suppress(Exception):
+                        conn.close()
+
+    def _serve(self, poller: psycopg.Connection[Any], listener: psycopg.Connection[Any] | None
+               ) -> None:
+        next_poll = 0.0
+        while True:
+            now = time.monotonic()
+            if self._kick.is_set() or now >= next_poll:
+                self._kick.clear()
+                with self._lock:
+                    waited = list(self._waiting)
+                if waited:
+                    self._resolve(_ops.execute(poller, _ops.resting_jobs(waited)))
+                next_poll = now + POLL_INTERVAL
+            timeout = max(0.0, min(next_poll - time.monotonic(), 0.05))
+            if listener is None:
+                self._kick.wait(timeout)
+                continue
+            ended: set[int] = set()
+            for notify in listener.notifies(timeout=timeout, stop_after=1):
+                ended.update(_ids(notify.payload))
+            if ended:
+                for notify in listener.notifies(timeout=0.0):
+                    ended.update(_ids(notify.payload))
+                self._resolve(ended)
+
+
+def _ids(payload: str) -> set[int]:
+    return {int(part) for part in payload.split(",") if part.strip().isdigit()}
+
+
+_waiters: dict[tuple[int, str], ResultWaiter] = {}
+_waiters_lock = threading.Lock()
+
+
+def waiter(url: str) -> ResultWaiter:
+    """This process's waiter for `url` (a forked child gets its own)."""
+    key = (os.getpid(), url)
+    with _waiters_lock:
+        found = _waiters.get(key)
+        if found is None:
+            found = _waiters[key] = ResultWaiter(url, os.environ.get(ENV_LISTEN_URL) or None)
+        return found

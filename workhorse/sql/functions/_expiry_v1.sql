@@ -1,0 +1,8 @@
+-- When a job that just reached `p_status` expires: `p_retention` maps statuses to seconds kept
+-- (JSON, from the app that ran the job); a status it does not name is kept for ever (NULL).
+CREATE FUNCTION workhorse._expiry_v1(p_status text, p_retention jsonb, p_at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_at + make_interval(secs => (p_retention ->> p_status)::double precision)
+$$;
