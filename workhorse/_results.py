@@ -31,6 +31,9 @@ ENV_LISTEN_URL = "WORKHORSE_LISTEN_URL"
 # How often waited-for jobs are looked up when no notification came (the poll fallback).
 POLL_INTERVAL = 0.5
 RECONNECT = 1.0
+# With nobody waiting this long, the thread closes its connection and ends (the next waiter
+# starts it again).
+IDLE_EXIT = 5.0
 
 _Wake = Callable[[], None]
 
@@ -104,8 +107,19 @@ class ResultWaiter:
 
     # ---- the thread ------------------------------------------------------------------------------
 
+    def _idle_exit(self, since: float) -> bool:
+        """End the thread if nobody has waited for IDLE_EXIT seconds (decided under the lock
+        that registration takes, so a new waiter either sees the thread gone or is served)."""
+        with self._lock:
+            if self._waiting or time.monotonic() - since < IDLE_EXIT:
+                return False
+            self._thread = None
+            return True
+
     def _run(self) -> None:
         while True:
+            if self._idle_exit(time.monotonic() - IDLE_EXIT):
+                return
             listener: psycopg.Connection[Any] | None = None
             poller: psycopg.Connection[Any] | None = None
             try:
@@ -120,7 +134,8 @@ class ResultWaiter:
                     log.warning("results: cannot LISTEN (%s); polling every %.1fs",
                                 first_line(exc), POLL_INTERVAL)
                     listener = None
-                self._serve(poller, listener)
+                if self._serve(poller, listener):
+                    return
             except psycopg.Error as exc:
                 log.warning("results: %s; reconnecting in %.1fs", first_line(exc), RECONNECT)
                 time.sleep(RECONNECT)
@@ -130,8 +145,10 @@ class ResultWaiter:
                         conn.close()
 
     def _serve(self, poller: psycopg.Connection[Any], listener: psycopg.Connection[Any] | None
-               ) -> None:
+               ) -> bool:
+        """Serve waiters until an error (raised) or until idle (returns True: the thread ends)."""
         next_poll = 0.0
+        busy_at = time.monotonic()
         while True:
             now = time.monotonic()
             if self._kick.is_set() or now >= next_poll:
@@ -139,7 +156,10 @@ class ResultWaiter:
                 with self._lock:
                     waited = list(self._waiting)
                 if waited:
+                    busy_at = now
                     self._resolve(_ops.execute(poller, _ops.resting_jobs(waited)))
+                elif self._idle_exit(busy_at):
+                    return True
                 next_poll = now + POLL_INTERVAL
             timeout = max(0.0, min(next_poll - time.monotonic(), 0.05))
             if listener is None:
