@@ -38,8 +38,11 @@ def test_get_returns_results_from_a_worker_fleet(database_url, conn, tmp_path):
         assert "remote traceback" in str(failed.value) and "in explode" in str(failed.value)
 
         async def many() -> list[int]:
-            more = [await results.add.delay_async(1, n) for n in range(5)]
-            return list(await asyncio.gather(*(h.get_async(timeout=20) for h in more)))
+            try:
+                more = [await results.add.delay_async(1, n) for n in range(5)]
+                return list(await asyncio.gather(*(h.get_async(timeout=20) for h in more)))
+            finally:
+                await app.close_async()  # the async pool belongs to this event loop
 
         assert asyncio.run(many()) == [1 + n for n in range(5)]
         # A handle rebuilt from an id reads the same result; its expiry came from the app.
