@@ -66,3 +66,17 @@ def test_bad_controls_are_usage_errors_and_write_nothing(
     result = cli(database_url, *args)
     assert result.exit_code == 2, result.output
     assert queue.list_queues() == []
+
+
+def test_jobs_prune(database_url: str, queue: Queue) -> None:
+    ids = queue.enqueue_many([("t", {}, EnqueueOptions(queue="p")) for _ in range(3)])
+    for job in queue.claim("p", 3, 30):
+        queue.complete(job.id, job.fence)
+    queue.conn.execute("UPDATE workhorse.jobs SET expires_at = now() - interval '1s'"
+                       " WHERE id = %s", (ids[0],))
+    assert ok_json(database_url, "jobs", "prune") == {"pruned": 1}
+    assert ok_json(database_url, "jobs", "prune", "--older-than", "0s",
+                   "--status", "succeeded") == {"pruned": 2}
+    assert queue.list_jobs() == []
+    assert cli(database_url, "jobs", "prune", "--status", "held").exit_code == 2
+    assert cli(database_url, "jobs", "prune", "--older-than", "soon").exit_code == 2
