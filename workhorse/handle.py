@@ -57,7 +57,8 @@ def _result(job: Job) -> Any:
     if job.status is JobStatus.CANCELED:
         raise TaskCanceledError(f"job {job.id} ({job.task}) was canceled", job)
     error = job.error or {}
-    detail = f"{error.get('type')}: {error.get('message')}"
+    detail = (f"{error.get('type')}: {error.get('message')}" if error
+              else "no error was recorded")
     trace = error.get("traceback")
     raise TaskFailedError(
         f"job {job.id} ({job.task}) ended {job.status.value} after attempt {job.attempts}/"

@@ -517,11 +517,12 @@ DECLARE
     v_requested bigint[];
     v_queues text[];
     v_keys text[];
+    v_at timestamptz := clock_timestamp();
 BEGIN
     WITH canceled AS (
         UPDATE workhorse.jobs j
-        SET status = 'canceled', finished_at = clock_timestamp(), lease_until = NULL,
-            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, clock_timestamp())
+        SET status = 'canceled', finished_at = v_at, lease_until = NULL,
+            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
         WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held')
         RETURNING j.id, j.queue, j.ckey
     )
@@ -959,6 +960,8 @@ CREATE OR REPLACE FUNCTION workhorse.complete_v1(p_ids bigint[], p_fences bigint
  SET enable_seqscan TO 'off'
  SET enable_bitmapscan TO 'off'
 AS $function$
+DECLARE
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
 BEGIN
     RETURN QUERY
         WITH done AS (
@@ -966,10 +969,10 @@ BEGIN
             SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded'
                               ELSE 'canceled' END,
                 result = CASE WHEN j.cancel_requested_at IS NULL THEN b.result::jsonb END,
-                finished_at = clock_timestamp(),
+                finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    b.retention::jsonb, clock_timestamp()),
+                    b.retention::jsonb, v_at),
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retentions) AS b(id, fence, result, retention)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
@@ -1073,6 +1076,7 @@ AS $function$
 DECLARE
     v_status text;
     v_queue text;
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
 BEGIN
     -- The next status is computed from the row being updated (not a snapshot read before it),
     -- so that a cancel request that commits meanwhile is seen.
@@ -1084,11 +1088,11 @@ BEGIN
                       THEN p_retry_at ELSE j.run_at END,
         finished_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
                                     j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
-                           THEN NULL ELSE clock_timestamp() END,
+                           THEN NULL ELSE v_at END,
         expires_at = workhorse._expiry_v1(
             workhorse._failed_status_v1(j.cancel_requested_at, j.attempts, j.max_attempts,
                                         j.on_failure, p_retry_at),
-            p_retention::jsonb, clock_timestamp()),
+            p_retention::jsonb, v_at),
         error = p_error::jsonb,
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'

@@ -176,6 +176,8 @@ class Executor:
     ) -> Any:
         if task.is_async:
             execution.handle = asyncio.current_task()
+            if execution.cancel_requested and execution.handle is not None:
+                execution.handle.cancel()  # asked before it started: it must not run on
             try:
                 return await task.fn(*args, **kwargs)
             finally:

@@ -13,11 +13,12 @@ DECLARE
     v_requested bigint[];
     v_queues text[];
     v_keys text[];
+    v_at timestamptz := clock_timestamp();
 BEGIN
     WITH canceled AS (
         UPDATE workhorse.jobs j
-        SET status = 'canceled', finished_at = clock_timestamp(), lease_until = NULL,
-            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, clock_timestamp())
+        SET status = 'canceled', finished_at = v_at, lease_until = NULL,
+            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
         WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held')
         RETURNING j.id, j.queue, j.ckey
     )

@@ -12,6 +12,8 @@ LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
 BEGIN
     RETURN QUERY
         WITH done AS (
@@ -19,10 +21,10 @@ BEGIN
             SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded'
                               ELSE 'canceled' END,
                 result = CASE WHEN j.cancel_requested_at IS NULL THEN b.result::jsonb END,
-                finished_at = clock_timestamp(),
+                finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    b.retention::jsonb, clock_timestamp()),
+                    b.retention::jsonb, v_at),
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retentions) AS b(id, fence, result, retention)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'

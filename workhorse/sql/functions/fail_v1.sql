@@ -11,6 +11,7 @@ AS $$
 DECLARE
     v_status text;
     v_queue text;
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
 BEGIN
     -- The next status is computed from the row being updated (not a snapshot read before it),
     -- so that a cancel request that commits meanwhile is seen.
@@ -22,11 +23,11 @@ BEGIN
                       THEN p_retry_at ELSE j.run_at END,
         finished_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
                                     j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
-                           THEN NULL ELSE clock_timestamp() END,
+                           THEN NULL ELSE v_at END,
         expires_at = workhorse._expiry_v1(
             workhorse._failed_status_v1(j.cancel_requested_at, j.attempts, j.max_attempts,
                                         j.on_failure, p_retry_at),
-            p_retention::jsonb, clock_timestamp()),
+            p_retention::jsonb, v_at),
         error = p_error::jsonb,
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
