@@ -1,7 +1,8 @@
-"""Claim benchmarks: claim+complete throughput, claim latency against queue shape, and drift.
+"""Claim benchmarks: claim+complete throughput, claim latency against queue shape, rate limits
+(claim_v2 beside claim_v1), and drift.
 
     .venv/bin/python benchmarks/bench_claim.py [--database-url URL] [--quick]
-                                               [--only throughput|latency|drift]
+                                               [--only throughput|latency|rate|drift]
 
 1. Throughput. No-op jobs, `Queue.claim(queue, 32, lease)` then `Queue.complete_many(...)` in a
    loop, 4 connections in 4 OS processes (multiprocessing, spawn). Each repeat truncates and
@@ -27,19 +28,36 @@
    largest backlog and depth queues one claim per batch size runs under auto_explain (ANALYZE,
    BUFFERS, nested statements) and the plans are written to benchmarks/plans/.
 
-3. Drift. The same claimer on a fast-path queue and a per-key queue, measured at checkpoints of
+3. Rate limits (`--only rate`). The latency measurement above, with each case measured three
+   ways, interleaved and in rotated order, on the same queues: claim_v1 (called directly, the
+   same columns as the product's claim statement) and claim_v2 (Queue.claim) under a policy
+   without rate limits, and claim_v2 under the same policy with rate limits (claim_v1 refuses
+   those). Median of 3 rounds. Cases:
+     a   max_active=64, per-key 4, 100 keys; + rate_limit=1000000/s, per key 100000/s, which
+         never bind: what counting starts costs
+     b   key 'hot' with B ready jobs (10k, and 1M; 100k in quick mode) ahead of a stream of 10,000
+         jobs of fresh keys (each claimed job is replaced by one of a new key); hot is blocked
+         by per-key 1 and an active job, or by rate_limit_per_key=5/h with its 5 starts made
+     c   100k keys with one ready job each, per-key 4; + rate_limit_per_key=10/m (not binding)
+     d   N keys (--ahead, default 10/100/1k) blocked ahead of case b's stream, each with an
+         active job and 2 ready: saturated by per-key 1, or by rate_limit_per_key=1/h used up
+   The plans of claim_v2 in case b at batch 32 on the largest queue go to benchmarks/plans/.
+
+4. Drift. The same claimer on a fast-path queue and a per-key queue, measured at checkpoints of
    claims since the last VACUUM, then after a VACUUM: what the dead rows that claims and
    enqueues leave behind cost until vacuum removes them.
 
 Full mode: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/1k/100k, 5 rounds of 200 claims, drift to
-4,000 claims; about 9 minutes on 2 cores. `--quick` caps sizes at 100k, shortens windows,
-rounds and drift: about 2 minutes on a quiet machine. Before each measurement the run waits
-(up to --quiet-wait s) for the machine to be idle, and reports how often it was not.
+4,000 claims; about 9 minutes on 2 cores, and the rate cases about 4 more. `--quick` caps sizes
+at 100k, shortens windows, rounds and drift: about 2 minutes on a quiet machine. Before each
+measurement the run waits (up to --quiet-wait s) for the machine to be idle, and reports how
+often it was not.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import multiprocessing as mp
 import re
@@ -71,9 +89,10 @@ LAT_QUEUE = "lat"
 
 
 def reset(conn: psycopg.Connection[Any]) -> None:
-    """An empty schema: no jobs, no policies, no heads or hints."""
+    """An empty schema: no jobs, no policies, no heads or hints, no start buckets or controls."""
     conn.execute(
-        "TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, workhorse.policies"
+        "TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, workhorse.policies, "
+        "workhorse.rate_starts, workhorse.queue_controls"
     )
 
 
@@ -120,7 +139,10 @@ def set_policy(
 
 
 def settle(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("VACUUM ANALYZE workhorse.jobs, workhorse.key_heads, workhorse.key_hints")
+    conn.execute(
+        "VACUUM ANALYZE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, "
+        "workhorse.rate_starts"
+    )
     c.try_checkpoint(conn)
 
 
@@ -308,6 +330,19 @@ class Variant:
     slug: str
     max_active: int | None
     per_key: int | None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    # "v2": Queue.claim (the product's claim statement, claim_v2); "v1": workhorse.claim_v1 called
+    # directly with the same columns, for side-by-side figures. claim_v1 refuses rate limits.
+    fn: str = "v2"
+    plans: bool = True
+
+    @property
+    def governed(self) -> bool:
+        return any(
+            x is not None
+            for x in (self.max_active, self.per_key, self.rate_limit, self.rate_limit_per_key)
+        )
 
 
 @dataclass
@@ -321,6 +356,12 @@ class Group:
     variants: list[Variant]
     build: Callable[[psycopg.Connection[Any], str, int], None]
     plan_size: int | None = None
+    plan_batches: tuple[int, ...] = (1, BATCH)
+    # The key of the job that replaces a claimed one (default: the same key).
+    rekey: Callable[[str | None], str | None] | None = None
+    # Run once after the build, before the first policy is installed for measuring.
+    after_build: Callable[[psycopg.Connection[Any], Group, Claimer], None] | None = None
+    title: str = ""
 
     def queue(self, size: int) -> str:
         return f"{self.variants[0].slug.split('_')[0]}-{size}"
@@ -399,6 +440,15 @@ def latency_groups(quick: bool) -> list[Group]:
 
 
 _BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
+# The top-level claim statement in an auto_explain NOTICE: Queue.claim's (claim_v2) or ours (v1).
+_CLAIM_CALL = re.compile(r"workhorse\.claim_v\d\(")
+# claim_v1 called directly, with the columns of the product's claim statement (claim.sql) but
+# next_start_in, which claim_v1 does not have; rows become ClaimedJob as _ops.claim_batch does.
+CLAIM_V1 = (
+    "SELECT id, task, queue, ckey, priority, payload, attempts, max_attempts, fence, lease_until, "
+    "enqueued_at, run_at, meta, started_at "
+    "FROM workhorse.claim_v1(%s::text, %s::integer, %s::double precision)"
+)
 
 
 class Claimer:
@@ -415,9 +465,46 @@ class Claimer:
         self._explain_ready: bool | None = False
         self._notices: list[str] = []
 
-    def top_up(self, queue: str, jobs: list[Any]) -> None:
+    def claim(self, queue: str, batch: int, fn: str = "v2") -> list[Any]:
+        if fn == "v2":
+            return self.q.claim(queue, batch, LEASE)
+        from workhorse.types import ClaimedJob
+
+        rows = self.conn.execute(CLAIM_V1, (queue, batch, LEASE)).fetchall()
+        return [
+            ClaimedJob(
+                id=r[0],
+                task=r[1],
+                queue=r[2],
+                concurrency_key=r[3] or None,
+                priority=r[4],
+                payload=r[5],
+                attempts=r[6],
+                max_attempts=r[7],
+                fence=r[8],
+                lease_until=r[9],
+                enqueued_at=r[10],
+                run_at=r[11],
+                meta=r[12] or {},
+                started_at=r[13],
+            )
+            for r in rows
+        ]
+
+    def top_up(
+        self,
+        queue: str,
+        jobs: list[Any],
+        rekey: Callable[[str | None], str | None] | None = None,
+    ) -> None:
         batch: list[tuple[str, Any, Any]] = []
         for j in jobs:
+            if rekey is not None:
+                new_key = rekey(j.concurrency_key)
+                if new_key != j.concurrency_key:  # a fresh key: not worth caching its options
+                    opt = self._opt(queue=queue, concurrency_key=new_key)
+                    batch.append((TASK, {"args": [], "kwargs": {}}, opt))
+                    continue
             key = (queue, j.concurrency_key)
             opt = self._options.get(key)
             if opt is None:
@@ -426,7 +513,14 @@ class Claimer:
         if batch:
             self.q.enqueue_many(batch)
 
-    def buffers(self, queue: str, batch: int, n: int) -> list[int]:
+    def buffers(
+        self,
+        queue: str,
+        batch: int,
+        n: int,
+        fn: str = "v2",
+        rekey: Callable[[str | None], str | None] | None = None,
+    ) -> list[int]:
         """Shared buffers (hit + read) touched by each of n claims, nested statements included:
         work per claim that, unlike time, other load on the machine cannot skew. Read from
         auto_explain's top-level plan (no timing), one NOTICE per claim."""
@@ -457,25 +551,31 @@ class Claimer:
         for _ in range(n):
             self.conn.execute("SET auto_explain.log_min_duration = 0")
             self._notices.clear()
-            jobs = self.q.claim(queue, batch, LEASE)
+            jobs = self.claim(queue, batch, fn)
             self.conn.execute("SET auto_explain.log_min_duration = -1")
             for notice in self._notices:
-                if "claim_v1" in notice:
+                if _CLAIM_CALL.search(notice):
                     m = _BUFFERS.search(notice)
                     if m:
                         found.append(sum(int(x or 0) for x in m.groups()))
                     break
             self.q.complete_many([(j.id, j.fence, None) for j in jobs])
-            self.top_up(queue, jobs)
+            self.top_up(queue, jobs, rekey)
         return found
 
-    def cycle(self, queue: str, batch: int) -> tuple[float, float, int]:
+    def cycle(
+        self,
+        queue: str,
+        batch: int,
+        fn: str = "v2",
+        rekey: Callable[[str | None], str | None] | None = None,
+    ) -> tuple[float, float, int]:
         t0 = time.perf_counter()
-        jobs = self.q.claim(queue, batch, LEASE)
+        jobs = self.claim(queue, batch, fn)
         t1 = time.perf_counter()
         self.q.complete_many([(j.id, j.fence, None) for j in jobs])
         t2 = time.perf_counter()
-        self.top_up(queue, jobs)
+        self.top_up(queue, jobs, rekey)
         return t1 - t0, t2 - t1, len(jobs)
 
 
@@ -484,9 +584,15 @@ def apply_policies(conn: psycopg.Connection[Any], group: Group, variant: Variant
     from workhorse import ConcurrencyPolicyDefinition, Queue
 
     definitions = []
-    if variant.max_active is not None or variant.per_key is not None:
+    if variant.governed:
         definitions = [
-            ConcurrencyPolicyDefinition(group.queue(size), variant.max_active, variant.per_key)
+            ConcurrencyPolicyDefinition(
+                group.queue(size),
+                variant.max_active,
+                variant.per_key,
+                rate_limit=variant.rate_limit,
+                rate_limit_per_key=variant.rate_limit_per_key,
+            )
             for size in group.sizes
         ]
     Queue(conn).sync_concurrency_policies(NAMESPACE, definitions, prune=True)
@@ -514,6 +620,9 @@ def measure_group(
         reset(conn)
         for size in group.sizes:
             group.build(conn, group.queue(size), size)
+        claimer = Claimer(conn)
+        if group.after_build is not None:
+            group.after_build(conn, group, claimer)
         # Policies after the prefill: a per-key install rebuilds the heads from the ready jobs.
         apply_policies(conn, group, group.variants[0])
         settle(conn)
@@ -522,13 +631,16 @@ def measure_group(
             f"{', '.join(group.size_label(s) for s in group.sizes)} built in "
             f"{time.perf_counter() - t0:.1f} s"
         )
-        claimer = Claimer(conn)
         current = group.variants[0]
         for r in range(rounds):
             busiest = 0.0
             sizes = group.sizes[r % len(group.sizes) :] + group.sizes[: r % len(group.sizes)]
+            variants = group.variants
+            if group.title:  # side-by-side variants: rotate their order too, round by round
+                k = r % len(variants)
+                variants = variants[k:] + variants[:k]
             for size in sizes:
-                for variant in group.variants:
+                for variant in variants:
                     if variant is not current:
                         apply_policies(conn, group, variant)
                         current = variant
@@ -537,31 +649,42 @@ def measure_group(
                         res = results[(variant.slug, size, b)]
                         lat, comp = [], []
                         for i in range(warm + claims):
-                            claim_s, complete_s, n = claimer.cycle(group.queue(size), b)
+                            claim_s, complete_s, n = claimer.cycle(
+                                group.queue(size), b, variant.fn, group.rekey
+                            )
                             if i >= warm:
                                 lat.append(claim_s)
                                 comp.append(complete_s)
                                 res.jobs += n
                                 res.claims += 1
-                        res.buffers.extend(claimer.buffers(group.queue(size), b, 5))
+                        res.buffers.extend(
+                            claimer.buffers(group.queue(size), b, 5, variant.fn, group.rekey)
+                        )
                         res.p50.append(c.percentile(lat, 50))
                         res.p99.append(c.percentile(lat, 99))
                         res.complete_p50.append(c.percentile(comp, 50))
             out.line(
                 f"    round {r + 1}/{rounds}: "
                 + "  ".join(
-                    f"{res.size_label} b{res.batch} {c.ms(res.p50[-1])}"
+                    (
+                        f"{res.variant.slug.split('_', 1)[1]} {c.count(res.size)} "
+                        if group.title
+                        else f"{res.size_label} "
+                    )
+                    + f"b{res.batch} {c.ms(res.p50[-1])}"
                     for res in results.values()
-                    if res.variant is group.variants[0]
+                    if group.title or res.variant is group.variants[0]
                 )
                 + f"  [machine up to {busiest:.0%} busy before]"
             )
         if group.plan_size is not None:
             for variant in group.variants:
+                if not variant.plans:
+                    continue
                 if variant is not current:
                     apply_policies(conn, group, variant)
                     current = variant
-                capture_plans(claimer, group, variant, group.plan_size, batches)
+                capture_plans(claimer, group, variant, group.plan_size, group.plan_batches)
     return list(results.values())
 
 
@@ -601,12 +724,12 @@ def capture_plans(
             notices.clear()
             conn.execute("SET auto_explain.log_min_duration = 0")
             t0 = time.perf_counter()
-            jobs = claimer.q.claim(queue, b, LEASE)
+            jobs = claimer.claim(queue, b, variant.fn)
             elapsed = time.perf_counter() - t0
             conn.execute("SET auto_explain.log_min_duration = -1")
             captured = [n for n in notices if "auto_explain" not in n]
             claimer.q.complete_many([(j.id, j.fence, None) for j in jobs])
-            claimer.top_up(queue, jobs)
+            claimer.top_up(queue, jobs, group.rekey)
             path = PLANS_DIR / f"claim_{variant.slug}_{c.count(size)}_batch{b}.txt"
             header = [
                 f"-- workhorse claim plans: {variant.label}, {group.size_label(size)}, batch {b}",
@@ -727,7 +850,289 @@ def bench_latency(
     out.table(flat)
 
 
-# ---- 3. drift: cost against claims since the last VACUUM ----
+# ---- 4. rate limits: claim_v2's start counting, beside claim_v1 ----
+
+RATE_OTHER_JOBS = 10_000
+HOT_RATE = "5/h"
+HOT_STARTS = 5
+RATE_KEYS = 100_000
+
+
+def build_rate_count(conn: psycopg.Connection[Any], queue: str, n: int) -> None:
+    prefill(conn, queue, n, ckey=f"'k' || mod(g.i, {OTHER_KEYS})")
+
+
+def build_rate_hot(conn: psycopg.Connection[Any], queue: str, b: int) -> None:
+    # Key 'hot' first (lowest ids): one active job (lease 1 day), which saturates per-key 1 for the
+    # concurrency-only variants, and b ready jobs behind it. Then the stream: 10,000 jobs of
+    # distinct keys, each claimed job replaced by one of a key never seen (Group.rekey), so no
+    # key of the stream comes near its rate limit.
+    prefill(
+        conn, queue, b + 1, ckey="'hot'", status="CASE WHEN g.i = 1 THEN 'active' ELSE 'ready' END"
+    )
+    prefill(conn, queue, RATE_OTHER_JOBS, ckey="'s' || g.i")
+
+
+def build_rate_keys(conn: psycopg.Connection[Any], queue: str, k: int) -> None:
+    prefill(conn, queue, k, ckey="'k' || g.i")  # k keys, one ready job each
+
+
+def build_rate_ahead(conn: psycopg.Connection[Any], queue: str, n: int) -> None:
+    # n keys 'x…' first (lowest ids), 3 jobs each: one active (lease 1 day), which saturates
+    # per-key 1 for the concurrency-only variants, and 2 ready; then the stream, as in case b.
+    prefill(
+        conn,
+        queue,
+        3 * n,
+        ckey="'x' || ((g.i - 1) / 3)",
+        status="CASE WHEN mod(g.i - 1, 3) = 0 THEN 'active' ELSE 'ready' END",
+    )
+    prefill(conn, queue, RATE_OTHER_JOBS, ckey="'s' || g.i")
+
+
+def use_up_starts(
+    blocked: Callable[[str | None], bool], starts: Callable[[int], int]
+) -> Callable[[psycopg.Connection[Any], Group, Claimer], None]:
+    """An after_build hook: under the group's rate-limited variant, claim (and complete) until the
+    keys `blocked` picks have made `starts(size)` starts in all, which uses up their rate limit
+    with most of their backlog still ready; the last claim of the loop, which took none of them,
+    is the check that a claim passes them by."""
+
+    def hook(conn: psycopg.Connection[Any], group: Group, claimer: Claimer) -> None:
+        variant = next(v for v in group.variants if v.rate_limit_per_key)
+        apply_policies(conn, group, variant)  # the first per-key install rebuilds the heads
+        settle(conn)
+        for size in group.sizes:
+            queue = group.queue(size)
+            made = 0
+            while True:
+                jobs = claimer.claim(queue, BATCH)
+                ours = sum(blocked(j.concurrency_key) for j in jobs)
+                made += ours
+                claimer.q.complete_many([(j.id, j.fence, None) for j in jobs])
+                others = [j for j in jobs if not blocked(j.concurrency_key)]
+                claimer.top_up(queue, others, group.rekey)
+                if not ours:
+                    if len(jobs) != BATCH:
+                        sys.exit(f"{queue}: a claim behind the blocked keys took {len(jobs)} jobs")
+                    break
+            if made != starts(size):
+                sys.exit(f"{queue}: the blocked keys made {made} starts, not {starts(size)}")
+        settle(conn)
+
+    return hook
+
+
+def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
+    big = 100_000 if quick else 1_000_000
+    fresh = itertools.count(1)
+
+    def stream_key(key: str | None) -> str | None:
+        """The stream's claimed jobs are replaced by jobs of keys never seen before."""
+        return f"n{next(fresh)}" if key and key[0] in "sn" else key
+
+    return [
+        Group(
+            [RATE_OTHER_JOBS],
+            lambda n: f"{c.count(n)} ready, {OTHER_KEYS} keys",
+            [
+                Variant("a, claim_v1", "ratecount_v1", 64, 4, fn="v1"),
+                Variant("a, claim_v2", "ratecount_v2", 64, 4),
+                Variant(
+                    "a, claim_v2 + rate limits",
+                    "ratecount_v2rate",
+                    64,
+                    4,
+                    rate_limit="1000000/s",
+                    rate_limit_per_key="100000/s",
+                ),
+            ],
+            build_rate_count,
+            title="a. max_active=64, per-key 4, 100 keys interleaved; v2+rate adds rate_limit="
+            "1000000/s and rate_limit_per_key=100000/s (not binding)",
+        ),
+        Group(
+            [10_000, big],
+            lambda b: f"hot: {c.count(b)} ready",
+            [
+                Variant("b, claim_v1", "ratehot_v1", None, 1, fn="v1", plans=False),
+                Variant("b, claim_v2", "ratehot_v2", None, 1),
+                Variant(
+                    "b, claim_v2 + rate limit",
+                    "ratehot_v2rate",
+                    None,
+                    None,
+                    rate_limit_per_key=HOT_RATE,
+                ),
+            ],
+            build_rate_hot,
+            plan_size=big,
+            plan_batches=(BATCH,),
+            rekey=stream_key,
+            after_build=use_up_starts(lambda k: k == "hot", lambda _: HOT_STARTS),
+            title="b. key 'hot' (B ready jobs) ahead of a stream of 10k jobs of fresh keys; hot is "
+            "blocked by per-key 1 and its active job (v1, v2), or by rate_limit_per_key="
+            f"{HOT_RATE} used up (v2+rate, no concurrency limit)",
+        ),
+        Group(
+            [RATE_KEYS],
+            lambda k: f"{c.count(k)} keys, 1 ready each",
+            [
+                Variant("c, claim_v1", "ratekeys_v1", None, 4, fn="v1"),
+                Variant("c, claim_v2", "ratekeys_v2", None, 4),
+                Variant(
+                    "c, claim_v2 + rate limit",
+                    "ratekeys_v2rate",
+                    None,
+                    4,
+                    rate_limit_per_key="10/m",
+                ),
+            ],
+            build_rate_keys,
+            title="c. 100k keys with one ready job each (topped up with the same key): per-key 4; "
+            "v2+rate adds rate_limit_per_key=10/m (not binding)",
+        ),
+        Group(
+            ahead,
+            lambda n: f"{c.count(n)} keys ahead",
+            [
+                Variant("d, claim_v1", "rateahead_v1", None, 1, fn="v1"),
+                Variant("d, claim_v2", "rateahead_v2", None, 1),
+                Variant(
+                    "d, claim_v2 + rate limit",
+                    "rateahead_v2rate",
+                    None,
+                    None,
+                    rate_limit_per_key="1/h",
+                ),
+            ],
+            build_rate_ahead,
+            rekey=stream_key,
+            after_build=use_up_starts(lambda k: bool(k) and k[0] == "x", lambda n: n),
+            title="d. N blocked keys (1 active, 2 ready jobs each) ahead of the stream of case b: "
+            "saturated by per-key 1 (v1, v2), or with rate_limit_per_key=1/h used up (v2+rate)",
+        ),
+    ]
+
+
+def bench_rate(
+    url: str,
+    out: c.Printer,
+    gate: c.QuietGate,
+    groups: list[Group],
+    *,
+    rounds: int,
+    claims: int,
+    warm: int,
+) -> None:
+    """Claim latency with rate limits, claim_v1 beside claim_v2, as in bench_latency."""
+    out.heading(
+        f"Rate limits: claim latency, claim_v1 beside claim_v2; single claimer, batch 1 and "
+        f"{BATCH}, {claims} claims per measurement after {warm} warm-up, median of {rounds} rounds"
+    )
+    results: list[LatResult] = []
+    for group in groups:
+        out.line(f"  {group.title}")
+        results.extend(
+            measure_group(url, out, gate, group, rounds=rounds, claims=claims, warm=warm)
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        reset(conn)
+
+    def role(v: Variant) -> str:
+        if v.fn == "v1":
+            return "v1"
+        return "v2rate" if v.rate_limit or v.rate_limit_per_key else "v2"
+
+    table = c.Table(
+        "Claim latency with rate limits, ms: client round trip, commit included "
+        f"(p50 and p99 per round, median of {rounds} rounds)",
+        [
+            "case",
+            "queue",
+            "batch",
+            "v1 p50",
+            "v1 p99",
+            "v2 p50",
+            "v2 p99",
+            "v2+rate p50",
+            "v2+rate p99",
+            "v2+rate / v2 p50",
+            "jobs/claim v1 / v2 / v2+rate",
+            "buffers/claim v1 / v2 / v2+rate",
+        ],
+    )
+    cells: dict[tuple[int, int, int, str], LatResult] = {}
+    for r in results:
+        gi = next(i for i, g in enumerate(groups) if r.variant in g.variants)
+        cells[(gi, r.size, r.batch, role(r.variant))] = r
+    for gi, group in enumerate(groups):
+        for size in group.sizes:
+            for b in (1, BATCH):
+                row = [cells.get((gi, size, b, x)) for x in ("v1", "v2", "v2rate")]
+
+                def p(res: LatResult | None, attr: str) -> float:
+                    return c.median(getattr(res, attr)) if res is not None else math.nan
+
+                v2, v2rate = p(row[1], "p50"), p(row[2], "p50")
+                table.add(
+                    group.title.split(".")[0],
+                    group.size_label(size),
+                    b,
+                    *(c.ms(p(res, attr)) for res in row for attr in ("p50", "p99")),
+                    f"{v2rate / v2:.2f}" if v2 == v2 and v2rate == v2rate else "-",
+                    " / ".join(
+                        f"{res.jobs / max(res.claims, 1):.1f}" if res else "-" for res in row
+                    ),
+                    " / ".join(
+                        f"{c.median(res.buffers):.0f}" if res and res.buffers else "-"
+                        for res in row
+                    ),
+                )
+    for group in groups:
+        table.notes.append(group.title)
+    table.notes.append(
+        "v1: workhorse.claim_v1 called directly, same columns; v2: Queue.claim (claim_v2). "
+        "buffers/claim as in the latency table."
+    )
+    out.table(table)
+
+    flat = c.Table(
+        "Rate limits: claim p50 across sizes (target: within ±30%)",
+        ["case", "variant", "batch", "p50 ms by size", "max/min", "buffers/claim by size"],
+    )
+    for gi, group in enumerate(groups):
+        if len(group.sizes) < 2:
+            continue
+        for x in ("v1", "v2", "v2rate"):
+            for b in (1, BATCH):
+                rs = [cells.get((gi, size, b, x)) for size in group.sizes]
+                if any(r is None for r in rs):
+                    continue
+                p50s = [c.median(r.p50) for r in rs if r is not None]
+                flat.add(
+                    group.title.split(".")[0],
+                    {"v1": "claim_v1", "v2": "claim_v2", "v2rate": "claim_v2 + rate"}[x],
+                    b,
+                    " / ".join(c.ms(v) for v in p50s),
+                    f"{max(p50s) / min(p50s):.2f}",
+                    " / ".join(
+                        f"{c.median(r.buffers):.0f}" if r is not None and r.buffers else "-"
+                        for r in rs
+                    ),
+                )
+    flat.notes.append(
+        "sizes: "
+        + "; ".join(
+            f"{g.title.split('.')[0]}: " + " / ".join(g.size_label(s) for s in g.sizes)
+            for g in groups
+            if len(g.sizes) > 1
+        )
+    )
+    out.table(flat)
+
+
+# ---- 4. drift: cost against claims since the last VACUUM ----
 
 
 def bench_drift(url: str, out: c.Printer, gate: c.QuietGate, *, checkpoints: list[int]) -> None:
@@ -818,7 +1223,7 @@ def main(
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_claim")
     parser.add_argument("--quick", action="store_true", help="sizes capped at 100k; < 3 minutes")
-    parser.add_argument("--only", choices=("throughput", "latency", "drift"), default=None)
+    parser.add_argument("--only", choices=("throughput", "latency", "rate", "drift"), default=None)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (%(default)s)")
     parser.add_argument(
         "--window", type=float, default=None, help="throughput window, s (default 10, quick 3)"
@@ -830,7 +1235,10 @@ def main(
         help="throughput prefill, jobs (default 200k, quick 60k)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=None, help="latency rounds (default 5, quick 3)"
+        "--rounds",
+        type=int,
+        default=None,
+        help="latency rounds (default 5, quick 3; rate cases: 3)",
     )
     parser.add_argument(
         "--claims",
@@ -838,6 +1246,13 @@ def main(
         default=None,
         help="timed claims per measurement (one size, one batch size, one round; "
         "default 200, quick 50)",
+    )
+    parser.add_argument(
+        "--ahead",
+        default="10,100,1000",
+        help="rate case d: numbers of blocked keys ahead, comma-separated (default %(default)s; "
+        "claim_v2's cost with rate-blocked keys ahead grows with their square: 3,000 take ~0.35 s "
+        "a claim)",
     )
     parser.add_argument(
         "--quiet-wait",
@@ -862,7 +1277,13 @@ def main(
     with c.scratch_database(server_url, args.db_name, keep=args.keep_db) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             out.heading(f"bench_claim ({'quick' if args.quick else 'full'} mode)")
-            facts = {"database": f"{c.describe_url(url)} ({source})", "run at": c.stamp()}
+            import workhorse
+
+            facts = {
+                "database": f"{c.describe_url(url)} ({source})",
+                "run at": c.stamp(),
+                "workhorse": str(Path(workhorse.__file__).resolve().parent),
+            }
             facts.update(c.server_facts(conn))
             out.facts("environment", facts)
         if args.only in (None, "throughput"):
@@ -878,6 +1299,16 @@ def main(
         if args.only in (None, "latency"):
             bench_latency(
                 url, out, gate, latency_groups(args.quick), rounds=rounds, claims=claims, warm=5
+            )
+        if args.only in (None, "rate"):
+            bench_rate(
+                url,
+                out,
+                gate,
+                rate_groups(args.quick, [int(x) for x in args.ahead.split(",")]),
+                rounds=args.rounds or 3,
+                claims=claims,
+                warm=5,
             )
         if args.only in (None, "drift"):
             bench_drift(

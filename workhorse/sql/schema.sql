@@ -832,23 +832,25 @@ BEGIN
         WITH active_keys AS (
             SELECT * FROM unnest(v_key_names, v_key_counts) AS a(ckey, n)
         ), heads AS (
-            -- Walk heads in order, passing over saturated keys (by the array, no row read) and keys
-            -- out of starts (one probe of at most ~101 start buckets each): the cost grows with the
-            -- keys passed over, never with their backlog.
-            SELECT s.* FROM (
+            -- Walk heads in order, passing over saturated keys (by the array, no row read) and
+            -- keys out of starts (one probe of at most ~101 start buckets each): the cost grows
+            -- with the keys passed over, never with their backlog. A key's concurrency room is
+            -- worked out only for the heads kept (a saturated key was passed over already).
+            SELECT s.ckey, s.head_rank, s.head_id,
+                   LEAST(s.rate_left,
+                         v_per_key - COALESCE((SELECT a.n FROM active_keys a
+                                               WHERE a.ckey = s.ckey), 0)) AS allowance
+            FROM (
                 SELECT h.ckey, h.head_rank, h.head_id,
-                       LEAST(v_room,
-                             v_per_key - COALESCE((SELECT a.n FROM active_keys a
-                                                   WHERE a.ckey = h.ckey), 0),
-                             CASE WHEN v_rate_key IS NULL THEN v_room
-                                  ELSE v_rate_key - workhorse._rate_used_v2(
-                                      p_queue, h.ckey, v_period_key, v_now) END) AS allowance
+                       CASE WHEN v_rate_key IS NULL THEN v_room
+                            ELSE LEAST(v_room, v_rate_key - workhorse._rate_used_v2(
+                                p_queue, h.ckey, v_period_key, v_now)) END AS rate_left
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(COALESCE(v_saturated, '{}')))
                 ORDER BY h.queue, h.head_rank, h.head_id
             ) AS s
-            WHERE s.allowance > 0
+            WHERE s.rate_left > 0
             LIMIT v_room
         ), keyed AS (
             SELECT c.id, c.rank, c.ckey
