@@ -108,7 +108,7 @@ def get_latency(url: str, jobs: int, printer: c.Printer) -> None:
             [job] = q.claim("results", 1, 30)
             box: list[float] = []
 
-            def finish(job: Any = job) -> None:
+            def finish(job: Any = job, box: list[float] = box) -> None:
                 time.sleep(0.002)  # get() is waiting by now
                 q.complete(job.id, job.fence, 1)
                 box.append(time.perf_counter())
