@@ -317,8 +317,9 @@ $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._limits_v2(p_queue text, p_now timestamp with time zone, OUT governed boolean, OUT paused boolean, OUT max_active integer, OUT max_active_per_key integer, OUT rate_limit integer, OUT rate_period double precision, OUT rate_limit_per_key integer, OUT rate_period_per_key double precision)
  RETURNS record
- LANGUAGE sql
+ LANGUAGE plpgsql
 AS $function$
+BEGIN
     SELECT p.queue IS NOT NULL OR c.queue IS NOT NULL,
            COALESCE(c.paused, false),
            COALESCE(o.max_active, p.max_active),
@@ -328,6 +329,8 @@ AS $function$
            COALESCE(o.rate_limit_per_key, p.rate_limit_per_key),
            CASE WHEN o.rate_limit_per_key IS NOT NULL THEN o.rate_period_per_key
                 ELSE p.rate_period_per_key END
+    INTO governed, paused, max_active, max_active_per_key, rate_limit, rate_period,
+         rate_limit_per_key, rate_period_per_key
     FROM (SELECT p_queue AS queue) AS q
     LEFT JOIN workhorse.policies p ON p.queue = q.queue
     LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -335,7 +338,8 @@ AS $function$
         SELECT c.max_active, c.max_active_per_key, c.rate_limit, c.rate_period,
                c.rate_limit_per_key, c.rate_period_per_key
         WHERE c.override_expires_at IS NULL OR c.override_expires_at > p_now
-    ) AS o ON true
+    ) AS o ON true;
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._prepare_queue_v1(p_queue text, p_now timestamp with time zone)
@@ -344,7 +348,7 @@ CREATE OR REPLACE FUNCTION workhorse._prepare_queue_v1(p_queue text, p_now times
 AS $function$
 DECLARE
     v_keys text[];
-    v_ended text;
+    v_ended bigint[];
 BEGIN
     -- No app ran this attempt to its end, so the default retention applies: failed 7 days,
     -- canceled 1 day (its cancel was requested), held until an operator acts.
@@ -365,7 +369,10 @@ BEGIN
           AND (j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
         RETURNING j.id
     )
-    SELECT workhorse._ended_v1(array_agg(e.id)) INTO v_ended FROM ended e;
+    SELECT array_agg(e.id) INTO v_ended FROM ended e;
+    IF v_ended IS NOT NULL THEN
+        PERFORM workhorse._ended_v1(v_ended);
+    END IF;
 
     -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
     -- rows makes the planner hash the whole jobs table, on every claim.

@@ -1,14 +1,17 @@
 -- The limits in force on a queue at p_now: its policy, with an unexpired override's fields in
 -- place of the policy's, and whether it is paused. `governed` is true when the queue has a policy
 -- or a control row: its claims then serialize on the admission lock.
+-- PL/pgSQL, not SQL: its statement's plan is cached, where a SQL function called in FROM is
+-- planned again on every claim.
 CREATE FUNCTION workhorse._limits_v2(
     p_queue text, p_now timestamptz,
     OUT governed boolean, OUT paused boolean,
     OUT max_active integer, OUT max_active_per_key integer,
     OUT rate_limit integer, OUT rate_period double precision,
     OUT rate_limit_per_key integer, OUT rate_period_per_key double precision)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
+BEGIN
     SELECT p.queue IS NOT NULL OR c.queue IS NOT NULL,
            COALESCE(c.paused, false),
            COALESCE(o.max_active, p.max_active),
@@ -18,6 +21,8 @@ AS $$
            COALESCE(o.rate_limit_per_key, p.rate_limit_per_key),
            CASE WHEN o.rate_limit_per_key IS NOT NULL THEN o.rate_period_per_key
                 ELSE p.rate_period_per_key END
+    INTO governed, paused, max_active, max_active_per_key, rate_limit, rate_period,
+         rate_limit_per_key, rate_period_per_key
     FROM (SELECT p_queue AS queue) AS q
     LEFT JOIN workhorse.policies p ON p.queue = q.queue
     LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -25,5 +30,6 @@ AS $$
         SELECT c.max_active, c.max_active_per_key, c.rate_limit, c.rate_period,
                c.rate_limit_per_key, c.rate_period_per_key
         WHERE c.override_expires_at IS NULL OR c.override_expires_at > p_now
-    ) AS o ON true
+    ) AS o ON true;
+END
 $$;

@@ -6,7 +6,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_keys text[];
-    v_ended text;
+    v_ended bigint[];
 BEGIN
     -- No app ran this attempt to its end, so the default retention applies: failed 7 days,
     -- canceled 1 day (its cancel was requested), held until an operator acts.
@@ -27,7 +27,10 @@ BEGIN
           AND (j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
         RETURNING j.id
     )
-    SELECT workhorse._ended_v1(array_agg(e.id)) INTO v_ended FROM ended e;
+    SELECT array_agg(e.id) INTO v_ended FROM ended e;
+    IF v_ended IS NOT NULL THEN
+        PERFORM workhorse._ended_v1(v_ended);
+    END IF;
 
     -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
     -- rows makes the planner hash the whole jobs table, on every claim.
