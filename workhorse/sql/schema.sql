@@ -271,7 +271,7 @@ AS $function$ SELECT hashtextextended(p_queue, 7047) $function$;
 CREATE OR REPLACE FUNCTION workhorse._expiry_v1(p_status text, p_retention jsonb, p_at timestamp with time zone)
  RETURNS timestamp with time zone
  LANGUAGE sql
- IMMUTABLE
+ STABLE
 AS $function$
     SELECT p_at + make_interval(secs => (p_retention ->> p_status)::double precision)
 $function$;
