@@ -313,6 +313,13 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     console.print(table)
 
 
+def _show_control(control: QueueControl, as_json: bool) -> None:
+    if as_json:
+        print_json(control)
+    else:
+        console.print(_control_line(control), highlight=False)
+
+
 def _control_line(control: QueueControl) -> str:
     parts = ["paused" if control.paused else "not paused"]
     if control.override is not None:
@@ -368,10 +375,7 @@ def policies_override(
             queue, max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
         )
-    if as_json:
-        print_json(control)
-        return
-    console.print(_control_line(control), highlight=False)
+    _show_control(control, as_json)
 
 
 @policies.command("clear-override")
@@ -383,10 +387,7 @@ def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> No
     """Back to the synced policy for QUEUE."""
     with _connect(ctx) as conn:
         control = Queue(conn).clear_override(queue)
-    if as_json:
-        print_json(control)
-        return
-    console.print(_control_line(control), highlight=False)
+    _show_control(control, as_json)
 
 
 @main.group(invoke_without_command=True)
@@ -432,10 +433,7 @@ def queues_pause(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit nothing from QUEUE (running jobs finish) until it is resumed."""
     with _connect(ctx) as conn:
         control = Queue(conn).pause(queue)
-    if as_json:
-        print_json(control)
-        return
-    console.print(_control_line(control), highlight=False)
+    _show_control(control, as_json)
 
 
 @queues.command("resume")
@@ -447,10 +445,7 @@ def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit from QUEUE again; workers wake at once."""
     with _connect(ctx) as conn:
         control = Queue(conn).resume(queue)
-    if as_json:
-        print_json(control)
-        return
-    console.print(_control_line(control), highlight=False)
+    _show_control(control, as_json)
 
 
 @main.group()
