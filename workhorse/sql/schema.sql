@@ -963,7 +963,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.complete_v1(p_ids bigint[], p_fences bigint[], p_results text[], p_retentions text[])
+CREATE OR REPLACE FUNCTION workhorse.complete_v1(p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[])
  RETURNS TABLE(id bigint, fence bigint, status text)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -981,9 +981,9 @@ BEGIN
                 finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    b.retention::jsonb, v_at),
+                    p_retentions[b.ix]::jsonb, v_at),
                 lease_until = NULL
-            FROM unnest(p_ids, p_fences, p_results, p_retentions) AS b(id, fence, result, retention)
+            FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
             RETURNING j.id, j.fence, j.queue, j.status
         ), woken AS (

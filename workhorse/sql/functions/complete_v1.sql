@@ -1,12 +1,15 @@
 -- Record successes. Accepted while the job is still active under this fence, that is, until it is
 -- claimed again (an expired lease that nobody reclaimed yet still completes). A job whose cancel
--- was requested while it ran ends `canceled`, its result discarded. `p_retentions` (JSON per
--- job: status -> seconds kept, from the app that ran it) fixes the expiry now.
+-- was requested while it ran ends `canceled`, its result discarded. The expiry is fixed now, from
+-- the retention of the app that ran the job: `p_retentions` holds the distinct retention
+-- documents of the batch (JSON: status -> seconds kept) and `p_retention_ix` each job's one
+-- (1-based), because an array of small integers is far cheaper to send than one document a job.
 -- Returns the (id, fence) pairs accepted, with the status each ended in; the others were stale
 -- and changed nothing. The fence too, because one batch may carry a job's stale outcome beside
 -- its fresh one.
 CREATE FUNCTION workhorse.complete_v1(
-    p_ids bigint[], p_fences bigint[], p_results text[], p_retentions text[])
+    p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
+    p_retentions text[])
 RETURNS TABLE (id bigint, fence bigint, status text)
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
@@ -24,9 +27,9 @@ BEGIN
                 finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    b.retention::jsonb, v_at),
+                    p_retentions[b.ix]::jsonb, v_at),
                 lease_until = NULL
-            FROM unnest(p_ids, p_fences, p_results, p_retentions) AS b(id, fence, result, retention)
+            FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
             RETURNING j.id, j.fence, j.queue, j.status
         ), woken AS (
