@@ -56,7 +56,7 @@ class Execution:
         return self.job.fence
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per job, and frozen __init__ costs more
 class Outcome:
     """How one attempt ended: `result` (JSON text) on success, else `error` and `retry_at`
     (None: no retry, the job ends failed or held)."""

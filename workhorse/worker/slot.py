@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -133,7 +134,7 @@ class Slot:
             pass_on=self._pass_on,
         )
         self._running: dict[int, Execution] = {}
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Outcome | None]] = set()
         self._in_flight = 0
         self._started_this_round = 0
         self._draining = False
@@ -296,44 +297,43 @@ class Slot:
             self._running[job.id] = execution
             waited = (now - max(job.run_at, job.enqueued_at)).total_seconds()
             telemetry.job_queue_wait.record(max(waited, 0.0), attributes)
-            # A plain asyncio task per job: a task group's per-task cancel scopes cost more than
-            # a no-op handler. Lost leases cancel the task itself (see _mark_lost).
-            handler = create_task(self._execute(execution))
+            # A plain asyncio task per job, running the executor itself: a task group's per-task
+            # cancel scopes, or a wrapping coroutine, cost more than a no-op handler. Lost leases
+            # cancel the task (see _mark_lost).
+            handler = create_task(self.executor.run(execution))
             handlers.add(handler)
-            handler.add_done_callback(self._handler_done)
-
-    def _handler_done(self, handler: asyncio.Task[None]) -> None:
-        self._handlers.discard(handler)
-        self._wake.set()
-        if not handler.cancelled() and handler.exception() is not None:
-            log.error("slot %d: internal error running a job", self.index,
-                      exc_info=handler.exception())
+            handler.add_done_callback(functools.partial(self._ended, execution))
 
     # ---- running ---------------------------------------------------------------------------
 
-    async def _execute(self, execution: Execution) -> None:
+    def _ended(self, execution: Execution, handler: asyncio.Task[Outcome | None]) -> None:
+        """A job's task is done: hand its outcome to the recorder, and give back its place."""
+        self._handlers.discard(handler)
         outcome: Outcome | None = None
-        try:
-            outcome = await self.executor.run(execution)
-        finally:
-            job = execution.job
-            self._running.pop(job.id, None)
-            if outcome is not None:
-                if outcome.retry_at is not None:
-                    self.claimer.retry_due(job.queue, outcome.retry_delay or 0.0)
-                self.recorder.add(outcome)
-            elif execution.lost:
-                self.stats.add(self.index, _shared.LOST)
-                log.warning(
-                    "slot %d: job %d (%s) lost its lease; its outcome was discarded",
-                    self.index, job.id, job.task,
-                )
-            if self.budget is not None:
-                self.budget.release(self.index)
-            # A governed job holds its place until the recorder has recorded its outcome.
-            if outcome is None or not execution.governed:
-                self._release(execution)
-            self._wake.set()
+        if not handler.cancelled():
+            error = handler.exception()
+            if error is not None:
+                log.error("slot %d: internal error running a job", self.index, exc_info=error)
+            else:
+                outcome = handler.result()
+        job = execution.job
+        self._running.pop(job.id, None)
+        if outcome is not None:
+            if outcome.retry_at is not None:
+                self.claimer.retry_due(job.queue, outcome.retry_delay or 0.0)
+            self.recorder.add(outcome)
+        elif execution.lost:
+            self.stats.add(self.index, _shared.LOST)
+            log.warning(
+                "slot %d: job %d (%s) lost its lease; its outcome was discarded",
+                self.index, job.id, job.task,
+            )
+        if self.budget is not None:
+            self.budget.release(self.index)
+        # A governed job holds its place until the recorder has recorded its outcome.
+        if outcome is None or not execution.governed:
+            self._release(execution)
+        self._wake.set()
 
     def _release(self, execution: Execution) -> None:
         """The job no longer counts against this slot's capacity."""
