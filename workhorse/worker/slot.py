@@ -376,13 +376,17 @@ class Slot:
 
     def _recorded(self, recorded: list[Recorded]) -> None:
         freed: set[str] = set()
+        counts = [0] * len(_shared.STAT_FIELDS)  # one shared-memory write per field, not per job
         for outcome, status in recorded:
             self._release(outcome.execution)
             if status is None:
-                self.stats.add(self.index, _shared.STALE)
+                counts[_shared.STALE] += 1
             else:
-                self.stats.add(self.index, _RECORDED_STAT.get(status, _shared.FAILED))
+                counts[_RECORDED_STAT.get(status, _shared.FAILED)] += 1
                 freed.add(outcome.execution.job.queue)
+        for field, n in enumerate(counts):
+            if n:
+                self.stats.add(self.index, field, n)
         has_room = self.config.concurrency - self._in_flight > 0
         if self.claimer.freed(freed, has_room):
             self._wake.set()
