@@ -536,12 +536,15 @@ def complete_encoded(
     outcome and a fresh one of the same job, and only the fresh one was accepted."""
     if not outcomes:
         return {}
-    documents: dict[str, int] = {}  # each distinct retention once; jobs point at theirs
+    # Each distinct retention once; jobs point at theirs (no pointers when there is one).
+    documents: dict[str, int] = {}
+    pointers = [documents.setdefault(retention, len(documents) + 1)
+                for _, _, _, retention in outcomes]
     rows = yield _sql.statement("complete"), (
         [job_id for job_id, _, _, _ in outcomes],
         [fence for _, fence, _, _ in outcomes],
         [result for _, _, result, _ in outcomes],
-        [documents.setdefault(retention, len(documents) + 1) for _, _, _, retention in outcomes],
+        pointers if len(documents) > 1 else None,
         list(documents),
     )
     return {(row[0], row[1]): JobStatus(row[2]) for row in rows}

@@ -229,3 +229,20 @@ def test_bad_retention_is_refused(retention: Any) -> None:
     with pytest.raises(InvalidOptionsError):
         app.task(name="t", retention=retention)(lambda: None)
     assert app.tasks == {}
+
+
+def test_one_batch_with_two_retentions_keeps_each_jobs_own(queue: Queue,
+                                                           conn: psycopg.Connection[Any]) -> None:
+    from workhorse import _ops
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="mix")) for _ in range(3)])
+    a, b, c = queue.claim("mix", 3, 30)
+    short, long = json.dumps({"succeeded": 60}), json.dumps({"succeeded": 3600})
+    done = _ops.execute(conn, _ops.complete_encoded([
+        (a.id, a.fence, "1", short), (b.id, b.fence, "2", long), (c.id, c.fence, "3", short)]))
+    assert set(done.values()) == {JobStatus.SUCCEEDED} and len(done) == 3
+    kept = {}
+    for job in (a, b, c):
+        ended = queue.get_job(job.id)
+        assert ended is not None and ended.expires_at and ended.finished_at
+        kept[job.id] = round((ended.expires_at - ended.finished_at).total_seconds())
+    assert kept == {a.id: 60, b.id: 3600, c.id: 60}

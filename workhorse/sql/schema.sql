@@ -981,7 +981,7 @@ BEGIN
                 finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    p_retentions[b.ix]::jsonb, v_at),
+                    p_retentions[COALESCE(b.ix, 1)]::jsonb, v_at),
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'

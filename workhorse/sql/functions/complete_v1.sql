@@ -3,7 +3,8 @@
 -- was requested while it ran ends `canceled`, its result discarded. The expiry is fixed now, from
 -- the retention of the app that ran the job: `p_retentions` holds the distinct retention
 -- documents of the batch (JSON: status -> seconds kept) and `p_retention_ix` each job's one
--- (1-based), because an array of small integers is far cheaper to send than one document a job.
+-- (1-based; NULL when the batch has one document), because that is far cheaper to send than
+-- one document a job.
 -- Returns the (id, fence) pairs accepted, with the status each ended in; the others were stale
 -- and changed nothing. The fence too, because one batch may carry a job's stale outcome beside
 -- its fresh one.
@@ -27,7 +28,7 @@ BEGIN
                 finished_at = v_at,
                 expires_at = workhorse._expiry_v1(
                     CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    p_retentions[b.ix]::jsonb, v_at),
+                    p_retentions[COALESCE(b.ix, 1)]::jsonb, v_at),
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
