@@ -125,7 +125,7 @@ BEGIN
         WITH active_keys AS (
             SELECT * FROM unnest(v_key_names, v_key_counts) AS a(ckey, n)
         ), heads AS (
-            -- Walk heads in order, passing over saturated keys (by the array, no row read) and
+            -- Walk heads in order, passing over saturated keys (a hashed set, no row read) and
             -- keys out of starts (one probe of at most ~101 start buckets each): the cost grows
             -- with the keys passed over, never with their backlog. A key's concurrency room is
             -- worked out only for the heads kept (a saturated key was passed over already).
@@ -140,7 +140,9 @@ BEGIN
                                 p_queue, h.ckey, v_period_key, v_now)) END AS rate_left
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
-                  AND NOT (h.ckey = ANY(COALESCE(v_saturated, '{}')))
+                  -- A subquery, not `= ANY(array)`: it is hashed whatever plan PL/pgSQL caches,
+                  -- where a generic plan would scan the array once per head.
+                  AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
                 ORDER BY h.queue, h.head_rank, h.head_id
             ) AS s
             WHERE s.rate_left > 0
