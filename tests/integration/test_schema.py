@@ -118,3 +118,13 @@ def test_install_in_callers_transaction_rolls_back(empty_database_url: str) -> N
         caller.rollback()
         row = caller.execute("SELECT to_regnamespace('workhorse')").fetchone()
         assert row == (None,)
+
+
+def test_a_schema_from_an_unreleased_layout_is_refused(queue: Queue, conn: Any) -> None:
+    """A 0.1 database recorded `0002_policies.sql` where this code has another file: refused with
+    what to do, and nothing changed."""
+    conn.execute("UPDATE workhorse.schema_version SET name = '0002_policies.sql' WHERE version = 2")
+    before = _catalog(conn)
+    with pytest.raises(SchemaVersionError, match="DROP SCHEMA workhorse CASCADE"):
+        queue.install_schema()
+    assert _catalog(conn) == before
