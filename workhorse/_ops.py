@@ -503,28 +503,72 @@ def claim_batch(
 ) -> Operation[tuple[list[ClaimedJob], float | None]]:
     """Up to `limit` jobs from `queue`, and, when a rate limit cut the claim short, the seconds
     until its next start is allowed (else None)."""
-    check_name("queue", queue)
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
+    _check_claim(queue, limit)
     rows = yield _sql.statement("claim"), (queue, limit, lease_seconds(lease))
-    jobs = []
-    next_start = None
-    for row in rows:
-        if row[0] is None:  # no job: the rate limit's next allowed start
-            next_start = float(row[14])
-            continue
-        jobs.append(ClaimedJob(
-            id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None, priority=row[4],
-            payload=row[5], attempts=row[6], max_attempts=row[7], fence=row[8],
-            lease_until=row[9], enqueued_at=row[10], run_at=row[11], meta=row[12] or {},
-            started_at=row[13],
-        ))
+    jobs, next_start, _ = _claimed(rows)
     return jobs, next_start
 
 
 def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
     jobs, _ = yield from claim_batch(queue, limit, lease)
     return jobs
+
+
+def complete_and_claim(
+    queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]]
+) -> Operation[tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]]:
+    """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
+    to `limit` jobs from `queue` in one statement: the capacity they free is reused at once.
+    Returns the jobs, the rate limit's next start (as `claim_batch`), and the (id, fence) pairs
+    accepted with their new status."""
+    _check_claim(queue, limit)
+    rows = yield _sql.statement("complete_and_claim"), (
+        queue, limit, lease_seconds(lease), *_success_columns(successes))
+    return _claimed(rows)
+
+
+def _check_claim(queue: str, limit: int) -> None:
+    check_name("queue", queue)
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
+
+
+def _claimed(
+    rows: list[Any],
+) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]:
+    """Claim rows: jobs, the marker row's next start, and (from claim_v3) the successes'
+    (id, fence) -> status rows, which have a status (column 15) and no task."""
+    jobs = []
+    next_start = None
+    accepted: dict[tuple[int, int], JobStatus] = {}
+    for row in rows:
+        if row[0] is None:  # no job: the rate limit's next allowed start
+            next_start = float(row[14])
+        elif row[1] is None:  # a success recorded
+            accepted[(row[0], row[8])] = JobStatus(row[15])
+        else:
+            jobs.append(ClaimedJob(
+                id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None,
+                priority=row[4], payload=row[5], attempts=row[6], max_attempts=row[7],
+                fence=row[8], lease_until=row[9], enqueued_at=row[10], run_at=row[11],
+                meta=row[12] or {}, started_at=row[13],
+            ))
+    return jobs, next_start, accepted
+
+
+def _success_columns(outcomes: Sequence[tuple[int, int, str, str]]) -> tuple[Any, ...]:
+    """complete_v1's and claim_v3's success arrays: ids, fences, results, and each distinct
+    retention document once, with per-job pointers only when there are several."""
+    documents: dict[str, int] = {}
+    pointers = [documents.setdefault(retention, len(documents) + 1)
+                for _, _, _, retention in outcomes]
+    return (
+        [job_id for job_id, _, _, _ in outcomes],
+        [fence for _, fence, _, _ in outcomes],
+        [result for _, _, result, _ in outcomes],
+        pointers if len(documents) > 1 else None,
+        list(documents),
+    )
 
 
 def complete_encoded(
@@ -536,17 +580,7 @@ def complete_encoded(
     outcome and a fresh one of the same job, and only the fresh one was accepted."""
     if not outcomes:
         return {}
-    # Each distinct retention once; jobs point at theirs (no pointers when there is one).
-    documents: dict[str, int] = {}
-    pointers = [documents.setdefault(retention, len(documents) + 1)
-                for _, _, _, retention in outcomes]
-    rows = yield _sql.statement("complete"), (
-        [job_id for job_id, _, _, _ in outcomes],
-        [fence for _, fence, _, _ in outcomes],
-        [result for _, _, result, _ in outcomes],
-        pointers if len(documents) > 1 else None,
-        list(documents),
-    )
+    rows = yield _sql.statement("complete"), _success_columns(outcomes)
     return {(row[0], row[1]): JobStatus(row[2]) for row in rows}
 
 

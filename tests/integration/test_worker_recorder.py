@@ -49,10 +49,12 @@ class Calls:
 
     def __init__(self) -> None:
         self.calls: list[list[Recorded]] = []
+        self.reused: list[bool] = []
         self.event = anyio.Event()
 
-    def __call__(self, recorded: list[Recorded]) -> None:
+    def __call__(self, recorded: list[Recorded], reused: bool) -> None:
         self.calls.append(recorded)
+        self.reused.append(reused)
         self.event.set()
 
     @property

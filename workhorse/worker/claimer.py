@@ -17,7 +17,7 @@ came back full, that is when there may be room left for another slot.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +25,15 @@ import psycopg
 
 from .. import _ops
 from ..types import ClaimedJob
+from .recorder import OutcomeRecorder, encoded
 
 # A governed queue that came back short is polled this often (at most) without a hint.
 SATURATION_POLL = 1.0
+# Successes that ride on a governed claim take back at most the places they free, so a slot
+# never grows its share that way; and every FAIR_SHARE_LAP-th such claim of a queue takes none:
+# its places go back to the fleet (claim_v3 wakes the other claimers), so that a budget smaller
+# than one slot's concurrency still spreads over every slot and supervisor serving the queue.
+FAIR_SHARE_LAP = 8
 
 
 @dataclass(eq=False)
@@ -39,6 +45,8 @@ class QueueState:
     rate_due: float | None = None  # monotonic; when a rate limit allows the next start
     governed: bool = False
     relayed: bool = False  # a governed hint came to this slot alone: pass it on if room is left
+    rides: int = 0  # governed claims that carried successes, since the last one that took none
+    replace_only: bool = False  # this round: dry, claimed only for the successes that ride
 
 
 class Claimer:
@@ -105,12 +113,15 @@ class Claimer:
 
     # ---- deciding ----------------------------------------------------------------------------
 
-    def eligible(self, now: float) -> list[QueueState]:
-        """The queues worth a claim now, in this round's order."""
+    def eligible(self, now: float, riding: Container[str] = ()) -> list[QueueState]:
+        """The queues worth a claim now, in this round's order. A queue named in `riding` (this
+        slot's own successes wait to ride on its claim) is one, unless a rate limit allows no
+        start yet; while it is dry, its claim only replaces what those successes free."""
         queues = self.queues
         start = self._rotation % len(queues)
         out = []
         for state in queues[start:] + queues[:start]:
+            state.replace_only = False
             if state.rate_due is not None:
                 # Out of starts: nothing to claim before the next allowed one (a hint, such as
                 # a policy change, clears this); no poll meanwhile.
@@ -125,6 +136,9 @@ class Claimer:
                 elif now - state.dry_since >= self._poll_interval(state):
                     state.dry_since = None
             if state.dry_since is None:
+                out.append(state)
+            elif state.name in riding:
+                state.replace_only = True
                 out.append(state)
         return out
 
@@ -154,20 +168,49 @@ class Claimer:
         start: Callable[[QueueState, list[ClaimedJob]], None],
         *,
         stop: Callable[[], bool] = lambda: False,
+        recorder: OutcomeRecorder | None = None,
     ) -> int:
         """One round: up to `want` jobs across `eligible`, in order; each queue's batch goes to
         `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
-        many were claimed; psycopg errors pass through."""
+        many were claimed; psycopg errors pass through.
+
+        With a `recorder`, each queue's riding successes go with its claim (claim_v3), even when
+        nothing more is wanted; on an error they go back to the recorder's flush."""
         total = 0
         try:
             for state in eligible:
                 need = want - total
-                if need <= 0 or stop():
-                    break
+                successes = recorder.take_riding(state.name) if recorder is not None else []
+                if not successes and (need <= 0 or stop() or state.replace_only):
+                    continue
+                if stop():
+                    need = 0
                 hints = state.hints
                 relayed, state.relayed = state.relayed, False
-                claimed, next_start = await _ops.execute_async(
-                    conn, _ops.claim_batch(state.name, need, self.lease))
+                if successes:
+                    assert recorder is not None
+                    if state.governed:
+                        state.rides += 1
+                        if state.rides >= FAIR_SHARE_LAP:
+                            state.rides = 0
+                            need = 0
+                            state.dry_since = time.monotonic()  # others first; a hint ends it
+                        elif state.replace_only:
+                            need = min(need, len(successes))
+                    try:
+                        claimed, next_start, accepted = await _ops.execute_async(
+                            conn, _ops.complete_and_claim(
+                                state.name, max(need, 0), self.lease, encoded(successes)))
+                    except BaseException:
+                        recorder.release_riding(successes)
+                        raise
+                    recorder.counted(successes, accepted)
+                    if need <= 0:
+                        state.relayed = relayed
+                        continue
+                else:
+                    claimed, next_start = await _ops.execute_async(
+                        conn, _ops.claim_batch(state.name, need, self.lease))
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()

@@ -4,17 +4,23 @@ Successes go in one `complete_v1` call per flush: the batch is whatever finished
 previous flush was in flight, so a busy slot pays one round trip for many jobs and an idle one
 pays no delay. Failures go one by one to `fail_v1`, with the retry time the executor chose.
 
+Successes of the queues named in `ride` do not wait for a flush: they ride on the slot's next
+claim of their queue (`take_riding`, then `counted` with what the claim recorded), which frees
+their capacity and claims its replacement in one statement. Whatever the claimer will not take
+soon (a rate-limited queue, a drain, a failed claim) goes back to the flush (`release_riding`).
+
 Recorded outcomes are counted (telemetry, one log line for a failure) and handed, a flush's
-completions at once, to `on_recorded([(outcome, status), ...])`, where `status` is the job's
-new status, or None when the fence was stale (the job was claimed again, or canceled) and
-nothing was recorded. The database may refuse a flush (a restart, a cut connection): the
-outcomes stay queued and the flush is retried, on a new connection, after a backoff.
+completions at once, to `on_recorded([(outcome, status), ...], reused)`, where `status` is the
+job's new status, or None when the fence was stale (the job was claimed again, or canceled)
+and nothing was recorded, and `reused` says that a claim already took the capacity they freed.
+The database may refuse a flush (a restart, a cut connection): the outcomes stay queued and the
+flush is retried, on a new connection, after a backoff.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -39,11 +45,13 @@ class OutcomeRecorder:
     def __init__(
         self,
         connect: Connect,
-        on_recorded: Callable[[list[Recorded]], None],
+        on_recorded: Callable[[list[Recorded], bool], None],
         *,
         flush_interval: float = 0.0,
         on_connected: Callable[[int], None] | None = None,
         name: str = "recorder",
+        ride: Iterable[str] = (),
+        on_riding: Callable[[], None] | None = None,
     ) -> None:
         self._connect = connect
         self._on_recorded = on_recorded
@@ -52,21 +60,63 @@ class OutcomeRecorder:
         self.name = name
         self._done: list[Outcome] = []
         self._failed: list[Outcome] = []
+        self._riding: dict[str, list[Outcome]] = {}
+        self._ride = set(ride)
+        self._on_riding = on_riding
         self._pending = anyio.Event()
         self._closing = False
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     @property
     def pending(self) -> int:
-        return len(self._done) + len(self._failed)
+        return len(self._done) + len(self._failed) + sum(map(len, self._riding.values()))
 
     def add(self, outcome: Outcome) -> None:
-        (self._done if outcome.succeeded else self._failed).append(outcome)
+        if outcome.succeeded:
+            queue = outcome.execution.job.queue
+            if queue in self._ride and not self._closing:
+                self._riding.setdefault(queue, []).append(outcome)
+                if self._on_riding is not None:
+                    self._on_riding()
+                return
+            self._done.append(outcome)
+        else:
+            self._failed.append(outcome)
         self._pending.set()
+
+    # ---- successes riding on the next claim ----------------------------------------------------
+
+    def riding(self) -> dict[str, list[Outcome]]:
+        """Successes waiting for their queue's next claim, by queue (do not modify)."""
+        return self._riding
+
+    def take_riding(self, queue: str) -> list[Outcome]:
+        return self._riding.pop(queue, [])
+
+    def counted(self, outcomes: list[Outcome], accepted: dict[tuple[int, int], JobStatus]) -> None:
+        """A claim recorded these riding successes: count them as a flush would."""
+        if outcomes:
+            self._count_completed(outcomes, accepted, reused=True)
+
+    def release_riding(self, outcomes: Iterable[Outcome] | None = None) -> None:
+        """Record these (default: every riding success) with the next flush instead."""
+        if outcomes is None:
+            outcomes = [o for queued in self._riding.values() for o in queued]
+            self._riding.clear()
+        outcomes = list(outcomes)
+        if outcomes:
+            self._done.extend(outcomes)
+            self._pending.set()
+
+    def stop_riding(self) -> None:
+        """No claim will come any more (a drain): every success goes to the flush."""
+        self._ride = set()
+        self.release_riding()
 
     def close(self) -> None:
         """Record what is queued, then let `run()` return."""
         self._closing = True
+        self.release_riding()
         self._pending.set()
 
     async def run(self) -> None:
@@ -102,10 +152,8 @@ class OutcomeRecorder:
         conn = self._conn
         done, self._done = self._done, []
         if done:
-            batch = [(o.execution.job_id, o.execution.fence, o.result or "null",
-                      o.execution.retention) for o in done]
             try:
-                accepted = await _ops.execute_async(conn, _ops.complete_encoded(batch))
+                accepted = await _ops.execute_async(conn, _ops.complete_encoded(encoded(done)))
             except BaseException:
                 self._done[:0] = done
                 raise
@@ -132,7 +180,8 @@ class OutcomeRecorder:
             self._count_failed(outcome, status)
 
     def _count_completed(
-        self, done: list[Outcome], accepted: dict[tuple[int, int], JobStatus]
+        self, done: list[Outcome], accepted: dict[tuple[int, int], JobStatus],
+        reused: bool = False,
     ) -> None:
         per_queue: dict[str, int] = {}
         recorded: list[Recorded] = []
@@ -151,7 +200,7 @@ class OutcomeRecorder:
                 recorded.append((outcome, None))
         for queue, n in per_queue.items():
             telemetry.jobs_succeeded.add(n, telemetry.attributes(queue))
-        self._on_recorded(recorded)
+        self._on_recorded(recorded, reused)
 
     def _count_failed(self, outcome: Outcome, status: JobStatus | None) -> None:
         job = outcome.execution.job
@@ -176,7 +225,7 @@ class OutcomeRecorder:
             telemetry.jobs_failed.add(1, attributes)
             log.warning("job %d (%s) failed after attempt %d/%d: %s",
                         job.id, job.task, job.attempts, job.max_attempts, what)
-        self._on_recorded([(outcome, status)])
+        self._on_recorded([(outcome, status)], False)
 
     async def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
@@ -186,3 +235,9 @@ class OutcomeRecorder:
                     await conn.close()
                 except Exception:  # closing a broken connection
                     log.debug("%s: closing a broken connection failed", self.name)
+
+
+def encoded(successes: list[Outcome]) -> list[tuple[int, int, str, str]]:
+    """Successes as complete_v1 and claim_v3 take them: (id, fence, result, retention)."""
+    return [(o.execution.job_id, o.execution.fence, o.result or "null", o.execution.retention)
+            for o in successes]

@@ -81,6 +81,7 @@ class SlotConfig:
     heartbeat_interval: float
     flush_interval: float = 0.0
     saturation_poll: float = SATURATION_POLL
+    ride: bool = True  # successes ride on the next claim of their queue (claim_v3)
 
 
 class _Flag:
@@ -159,7 +160,8 @@ class Slot:
         self.recorder = OutcomeRecorder(
             lambda: self._connect("outcomes"), self._recorded,
             flush_interval=self.config.flush_interval, on_connected=self._outcomes_connected,
-            name=f"slot {self.index}",
+            name=f"slot {self.index}", ride=self.config.queues if self.config.ride else (),
+            on_riding=self._wake.set,
         )
         keeper = LeaseKeeper(
             self.config.url, self._running, self._lost_from_thread,
@@ -234,26 +236,43 @@ class Slot:
 
     # ---- claiming --------------------------------------------------------------------------
 
+    def _free(self) -> int:
+        """Places free for a claim: the slot's capacity less what is in flight, plus the
+        governed places whose success rides on the claim (it frees them first)."""
+        free = self.config.concurrency - self._in_flight
+        for outcomes in self.recorder.riding().values():
+            for outcome in outcomes:
+                if outcome.execution.holds:
+                    free += 1
+        return free
+
     async def _claim_loop(self) -> None:
         reconnect = Reconnect()
         budget = self.budget
         claimer = self.claimer
+        recorder = self.recorder
         while not self._draining:
-            free = self.config.concurrency - self._in_flight
+            free = self._free()
             if free <= 0:
                 await self._wake.wait()
                 continue
             if free < self._coalesce_at and self._handlers:
                 deadline = time.monotonic() + CLAIM_COALESCE
-                while (self.config.concurrency - self._in_flight < self._coalesce_at
+                while (self._free() < self._coalesce_at
                        and self._handlers and not self._draining):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     await self._wake.wait(left)
-                free = self.config.concurrency - self._in_flight
+                free = self._free()
             now = time.monotonic()
-            eligible = claimer.eligible(now)
+            riding = recorder.riding()
+            eligible = claimer.eligible(now, riding)
+            if riding:
+                # Successes of a queue not claimed this round are flushed instead.
+                names = {state.name for state in eligible}
+                for queue in [q for q in riding if q not in names]:
+                    recorder.release_riding(recorder.take_riding(queue))
             if not eligible:
                 await self._wake.wait(claimer.idle_timeout(now))
                 continue
@@ -261,6 +280,7 @@ class Slot:
             if budget is not None:
                 want = budget.try_acquire(self.index, free)
                 if want == 0:
+                    recorder.release_riding()
                     await self._wake.wait(BUDGET_POLL)
                     continue
             self._started_this_round = 0
@@ -268,7 +288,7 @@ class Slot:
                 if self._claim_conn is None or self._claim_conn.closed:
                     self._claim_conn = await self._connect("claim")
                 await claimer.claim(self._claim_conn, eligible, want, self._start,
-                                    stop=lambda: self._draining)
+                                    stop=lambda: self._draining, recorder=recorder)
                 reconnect.succeeded()
             except psycopg.Error as exc:
                 delay = reconnect.failed()
@@ -281,6 +301,8 @@ class Slot:
                 # Tokens for jobs that started are given back as each job ends; the rest now.
                 if budget is not None and want > self._started_this_round:
                     budget.release(self.index, want - self._started_this_round)
+        # Draining: no claim will come, so successes (those riding too) go to the flush.
+        recorder.stop_riding()
 
     def _start(self, state: QueueState, claimed: list[ClaimedJob]) -> None:
         attributes = telemetry.attributes(state.name)
@@ -374,7 +396,7 @@ class Slot:
 
     # ---- outcomes --------------------------------------------------------------------------
 
-    def _recorded(self, recorded: list[Recorded]) -> None:
+    def _recorded(self, recorded: list[Recorded], reused: bool) -> None:
         freed: set[str] = set()
         counts = [0] * len(_shared.STAT_FIELDS)  # one shared-memory write per field, not per job
         for outcome, status in recorded:
@@ -387,6 +409,8 @@ class Slot:
         for field, n in enumerate(counts):
             if n:
                 self.stats.add(self.index, field, n)
+        if reused:
+            return  # the claim that recorded them took the capacity they freed
         has_room = self.config.concurrency - self._in_flight > 0
         if self.claimer.freed(freed, has_room):
             self._wake.set()

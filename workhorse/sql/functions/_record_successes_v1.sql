@@ -1,0 +1,37 @@
+-- Record successes, as complete_v1 does, without waking anyone: the caller decides whether the
+-- capacity freed is worth a wake-up (claim_v3 reuses it at once). Accepted while the job is still
+-- active under this fence; a job whose cancel was requested while it ran ends `canceled`, its
+-- result discarded; the expiry is fixed now from the batch's retention documents (`p_retentions`,
+-- each job pointing at its own through `p_retention_ix`, NULL when there is one). Result waiters
+-- are told. Returns the (id, fence) pairs accepted, with their queue and the status each ended in.
+CREATE FUNCTION workhorse._record_successes_v1(
+    p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
+    p_retentions text[])
+RETURNS TABLE (id bigint, fence bigint, queue text, status text)
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
+BEGIN
+    RETURN QUERY
+        WITH done AS (
+            UPDATE workhorse.jobs j
+            SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded'
+                              ELSE 'canceled' END,
+                result = CASE WHEN j.cancel_requested_at IS NULL THEN b.result::jsonb END,
+                finished_at = v_at,
+                expires_at = workhorse._expiry_v1(
+                    CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
+                    p_retentions[COALESCE(b.ix, 1)]::jsonb, v_at),
+                lease_until = NULL
+            FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
+            WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
+            RETURNING j.id, j.fence, j.queue, j.status
+        ), ended AS (
+            SELECT workhorse._ended_v1(array_agg(d.id)) AS n FROM done d
+        )
+        SELECT done.id, done.fence, done.queue, done.status FROM done, ended;
+END
+$$;

@@ -1,0 +1,58 @@
+-- Claim v3: record a slot's finished jobs of one queue and claim their replacements in one
+-- statement, so capacity freed goes straight to the next job: one round trip and one
+-- acquisition of the queue's admission lock, where complete_v1 then claim_v2 took two of each
+-- (and a wake-up in between). Admission is claim_v2's, unchanged: rate limits, pauses and
+-- overrides included.
+--
+-- The successes (`p_ids`/`p_fences`/`p_results`/`p_retention_ix`/`p_retentions`, as for
+-- complete_v1) come back first, as rows whose `status` is set (succeeded or canceled; a stale one
+-- has no row); then claim_v2's rows (`status` NULL). A governed queue's claimers are woken only
+-- when this claim took fewer jobs than it freed.
+CREATE FUNCTION workhorse.claim_v3(
+    p_queue text, p_limit integer, p_lease double precision,
+    p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
+    p_retentions text[])
+RETURNS TABLE (
+    id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
+    attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
+    enqueued_at timestamptz, run_at timestamptz, meta jsonb, started_at timestamptz,
+    rank integer, next_start_in double precision, status text)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_governed boolean;
+    v_freed integer := 0;
+    v_claimed integer;
+BEGIN
+    IF p_ids IS NOT NULL AND cardinality(p_ids) > 0 THEN
+        -- A governed queue's lock first, as claim_v2 will take it: our jobs' row locks must not
+        -- be held while we wait for it, or a claimer holding it that reclaims one of them (its
+        -- lease expired) would wait for us while we wait for it.
+        v_governed := EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = p_queue)
+                      OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue);
+        IF v_governed THEN
+            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+        END IF;
+        RETURN QUERY
+            SELECT r.id, NULL::text, r.queue, NULL::text, NULL::smallint, NULL::jsonb,
+                   NULL::integer, NULL::integer, r.fence, NULL::timestamptz, NULL::timestamptz,
+                   NULL::timestamptz, NULL::jsonb, NULL::timestamptz, NULL::integer,
+                   NULL::double precision, r.status
+            FROM workhorse._record_successes_v1(
+                p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
+        GET DIAGNOSTICS v_freed = ROW_COUNT;
+    END IF;
+
+    RETURN QUERY
+        SELECT c.id, c.task, c.queue, c.ckey, c.priority, c.payload, c.attempts, c.max_attempts,
+               c.fence, c.lease_until, c.enqueued_at, c.run_at, c.meta, c.started_at, c.rank,
+               c.next_start_in, NULL::text
+        FROM workhorse.claim_v2(p_queue, p_limit, p_lease) AS c;
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+
+    IF v_freed > v_claimed AND v_governed THEN
+        PERFORM workhorse._wake_v1(p_queue);
+    END IF;
+END
+$$;
