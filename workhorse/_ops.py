@@ -571,6 +571,19 @@ def _success_columns(outcomes: Sequence[tuple[int, int, str, str]]) -> tuple[Any
     )
 
 
+def release(
+    jobs: Sequence[tuple[int, int]], retention: str = DEFAULT_RETENTION_JSON
+) -> Operation[dict[int, JobStatus]]:
+    """Give back claimed jobs `(id, fence)` that never started: ready again, their attempt not
+    used (canceled when a cancel was requested). Returns the id -> new status of those released;
+    a stale pair is left out."""
+    if not jobs:
+        return {}
+    rows = yield _sql.statement("release"), (
+        [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
+    return {row[0]: JobStatus(row[1]) for row in rows}
+
+
 def complete_encoded(
     outcomes: Sequence[tuple[int, int, str, str]],
 ) -> Operation[dict[tuple[int, int], JobStatus]]:

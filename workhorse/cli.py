@@ -154,6 +154,11 @@ def _load(reference: str, ctx: click.Context) -> Any:
               help="Poll interval when no notification arrives.")
 @click.option("--grace", type=DURATION, default="30s", show_default=True,
               help="On SIGTERM/SIGINT, how long running jobs get to finish.")
+@click.option("--prefetch", type=click.IntRange(min=0, max=10_000), default=32,
+              show_default=True,
+              help="Jobs of ungoverned queues a slot may claim ahead of a free place, as many "
+                   "as it starts within 50 ms at the measured pace (0: none). Governed queues "
+                   "never claim ahead.")
 @click.option("--sync", "sync_first", is_flag=True,
               help="Push the app's policies before starting.")
 @click.pass_context
@@ -168,6 +173,7 @@ def worker(
     lease: float,
     dequeue_timeout: float,
     grace: float,
+    prefetch: int,
     sync_first: bool,
 ) -> None:
     """Run a worker supervisor for APP (module:attribute)."""
@@ -186,6 +192,7 @@ def worker(
         lease=lease,
         dequeue_timeout=dequeue_timeout,
         grace=grace,
+        prefetch=prefetch,
         sync=sync_first,
         app_reference=app_reference,
         console=console,

@@ -14,8 +14,8 @@ _FORK = multiprocessing.get_context("fork")
 
 # One row of counters per slot index; a restarted slot keeps adding to its index's row.
 STAT_FIELDS = ("claimed", "succeeded", "failed", "retried", "held", "lost", "stale", "in_flight",
-               "canceled")
-CLAIMED, SUCCEEDED, FAILED, RETRIED, HELD, LOST, STALE, IN_FLIGHT, CANCELED = range(
+               "canceled", "released")
+CLAIMED, SUCCEEDED, FAILED, RETRIED, HELD, LOST, STALE, IN_FLIGHT, CANCELED, RELEASED = range(
     len(STAT_FIELDS))
 
 

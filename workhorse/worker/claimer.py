@@ -68,6 +68,7 @@ class Claimer:
         self.saturation_poll = saturation_poll
         self.pass_on = pass_on
         self._rotation = 0
+        self.statements = 0  # claims sent, so that a round that sent none can be told
 
     # ---- what the slot hears -----------------------------------------------------------------
 
@@ -169,17 +170,22 @@ class Claimer:
         *,
         stop: Callable[[], bool] = lambda: False,
         recorder: OutcomeRecorder | None = None,
+        governed_limit: int | None = None,
     ) -> int:
         """One round: up to `want` jobs across `eligible`, in order; each queue's batch goes to
         `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
         many were claimed; psycopg errors pass through.
 
         With a `recorder`, each queue's riding successes go with its claim (claim_v3), even when
-        nothing more is wanted; on an error they go back to the recorder's flush."""
+        nothing more is wanted; on an error they go back to the recorder's flush.
+        `governed_limit` caps what governed queues get (the rest of `want` is claimed ahead,
+        which only ungoverned queues may be: a job claimed ahead holds budget while it waits)."""
         total = 0
         try:
             for state in eligible:
                 need = want - total
+                if state.governed and governed_limit is not None:
+                    need = min(need, governed_limit - total)
                 successes = recorder.take_riding(state.name) if recorder is not None else []
                 if not successes and (need <= 0 or stop() or state.replace_only):
                     continue
@@ -187,6 +193,7 @@ class Claimer:
                     need = 0
                 hints = state.hints
                 relayed, state.relayed = state.relayed, False
+                self.statements += 1
                 if successes:
                     assert recorder is not None
                     if state.governed:

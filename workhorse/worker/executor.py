@@ -46,6 +46,7 @@ class Execution:
     holds: bool = True  # still counted against the slot's capacity
     retention: str = _ops.DEFAULT_RETENTION_JSON  # how long the job is kept once it ends
     cancel_requested: bool = False  # an operator asked; the job ends canceled when it stops
+    began: float = 0.0  # perf_counter when the slot started its handler
 
     @property
     def job_id(self) -> int:

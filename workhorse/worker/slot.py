@@ -23,6 +23,7 @@ the database still counts those active, so claiming in their place would only co
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -30,6 +31,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +61,11 @@ BUDGET_POLL = 0.02
 # more room before claiming, so that short jobs finishing one by one are not claimed for one by
 # one (a claim costs the database about as much for 1 job as for 10).
 CLAIM_COALESCE = 0.002
+# Claiming ahead (ungoverned queues only, up to --prefetch jobs): as many as this slot's places
+# will start within PREFETCH_WINDOW seconds at the handlers' measured pace, so short jobs start
+# without a round trip between them while a long job never keeps others waiting behind it for
+# long (nothing is claimed ahead until a job has been timed, nor for jobs slower than this).
+PREFETCH_WINDOW = 0.05
 
 _RECORDED_STAT = {
     JobStatus.SUCCEEDED: _shared.SUCCEEDED,
@@ -82,6 +89,7 @@ class SlotConfig:
     flush_interval: float = 0.0
     saturation_poll: float = SATURATION_POLL
     ride: bool = True  # successes ride on the next claim of their queue (claim_v3)
+    prefetch: int = 0  # at most this many jobs of ungoverned queues claimed ahead of a place
 
 
 class _Flag:
@@ -134,7 +142,10 @@ class Slot:
             saturation_poll=config.saturation_poll, governed=governed or (),
             pass_on=self._pass_on,
         )
-        self._running: dict[int, Execution] = {}
+        self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
+        self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
+        self._to_release: list[Execution] = []  # claimed ahead, to give back (release_v1)
+        self._pace: float | None = None  # seconds per job and place, a moving average
         self._handlers: set[asyncio.Task[Outcome | None]] = set()
         self._in_flight = 0
         self._started_this_round = 0
@@ -217,6 +228,9 @@ class Slot:
             self._wake.set()
         elif kind == GOVERNED:
             self.claimer.set_governed(names)
+            # A queue governed now (a policy, a pause, an override) admits in the claim only:
+            # what was claimed ahead from it goes back.
+            self._give_back(lambda execution: execution.job.queue in names)
 
     def _pass_on(self, queue: str) -> None:
         if self._receiver is not None:
@@ -246,17 +260,29 @@ class Slot:
                     free += 1
         return free
 
+    def _ahead_room(self) -> int:
+        """How many more jobs to claim ahead of a free place (see PREFETCH_WINDOW)."""
+        if not self.config.prefetch or self._pace is None or self.budget is not None:
+            return 0
+        target = min(self.config.prefetch,
+                     int(PREFETCH_WINDOW * self.config.concurrency / max(self._pace, 1e-6)))
+        return max(target - len(self._ahead), 0)
+
     async def _claim_loop(self) -> None:
         reconnect = Reconnect()
         budget = self.budget
         claimer = self.claimer
         recorder = self.recorder
         while not self._draining:
+            if self._to_release:
+                await self._release_ahead()
+                continue
             free = self._free()
-            if free <= 0:
+            ahead = self._ahead_room()
+            if free <= 0 and ahead < max(1, self.config.prefetch // 2):
                 await self._wake.wait()
                 continue
-            if free < self._coalesce_at and self._handlers:
+            if 0 < free < self._coalesce_at and self._handlers and not ahead:
                 deadline = time.monotonic() + CLAIM_COALESCE
                 while (self._free() < self._coalesce_at
                        and self._handlers and not self._draining):
@@ -273,13 +299,16 @@ class Slot:
                 names = {state.name for state in eligible}
                 for queue in [q for q in riding if q not in names]:
                     recorder.release_riding(recorder.take_riding(queue))
-            if not eligible:
+            if ahead and all(state.governed for state in eligible):
+                ahead = 0  # nothing may be claimed ahead from these
+            if not eligible or (free <= 0 and not ahead):
                 await self._wake.wait(claimer.idle_timeout(now))
                 continue
+            free = max(free, 0)
             want = free
             if budget is not None:
                 want = budget.try_acquire(self.index, free)
-                if want == 0:
+                if want == 0 and free > 0:
                     recorder.release_riding()
                     await self._wake.wait(BUDGET_POLL)
                     continue
@@ -287,9 +316,13 @@ class Slot:
             try:
                 if self._claim_conn is None or self._claim_conn.closed:
                     self._claim_conn = await self._connect("claim")
-                await claimer.claim(self._claim_conn, eligible, want, self._start,
-                                    stop=lambda: self._draining, recorder=recorder)
+                sent = claimer.statements
+                await claimer.claim(self._claim_conn, eligible, want + ahead, self._start,
+                                    stop=lambda: self._draining, recorder=recorder,
+                                    governed_limit=want)
                 reconnect.succeeded()
+                if claimer.statements == sent:  # nothing was worth a claim: never spin
+                    await self._wake.wait(claimer.idle_timeout(time.monotonic()))
             except psycopg.Error as exc:
                 delay = reconnect.failed()
                 log.warning("slot %d: claim failed (%s); retrying in %.1fs",
@@ -301,30 +334,74 @@ class Slot:
                 # Tokens for jobs that started are given back as each job ends; the rest now.
                 if budget is not None and want > self._started_this_round:
                     budget.release(self.index, want - self._started_this_round)
-        # Draining: no claim will come, so successes (those riding too) go to the flush.
+        # Draining: what was claimed ahead goes back at once, and no claim will come, so
+        # successes (those riding too) go to the flush.
+        self._give_back(lambda execution: True)
+        if self._to_release:
+            await self._release_ahead()
         recorder.stop_riding()
 
+    def _give_back(self, which: Callable[[Execution], bool]) -> None:
+        """Move the jobs claimed ahead that `which` names to the release list."""
+        if not self._ahead:
+            return
+        keep: collections.deque[Execution] = collections.deque()
+        for execution in self._ahead:
+            (self._to_release if which(execution) else keep).append(execution)
+        self._ahead = keep
+        if self._to_release:
+            self._wake.set()
+
+    async def _release_ahead(self) -> None:
+        """Give back the jobs claimed ahead on the release list: ready again, attempt unused."""
+        executions, self._to_release = self._to_release, []
+        for execution in executions:
+            self._running.pop(execution.job_id, None)  # no more renewals, whatever happens
+        retention = _ops.retention_json(self.app.retention)
+        try:
+            if self._claim_conn is None or self._claim_conn.closed:
+                self._claim_conn = await self._connect("claim")
+            released = await _ops.execute_async(self._claim_conn, _ops.release(
+                [(e.job_id, e.fence) for e in executions], retention))
+        except psycopg.Error as exc:
+            # Their leases run out without renewals; they are claimable again then.
+            log.warning("slot %d: giving back %d jobs claimed ahead failed (%s); they are "
+                        "claimable again when their leases expire", self.index,
+                        len(executions), first_line(exc))
+            await _close_quietly(self._claim_conn)
+            self._claim_conn = None
+            return
+        self.stats.add(self.index, _shared.RELEASED, len(released))
+        log.debug("slot %d: gave back %d jobs claimed ahead", self.index, len(released))
+
     def _start(self, state: QueueState, claimed: list[ClaimedJob]) -> None:
-        attributes = telemetry.attributes(state.name)
-        telemetry.jobs_claimed.add(len(claimed), attributes)
+        """Claimed jobs start at once while there are free places; the rest (of an ungoverned
+        queue, claimed ahead) wait in `_ahead` for a place."""
+        telemetry.jobs_claimed.add(len(claimed), telemetry.attributes(state.name))
         self.stats.add(self.index, _shared.CLAIMED, len(claimed))
-        self._in_flight += len(claimed)
-        self._started_this_round += len(claimed)
-        self.stats.set(self.index, _shared.IN_FLIGHT, self._in_flight)
-        now = datetime.now(UTC)
-        create_task = self._loop.create_task  # type: ignore[union-attr]
-        handlers = self._handlers
+        running = self._running
         for job in claimed:
             execution = self.executor.prepare(job, state.governed)
-            self._running[job.id] = execution
-            waited = (now - max(job.run_at, job.enqueued_at)).total_seconds()
-            telemetry.job_queue_wait.record(max(waited, 0.0), attributes)
-            # A plain asyncio task per job, running the executor itself: a task group's per-task
-            # cancel scopes, or a wrapping coroutine, cost more than a no-op handler. Lost leases
-            # cancel the task (see _mark_lost).
-            handler = create_task(self.executor.run(execution))
-            handlers.add(handler)
-            handler.add_done_callback(functools.partial(self._ended, execution))
+            running[job.id] = execution
+            if self._in_flight < self.config.concurrency or state.governed:
+                self._launch(execution)
+            else:
+                self._ahead.append(execution)
+        self.stats.set(self.index, _shared.IN_FLIGHT, self._in_flight)
+
+    def _launch(self, execution: Execution) -> None:
+        """Start one job's handler: a plain asyncio task running the executor itself (a task
+        group's per-task cancel scopes, or a wrapping coroutine, cost more than a no-op
+        handler). Lost leases cancel the task (see _mark_lost)."""
+        job = execution.job
+        self._in_flight += 1
+        self._started_this_round += 1
+        waited = (datetime.now(UTC) - max(job.run_at, job.enqueued_at)).total_seconds()
+        telemetry.job_queue_wait.record(max(waited, 0.0), telemetry.attributes(job.queue))
+        execution.began = time.perf_counter()
+        handler = self._loop.create_task(self.executor.run(execution))  # type: ignore[union-attr]
+        self._handlers.add(handler)
+        handler.add_done_callback(functools.partial(self._ended, execution))
 
     # ---- running ---------------------------------------------------------------------------
 
@@ -340,6 +417,8 @@ class Slot:
                 outcome = handler.result()
         job = execution.job
         self._running.pop(job.id, None)
+        took = time.perf_counter() - execution.began
+        self._pace = took if self._pace is None else 0.9 * self._pace + 0.1 * took
         if outcome is not None:
             if outcome.retry_at is not None:
                 self.claimer.retry_due(job.queue, outcome.retry_delay or 0.0)
@@ -355,6 +434,9 @@ class Slot:
         # A governed job holds its place until the recorder has recorded its outcome.
         if outcome is None or not execution.governed:
             self._release(execution)
+        # A job claimed ahead takes the place at once: no round trip between short jobs.
+        while self._ahead and self._in_flight < self.config.concurrency and not self._draining:
+            self._launch(self._ahead.popleft())
         self._wake.set()
 
     def _release(self, execution: Execution) -> None:
@@ -382,7 +464,9 @@ class Slot:
             if execution is None or execution.fence != fence or execution.cancel_requested:
                 continue
             execution.cancel_requested = True
-            if execution.handle is not None:
+            if execution in self._ahead:  # never started: given back, it ends canceled
+                self._give_back(lambda e, execution=execution: e is execution)  # type: ignore[misc]
+            elif execution.handle is not None:
                 execution.handle.cancel()  # async: cancelled; sync: runs on, ends canceled
 
     def _mark_lost(self, lost: list[tuple[int, int]]) -> None:

@@ -77,6 +77,12 @@ class WorkerSettings:
     lease: float
     dequeue_timeout: float
     grace: float
+    prefetch: int = 0
+
+
+# Jobs of ungoverned queues a slot may claim ahead of a free place (slot.py's PREFETCH_WINDOW
+# decides how many of these it really takes, from the handlers' measured pace).
+DEFAULT_PREFETCH = 32
 
 
 def _seconds(name: str, value: float | str) -> float:
@@ -97,6 +103,7 @@ def settings_for(
     lease: float | str,
     dequeue_timeout: float | str,
     grace: float | str,
+    prefetch: int = DEFAULT_PREFETCH,
 ) -> WorkerSettings:
     """Validated settings; InvalidOptionsError names the flag at fault."""
     slot_count = slots if slots is not None else (os.cpu_count() or 1)
@@ -104,6 +111,8 @@ def settings_for(
         raise InvalidOptionsError(f"--slots must be at least 1, got {slot_count}")
     if concurrency < 1:
         raise InvalidOptionsError(f"--concurrency must be at least 1, got {concurrency}")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 10_000:
+        raise InvalidOptionsError(f"--prefetch must be an int in [0, 10000], got {prefetch!r}")
     if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
         raise InvalidOptionsError(
             f"--max-concurrent-tasks must be at least 1, got {max_concurrent_tasks}"
@@ -125,7 +134,7 @@ def settings_for(
     return WorkerSettings(
         slots=slot_count, concurrency=concurrency, queues=tuple(served),
         max_concurrent_tasks=max_concurrent_tasks, lease=lease_s, dequeue_timeout=dequeue_s,
-        grace=grace_s,
+        grace=grace_s, prefetch=prefetch,
     )
 
 
@@ -139,6 +148,7 @@ def run_worker(
     lease: float = 30.0,
     dequeue_timeout: float = 30.0,
     grace: float = 30.0,
+    prefetch: int = DEFAULT_PREFETCH,
     sync: bool = False,
     app_reference: str = "",
     console: Console | None = None,
@@ -153,7 +163,7 @@ def run_worker(
     settings = settings_for(
         app, slots=slots, concurrency=concurrency, queues=queues,
         max_concurrent_tasks=max_concurrent_tasks, lease=lease,
-        dequeue_timeout=dequeue_timeout, grace=grace,
+        dequeue_timeout=dequeue_timeout, grace=grace, prefetch=prefetch,
     )
     url = app.database_url
     report: SyncReport | None = None
@@ -255,6 +265,8 @@ def _print_banner(
     budget = (f", at most {settings.max_concurrent_tasks} in flight in all"
               if settings.max_concurrent_tasks else "")
     facts.add_row("slots", f"{settings.slots} x concurrency {settings.concurrency}{budget}")
+    facts.add_row("prefetch", f"up to {settings.prefetch} a slot, ungoverned queues only"
+                  if settings.prefetch else "off")
     facts.add_row("lease", f"{settings.lease:g}s; dequeue timeout {settings.dequeue_timeout:g}s; "
                   f"grace {settings.grace:g}s")
     console.print(facts)
@@ -568,7 +580,7 @@ class Supervisor:
             index=slot.index, url=self.url, queues=self.settings.queues,
             concurrency=self.settings.concurrency, lease=self.settings.lease,
             dequeue_timeout=self.settings.dequeue_timeout, grace=self.settings.grace,
-            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_interval=self.heartbeat_interval, prefetch=self.settings.prefetch,
         )
         governed = set(self.listener.governed)
         for stream in (sys.stdout, sys.stderr):

@@ -1,3 +1,5 @@
--- Throughput: a slot records its finished jobs and claims their replacements in one statement.
+-- Throughput: a slot records its finished jobs and claims their replacements in one statement,
+-- and gives back the jobs it claimed ahead and did not start.
 \ir ../functions/_record_successes_v1.sql
 \ir ../functions/claim_v3.sql
+\ir ../functions/release_v1.sql
