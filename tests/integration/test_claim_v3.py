@@ -1,0 +1,147 @@
+"""claim_v3 (a slot's successes ride on its next claim) and release_v1 (jobs claimed ahead go back),
+in one process against the real database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops
+from workhorse.types import ClaimedJob
+
+RETENTION = _ops.DEFAULT_RETENTION_JSON
+
+
+def _fill(queue: Queue, name: str, n: int, keyed: bool = False) -> list[int]:
+    return queue.enqueue_many([
+        ("t", {"args": [i], "kwargs": {}},
+         EnqueueOptions(queue=name, concurrency_key=f"k{i % 2}" if keyed else None))
+        for i in range(n)])
+
+
+def _successes(jobs: list[ClaimedJob]) -> list[tuple[int, int, str, str]]:
+    return [(job.id, job.fence, f'"done {job.id}"', RETENTION) for job in jobs]
+
+
+def _ride(conn: psycopg.Connection[Any], name: str, limit: int, jobs: list[ClaimedJob]) -> Any:
+    return _ops.execute(conn, _ops.complete_and_claim(name, limit, 30, _successes(jobs)))
+
+
+def _statuses(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return dict(conn.execute(
+        "SELECT status, count(*) FROM workhorse.jobs GROUP BY status").fetchall())
+
+
+def _govern(queue: Queue, name: str, max_active: int | None, per_key: int | None = None) -> None:
+    queue.sync_concurrency_policies(
+        "t", [ConcurrencyPolicyDefinition(name, max_active, per_key)])
+
+
+def test_successes_free_their_places_for_the_claim_that_carries_them(conn, queue):
+    _govern(queue, "g", 2)
+    _fill(queue, "g", 5)
+    first = queue.claim("g", 5, 30)
+    assert len(first) == 2
+    assert queue.claim("g", 5, 30) == []  # the budget is spent
+
+    claimed, next_start, accepted = _ride(conn, "g", 5, first)
+    assert accepted == {(job.id, job.fence): JobStatus.SUCCEEDED for job in first}
+    assert next_start is None
+    assert len(claimed) == 2  # the two places the successes freed, no more
+    assert {job.id for job in claimed}.isdisjoint(job.id for job in first)
+    assert _statuses(conn) == {"succeeded": 2, "active": 2, "ready": 1}
+    results = dict(conn.execute(
+        "SELECT id, result FROM workhorse.jobs WHERE status = 'succeeded'").fetchall())
+    assert results == {job.id: f"done {job.id}" for job in first}
+
+
+def test_a_stale_success_frees_nothing_and_is_not_accepted(conn, queue):
+    _govern(queue, "g", 1)
+    _fill(queue, "g", 3)
+    [job] = queue.claim("g", 1, 30)
+    stale = ClaimedJob(**{**job.__dict__, "fence": job.fence - 1})  # an older claim's fence
+    claimed, _, accepted = _ride(conn, "g", 1, [stale])
+    assert accepted == {}
+    assert claimed == []
+    assert _statuses(conn) == {"active": 1, "ready": 2}
+
+
+def test_claim_v3_keeps_admission_v2_a_paused_queue_only_records(conn, queue):
+    _govern(queue, "g", 4)
+    _fill(queue, "g", 4)
+    first = queue.claim("g", 2, 30)
+    queue.pause("g")
+    claimed, _, accepted = _ride(conn, "g", 4, first)
+    assert len(accepted) == 2
+    assert claimed == []
+    assert _statuses(conn) == {"succeeded": 2, "ready": 2}
+
+
+def test_a_canceled_job_rides_as_canceled(conn, queue):
+    _fill(queue, "u", 2)
+    jobs = queue.claim("u", 2, 30)
+    queue.cancel_jobs([jobs[0].id])  # active: a cancel request
+    _, _, accepted = _ride(conn, "u", 0, jobs)
+    assert accepted == {(jobs[0].id, jobs[0].fence): JobStatus.CANCELED,
+                        (jobs[1].id, jobs[1].fence): JobStatus.SUCCEEDED}
+
+
+def _notified(listener: psycopg.Connection[Any]) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=0.3, stop_after=10)]
+
+
+def test_governed_claimers_are_woken_only_when_the_claim_took_fewer_than_it_freed(
+        conn, queue, database_url):
+    _govern(queue, "g", 2)
+    _fill(queue, "g", 6)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute(_ops_listen())
+        first = queue.claim("g", 2, 30)
+        _notified(listener)  # whatever the enqueue and the claim said
+        claimed, _, _ = _ride(conn, "g", 2, first)
+        assert len(claimed) == 2
+        assert "g" not in _notified(listener)  # the places went straight to their replacements
+        _, _, accepted = _ride(conn, "g", 0, claimed)
+        assert len(accepted) == 2
+        assert "g" in _notified(listener)  # freed and not taken: the fleet is told
+
+
+def _ops_listen() -> str:
+    return "SELECT workhorse.listen_v1()"
+
+
+def test_release_gives_back_jobs_ready_with_their_attempt_unused(conn, queue):
+    _fill(queue, "u", 3)
+    jobs = queue.claim("u", 3, 30)
+    queue.cancel_jobs([jobs[2].id])  # a cancel request while it waited: it ends canceled
+    stale = (jobs[1].id, jobs[1].fence - 1)
+    released = _ops.execute(conn, _ops.release(
+        [(jobs[0].id, jobs[0].fence), stale, (jobs[2].id, jobs[2].fence)], RETENTION))
+    assert released == {jobs[0].id: JobStatus.READY, jobs[2].id: JobStatus.CANCELED}
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT id, status, attempts, lease_until IS NULL, expires_at IS NOT NULL "
+        "FROM workhorse.jobs").fetchall()}
+    assert rows[jobs[0].id] == ("ready", 0, True, False)
+    assert rows[jobs[1].id][:2] == ("active", 1)  # a stale pair changes nothing
+    assert rows[jobs[2].id] == ("canceled", 1, True, True)
+    again = queue.claim("u", 3, 30)
+    assert [job.id for job in again] == [jobs[0].id]
+    assert again[0].attempts == 1
+
+
+def test_a_job_released_into_a_queue_governed_meanwhile_is_seen_by_the_head_scan(conn, queue):
+    _fill(queue, "q", 2, keyed=True)
+    jobs = queue.claim("q", 2, 30)  # ungoverned: claimed ahead
+    _govern(queue, "q", 4, 1)  # a per-key policy now: heads are rebuilt without these two
+    _ops.execute(conn, _ops.release([(j.id, j.fence) for j in jobs], RETENTION))
+    again = queue.claim("q", 4, 30)
+    assert sorted(job.id for job in again) == sorted(job.id for job in jobs)
+
+
+@pytest.mark.parametrize("limit", [0, 3])
+def test_claim_v3_with_no_successes_is_claim_v2(conn, queue, limit):
+    _fill(queue, "u", 3)
+    claimed, next_start, accepted = _ops.execute(conn, _ops.complete_and_claim("u", limit, 30, []))
+    assert (len(claimed), next_start, accepted) == (limit, None, {})
