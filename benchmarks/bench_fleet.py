@@ -161,6 +161,11 @@ class Run:
     def progress(self, text: str) -> None:
         self.printer.line(f"[{time.monotonic() - self.started:5.0f} s] {text}")
 
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        self.progress(f"{row.case}: {row.workhorse} | pgqueuer {row.pgqueuer} | {row.ratio} | "
+                      f"{row.target}: {row.met}")
+
     def once(self, key: str, measure: Callable[[], Any]) -> Any:
         if key not in self.cache:
             self.cache[key] = measure()
@@ -568,7 +573,7 @@ def case_1(run: Run) -> None:
     result = noop_ungoverned(run, "async")
     pgq = pgq_drain(run)
     value = ratio(result.rate, pgq.rate if pgq else None)
-    run.rows.append(Row(
+    run.add(Row(
         "1 async no-op, ungoverned, -s 2 -c 32", c.rate(result.rate), pgq_cell(pgq),
         f"{times(value)} pgqueuer", "(c) >= 4x pgqueuer", met(None if pgq is None else value >= 4),
     ))
@@ -582,7 +587,7 @@ def case_2(run: Run) -> None:
                    jobs=run.sizes.default_sync, flags=None)
     pgq = pgq_drain(run)
     value = ratio(result.rate, pgq.rate if pgq else None)
-    run.rows.append(Row(
+    run.add(Row(
         f"2 sync no-op, default flags ({result.in_force})", c.rate(result.rate), pgq_cell(pgq),
         f"{times(value)} pgqueuer", "(b) >= 1x pgqueuer", met(None if pgq is None else value >= 1),
     ))
@@ -595,7 +600,7 @@ def case_3(run: Run) -> None:
     result = noop_ungoverned(run, "sync")
     pgq = pgq_drain(run)
     value = ratio(result.rate, pgq.rate if pgq else None)
-    run.rows.append(Row(
+    run.add(Row(
         "3 sync no-op, ungoverned, -s 2 -c 32", c.rate(result.rate), pgq_cell(pgq),
         f"{times(value)} pgqueuer", "(d) >= 1x pgqueuer", met(None if pgq is None else value >= 1),
     ))
@@ -612,7 +617,7 @@ def case_4(run: Run) -> None:
                          flags=flags(2, 32), policy=policy)
         ungoverned = noop_ungoverned(run, kind)
         value = ratio(governed.rate, ungoverned.rate)
-        run.rows.append(Row(
+        run.add(Row(
             label, c.rate(governed.rate), "-",
             f"{times(value)} ungoverned ({c.rate(ungoverned.rate)})", "(d) >= 0.7x ungoverned",
             met(value >= 0.7), peak_cell(run, label, policy, governed),
@@ -652,7 +657,7 @@ def case_5(run: Run) -> None:
                     f"{pgq.rate / IDEAL_20MS:.0%} of the ideal; workhorse / pgqueuer = "
                     f"{times(ratio(result.rate, pgq.rate))}"
                 )
-        run.rows.append(Row(
+        run.add(Row(
             label, c.rate(result.rate), pgq_text,
             f"{result.rate / IDEAL_20MS:.0%} of {c.rate(IDEAL_20MS)}",
             f"(a) >= {TARGET_A:,.0f}/s", met(result.rate >= TARGET_A),
@@ -668,7 +673,7 @@ def case_6(run: Run) -> None:
     label = f"6 100 ms async, {policy.describe()}, -s 2 -c 64"
     result = drain(run, task=fa.SLEEP_ASYNC, queue="fleet-100ms", jobs=run.sizes.slow,
                    flags=flags(2, 64), policy=policy, args=[HANDLER_100MS], timed_handlers=True)
-    run.rows.append(Row(
+    run.add(Row(
         label, c.rate(result.rate), "-",
         f"{result.rate / IDEAL_100MS:.0%} of {c.rate(IDEAL_100MS)}", "(none; ideal 640/s)",
         "-", peak_cell(run, label, policy, result),
@@ -705,7 +710,7 @@ def case_7(run: Run) -> None:
     latencies = [float(result) - committed[job_id] for job_id, result in rows]
     p50 = c.percentile(latencies, 50)
     p99 = c.percentile(latencies, 99)
-    run.rows.append(Row(
+    run.add(Row(
         f"7 enqueue -> start, idle worker, {jobs} jobs ~20 ms apart, -s 2 -c 32",
         f"p50 {c.ms(p50)} / p99 {c.ms(p99)} ms", "-", f"max {c.ms(max(latencies))} ms",
         "(e) p50 <= 5, p99 <= 20 ms", met(p50 <= 0.005 and p99 <= 0.020),
@@ -789,7 +794,7 @@ def case_8(run: Run) -> None:
     enqueue_rate = n / enqueue_best
     copy_rate = n / copy_best
     value = enqueue_rate / copy_rate
-    run.rows.append(Row(
+    run.add(Row(
         f"8 enqueue_many of {c.count(n)} jobs, one call (vs COPY)", c.rate(enqueue_rate), "-",
         f"{times(value)} COPY ({c.rate(copy_rate)})", "(f) >= 0.5x COPY", met(value >= 0.5),
     ))
@@ -893,11 +898,7 @@ def main() -> None:
         run = Run(url=url, sizes=sizes, printer=printer, gate=c.QuietGate(quiet_wait),
                   repeat=max(1, args.repeat))
         for case in cases:
-            before = len(run.rows)
             CASES[case](run)
-            for row in run.rows[before:]:
-                run.progress(f"{row.case}: {row.workhorse} | pgqueuer {row.pgqueuer} | "
-                             f"{row.ratio} | {row.target}: {row.met}")
         table = c.Table(
             "fleet throughput: workhorse beside pgqueuer 1.6",
             ["case", "workhorse jobs/s", "pgqueuer jobs/s", "ratio / utilization", "target",
