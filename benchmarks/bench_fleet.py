@@ -909,6 +909,8 @@ def main() -> None:
                       row.peak)
         table.notes.extend(run.notes)
         table.notes.append(run.gate.summary())
+        with psycopg.connect(url, autocommit=True) as conn:
+            table.notes.append(f"machine load at the end: {c.machine_load(conn)}")
         table.notes.append(f"total time {time.monotonic() - run.started:.0f} s")
         if run.violations:
             table.notes.extend(run.violations)
