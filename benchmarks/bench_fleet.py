@@ -220,16 +220,11 @@ def worker_command(queue: str, flags: Sequence[str] | None) -> list[str]:
 @dataclass
 class Worker:
     process: subprocess.Popen[bytes]
-    stdout: Any
-    stderr: Any
+    stdout: Path
+    stderr: Path
 
     def output(self) -> str:
-        text = []
-        for handle in (self.stdout, self.stderr):
-            handle.flush()
-            handle.seek(0)
-            text.append(handle.read().decode(errors="replace"))
-        return "".join(text)
+        return "".join(path.read_text(errors="replace") for path in (self.stdout, self.stderr))
 
 
 @contextlib.contextmanager
@@ -239,28 +234,26 @@ def workers(
     """`count` supervisors on `queue`; each gets SIGTERM and is waited for on the way out."""
     env = {**os.environ, c.ENV_URL: url}
     started: list[Worker] = []
-    try:
-        for _ in range(count):
-            # Files, not pipes: a worker logging a line per job would fill a pipe and block.
-            out = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-            err = tempfile.TemporaryFile()  # noqa: SIM115
-            process = subprocess.Popen(worker_command(queue, flags), cwd=HERE, env=env,
-                                       stdout=out, stderr=err)
-            started.append(Worker(process, out, err))
-        yield started
-    finally:
-        for worker in started:
-            if worker.process.poll() is None:
-                worker.process.send_signal(signal.SIGTERM)
-        for worker in started:
-            try:
-                worker.process.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
-        for worker in started:
-            worker.stdout.close()
-            worker.stderr.close()
+    with tempfile.TemporaryDirectory(prefix="bench_fleet_") as logs:
+        try:
+            for n in range(count):
+                # Files, not pipes: a worker logging a line per job would fill a pipe and block.
+                out, err = Path(logs, f"{n}.out"), Path(logs, f"{n}.err")
+                with out.open("ab") as stdout, err.open("ab") as stderr:
+                    process = subprocess.Popen(worker_command(queue, flags), cwd=HERE, env=env,
+                                               stdout=stdout, stderr=stderr)
+                started.append(Worker(process, out, err))
+            yield started
+        finally:
+            for worker in started:
+                if worker.process.poll() is None:
+                    worker.process.send_signal(signal.SIGTERM)
+            for worker in started:
+                try:
+                    worker.process.wait(30)
+                except subprocess.TimeoutExpired:
+                    worker.process.kill()
+                    worker.process.wait()
 
 
 class ActiveSampler:
