@@ -1,0 +1,916 @@
+"""Fleet throughput (the throughput issue's table and targets a-f), workhorse beside pgqueuer 1.6.
+
+    .venv/bin/python benchmarks/bench_fleet.py [--database-url URL] [--only CASE[,CASE]] [--quick]
+        [--repeat R] [--quiet-wait S] [--keep-db] [--format rich|plain]
+
+Every case runs in the scratch database `wh_bench_fleet` on the chosen server. Workhorse runs as
+real `python -m workhorse worker _fleet_app:app --queues Q ...` subprocesses (cwd benchmarks/,
+WORKHORSE_DATABASE_URL set to the scratch database); the code measured is whatever `import
+workhorse` resolves to, so `PYTHONPATH=/other/tree` measures another tree (the setup facts print
+which file and commit). Before each run the case's workhorse tables are truncated, the case's policy
+is synced (namespace `fleet`), the backlog is filled with `Queue.enqueue_many` (5,000 a statement),
+VACUUM ANALYZEd and checkpointed, and only then does the worker start. A figure is
+jobs / (last finished_at - first started_at), from the jobs' own rows, so start-up is not counted.
+
+  1  async no-op, ungoverned, -s 2 -c 32, vs pgqueuer's drain          target (c) >= 4x pgqueuer
+  2  sync no-op at the worker's default flags (only --queues)           target (b) >= 1x pgqueuer
+  3  sync no-op, ungoverned, -s 2 -c 32                                 must stay >= 1x pgqueuer
+  4  governed no-op (64 / per-key 4 x 100 keys), async and sync,
+     -s 2 -c 32, over the ungoverned figure of the same kind and flags  target (d) >= 0.7
+  5  20 ms handlers, 12,800-job backlog (quick 6,400), -s 2 -c 64: queue-wide max_active=64
+     and 64 / per-key 4 x 100 keys, async and sync, one supervisor; async with two supervisors
+     sharing the budget; pgqueuer (concurrency_limit=64) beside (i)     target (a) >= 2,880/s
+  6  100 ms async handlers, max_active=64, -s 2 -c 64                   ideal 640/s
+  7  enqueue -> handler start, idle worker, 200 single-job enqueues
+     ~20 ms apart                                                       target (e) p50 <= 5 ms,
+                                                                        p99 <= 20 ms
+  8  Queue.enqueue_many of 10k jobs vs COPY into a LIKE-jobs table      target (f) >= 0.5x COPY
+
+pgqueuer's drain: 5 QueueManagers in one process, batch 10, mode=drain (bench_worker's reference
+configuration); its figure is jobs over the time from its first handler call to the end of its
+drain.
+
+Governed runs also check the budget: a thread counts the queue's active rows (total and per key)
+every ~20 ms, and the timed handlers return [start, end], from which the real overlap of running
+handlers is rebuilt. Either peak above its limit prints VIOLATION.
+
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, LiteralString, cast
+
+import psycopg
+from psycopg import sql
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _common as c  # noqa: E402
+import _fleet_app as fa  # noqa: E402
+
+import workhorse  # noqa: E402
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue  # noqa: E402
+
+APP_REF = "_fleet_app:app"
+KEYS = 100
+MAX_ACTIVE = 64
+PER_KEY = 4
+HANDLER_20MS = 0.02
+HANDLER_100MS = 0.1
+IDEAL_20MS = MAX_ACTIVE / HANDLER_20MS  # 3,200 jobs/s
+IDEAL_100MS = MAX_ACTIVE / HANDLER_100MS  # 640 jobs/s
+TARGET_A = 0.9 * IDEAL_20MS  # 2,880 jobs/s
+WORKHORSE_TABLES = ("jobs", "key_heads", "key_hints", "rate_starts")
+CASE_IDS = ("1", "2", "3", "4", "5", "6", "7", "8")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    noop: int  # cases 1, 3, 4 and pgqueuer's drain
+    default_sync: int  # case 2
+    backlog: int  # case 5
+    slow: int  # case 6
+    latency: int  # case 7
+    copy: int  # case 8
+
+
+FULL = Sizes(noop=50_000, default_sync=10_000, backlog=12_800, slow=3_200, latency=200,
+             copy=10_000)
+QUICK = Sizes(noop=10_000, default_sync=3_000, backlog=6_400, slow=1_280, latency=200,
+              copy=10_000)
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_active: int | None
+    per_key: int | None = None
+
+    def describe(self) -> str:
+        if self.per_key is None:
+            return f"max_active={self.max_active}"
+        return f"{self.max_active} / per-key {self.per_key} x {KEYS} keys"
+
+
+@dataclass
+class Peak:
+    """The largest overlap seen: jobs in the queue at once, and jobs of one key at once."""
+
+    total: int = 0
+    per_key: int = 0
+    samples: int = 0
+
+
+@dataclass
+class Drain:
+    rate: float
+    span: float
+    succeeded: int
+    jobs: int
+    max_attempts: int
+    db_peak: Peak | None = None
+    handler_peak: Peak | None = None
+    in_force: str = ""
+
+
+@dataclass
+class Row:
+    case: str
+    workhorse: str
+    pgqueuer: str = "-"
+    ratio: str = "-"
+    target: str = "-"
+    met: str = "-"
+    peak: str = "-"
+
+
+@dataclass
+class Run:
+    """One invocation: the server, the sizes, the rows gathered, and figures reused across cases."""
+
+    url: str
+    sizes: Sizes
+    printer: c.Printer
+    gate: c.QuietGate
+    repeat: int
+    started: float = field(default_factory=time.monotonic)
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def progress(self, text: str) -> None:
+        self.printer.line(f"[{time.monotonic() - self.started:5.0f} s] {text}")
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        self.progress(f"{row.case}: {row.workhorse} | pgqueuer {row.pgqueuer} | {row.ratio} | "
+                      f"{row.target}: {row.met}")
+
+    def once(self, key: str, measure: Callable[[], Any]) -> Any:
+        if key not in self.cache:
+            self.cache[key] = measure()
+        return self.cache[key]
+
+
+# ---- workhorse: one drain of a filled queue ---------------------------------------------------
+
+
+def reset(conn: psycopg.Connection[Any], queue: str, policy: Policy | None) -> None:
+    """Empty the tables the cases use and make `queue`'s policy the only one of the namespace."""
+    present = [
+        name for name in WORKHORSE_TABLES
+        if conn.execute("SELECT to_regclass(%s)", (f"workhorse.{name}",)).fetchone()[0]  # type: ignore[index]
+    ]
+    conn.execute(
+        sql.SQL("TRUNCATE {}").format(
+            sql.SQL(", ").join(sql.Identifier("workhorse", name) for name in present)
+        )
+    )
+    definitions = (
+        [ConcurrencyPolicyDefinition(queue, policy.max_active, policy.per_key)] if policy else []
+    )
+    Queue(conn).sync_concurrency_policies(fa.NAMESPACE, definitions, prune=True)
+
+
+def fill(
+    conn: psycopg.Connection[Any], task: str, queue: str, jobs: int, keyed: bool,
+    args: Sequence[Any] = (),
+) -> None:
+    q = Queue(conn)
+    payload = {"args": list(args), "kwargs": {}}
+    plain = EnqueueOptions(queue=queue)
+    by_key = [EnqueueOptions(queue=queue, concurrency_key=f"k{k}") for k in range(KEYS)]
+    for start in range(0, jobs, 5000):
+        batch = [
+            (task, payload, by_key[i % KEYS] if keyed else plain)
+            for i in range(start, min(start + 5000, jobs))
+        ]
+        q.enqueue_many(batch)
+    for table in ("jobs", "key_heads", "key_hints"):
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier("workhorse", table)))
+    c.try_checkpoint(conn)
+
+
+def worker_command(queue: str, flags: Sequence[str] | None) -> list[str]:
+    """`flags=None` is the worker at its default flags: only the queue is named."""
+    return [sys.executable, "-m", "workhorse", "worker", APP_REF, "--queues", queue,
+            *(flags or ())]
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    stdout: Path
+    stderr: Path
+
+    def output(self) -> str:
+        return "".join(path.read_text(errors="replace") for path in (self.stdout, self.stderr))
+
+
+@contextlib.contextmanager
+def workers(
+    url: str, queue: str, flags: Sequence[str] | None, count: int
+) -> Iterator[list[Worker]]:
+    """`count` supervisors on `queue`; each gets SIGTERM and is waited for on the way out."""
+    env = {**os.environ, c.ENV_URL: url}
+    started: list[Worker] = []
+    with tempfile.TemporaryDirectory(prefix="bench_fleet_") as logs:
+        try:
+            for n in range(count):
+                # Files, not pipes: a worker logging a line per job would fill a pipe and block.
+                out, err = Path(logs, f"{n}.out"), Path(logs, f"{n}.err")
+                with out.open("ab") as stdout, err.open("ab") as stderr:
+                    process = subprocess.Popen(worker_command(queue, flags), cwd=HERE, env=env,
+                                               stdout=stdout, stderr=stderr)
+                started.append(Worker(process, out, err))
+            yield started
+        finally:
+            for worker in started:
+                if worker.process.poll() is None:
+                    worker.process.send_signal(signal.SIGTERM)
+            for worker in started:
+                try:
+                    worker.process.wait(30)
+                except subprocess.TimeoutExpired:
+                    worker.process.kill()
+                    worker.process.wait()
+
+
+class ActiveSampler:
+    """Counts the queue's active rows (total, and the largest per key) every ~20 ms, from the
+    database: the budget itself, as every claim sees it."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url = url
+        self.queue = queue
+        self.peak = Peak()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ActiveSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                row = conn.execute(
+                    "SELECT COALESCE(sum(n), 0), COALESCE(max(n) FILTER (WHERE ckey <> ''), 0) "
+                    "FROM (SELECT ckey, count(*) AS n FROM workhorse.jobs "
+                    "      WHERE queue = %s AND status = 'active' GROUP BY ckey) AS per_key",
+                    (self.queue,),
+                ).fetchone()
+                assert row is not None
+                self.peak.total = max(self.peak.total, int(row[0]))
+                self.peak.per_key = max(self.peak.per_key, int(row[1]))
+                self.peak.samples += 1
+                self._stop.wait(0.02)
+
+
+def handler_overlap(conn: psycopg.Connection[Any], queue: str) -> Peak:
+    """The largest number of handlers running at once, from their own [start, end] results
+    (an end and a start at the same instant do not overlap)."""
+    rows = conn.execute(
+        "SELECT ckey, (result->>0)::float8, (result->>1)::float8 FROM workhorse.jobs "
+        "WHERE queue = %s AND status = 'succeeded' AND jsonb_typeof(result) = 'array'",
+        (queue,),
+    ).fetchall()
+    events: list[tuple[float, int, str]] = []
+    for ckey, start, end in rows:
+        events.append((start, 1, ckey))
+        events.append((end, -1, ckey))
+    events.sort(key=lambda e: (e[0], e[1]))
+    peak = Peak(samples=len(rows))
+    running = 0
+    per_key: dict[str, int] = defaultdict(int)
+    for _, delta, ckey in events:
+        running += delta
+        per_key[ckey] += delta
+        peak.total = max(peak.total, running)
+        if ckey:
+            peak.per_key = max(peak.per_key, per_key[ckey])
+    return peak
+
+
+IN_FORCE = re.compile(r"(\d+) x concurrency (\d+)")
+
+
+def drain(
+    run: Run, *, task: str, queue: str, jobs: int, flags: Sequence[str] | None,
+    policy: Policy | None = None, args: Sequence[Any] = (), supervisors: int = 1,
+    timed_handlers: bool = False,
+) -> Drain:
+    """Best of `run.repeat` drains of `jobs` jobs of `task` by `supervisors` workers."""
+    best: Drain | None = None
+    for _ in range(run.repeat):
+        result = _drain_once(run, task=task, queue=queue, jobs=jobs, flags=flags, policy=policy,
+                             args=args, supervisors=supervisors, timed_handlers=timed_handlers)
+        if best is None or result.rate > best.rate:
+            best = result
+    assert best is not None
+    return best
+
+
+def _drain_once(
+    run: Run, *, task: str, queue: str, jobs: int, flags: Sequence[str] | None,
+    policy: Policy | None, args: Sequence[Any], supervisors: int, timed_handlers: bool,
+) -> Drain:
+    keyed = policy is not None and policy.per_key is not None
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        reset(conn, queue, policy)
+        fill(conn, task, queue, jobs, keyed, args)
+        run.gate.wait()
+        sampler = ActiveSampler(run.url, queue) if policy is not None else None
+        with workers(run.url, queue, flags, supervisors) as procs, (
+            sampler if sampler is not None else contextlib.nullcontext()
+        ):
+            deadline = time.monotonic() + max(120.0, jobs / 100)
+            while True:
+                time.sleep(0.2)
+                left = conn.execute(
+                    "SELECT count(*) FROM workhorse.jobs "
+                    "WHERE status IN ('ready', 'active', 'scheduled')"
+                ).fetchone()[0]  # type: ignore[index]
+                if left == 0:
+                    break
+                dead = [w for w in procs if w.process.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    output = "\n".join(w.output()[-3000:] for w in dead or procs)
+                    raise SystemExit(
+                        f"{queue}: a worker stopped or stalled ({left} jobs left):\n{output}"
+                    )
+            banner = procs[0].output()
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+            "extract(epoch FROM max(finished_at) - min(started_at)), max(attempts) "
+            "FROM workhorse.jobs WHERE queue = %s",
+            (queue,),
+        ).fetchone()
+        assert row is not None
+        succeeded, span, attempts = int(row[0]), float(row[1]), int(row[2])
+        handler_peak = handler_overlap(conn, queue) if timed_handlers else None
+    found = IN_FORCE.search(banner)
+    return Drain(
+        rate=succeeded / span if span > 0 else math.nan,
+        span=span,
+        succeeded=succeeded,
+        jobs=jobs,
+        max_attempts=attempts,
+        db_peak=sampler.peak if sampler is not None else None,
+        handler_peak=handler_peak,
+        in_force=f"--slots {found.group(1)} --concurrency {found.group(2)}" if found else "?",
+    )
+
+
+def peak_cell(run: Run, label: str, policy: Policy, result: Drain) -> str:
+    """'DB 64 / handlers 64 <= 64; per key 4 / 4 <= 4', and a loud VIOLATION when over."""
+    parts = []
+    over = []
+    for name, limit, pick in (
+        ("", policy.max_active, lambda p: p.total),
+        ("per key ", policy.per_key, lambda p: p.per_key),
+    ):
+        if limit is None:
+            continue
+        seen = []
+        for source, peak in (("DB", result.db_peak), ("handlers", result.handler_peak)):
+            if peak is None:
+                continue
+            seen.append(f"{source} {pick(peak)}")
+            if pick(peak) > limit:
+                over.append(f"{source} peak {name}{pick(peak)} > {limit}")
+        parts.append(f"{name}{' / '.join(seen)} <= {limit}")
+    if over:
+        message = f"VIOLATION in {label}: " + "; ".join(over)
+        run.violations.append(message)
+        run.printer.line("!" * 80)
+        run.printer.line(message)
+        run.printer.line("!" * 80)
+    text = "; ".join(parts)
+    return f"{text} VIOLATION" if over else text
+
+
+def incomplete(result: Drain) -> str:
+    """A note when a drain did not succeed every job exactly once."""
+    problems = []
+    if result.succeeded != result.jobs:
+        problems.append(f"only {result.succeeded} of {result.jobs} succeeded")
+    if result.max_attempts > 1:
+        problems.append(f"max attempts {result.max_attempts}")
+    return "; ".join(problems)
+
+
+# ---- pgqueuer -----------------------------------------------------------------------------------
+
+
+def _asyncpg_params(url: str) -> dict[str, Any]:
+    """asyncpg wants keywords (or a URL), not a libpq key=value string."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(url)
+    params: dict[str, Any] = {
+        "host": info.get("host"),
+        "user": info.get("user"),
+        "password": info.get("password"),
+        "database": info.get("dbname"),
+    }
+    if info.get("port"):
+        params["port"] = int(str(info["port"]))
+    return {k: v for k, v in params.items() if v is not None}
+
+
+@dataclass
+class PgqDrain:
+    rate: float
+    span: float
+    done: int
+    peak: int
+
+
+async def _pgqueuer(
+    url: str, jobs: int, sleep: float, concurrency_limit: int, dequeuers: int, batch: int
+) -> PgqDrain:
+    import asyncpg  # type: ignore[import-untyped]
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.models import Job
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    params = _asyncpg_params(url)
+    admin = await asyncpg.connect(**params)
+    queries = Queries(AsyncpgDriver(admin))
+    if not await queries.schema_is_installed():
+        await queries.install()
+    await admin.execute("TRUNCATE pgqueuer, pgqueuer_log")
+    for start in range(0, jobs, 5000):
+        n = min(5000, jobs - start)
+        await queries.enqueue(["work"] * n, [None] * n, [0] * n)
+    await admin.execute("VACUUM ANALYZE")
+    await admin.execute("CHECKPOINT")
+
+    first: list[float] = []
+    done = 0
+    running = 0
+    peak = 0
+
+    async def run_one() -> None:
+        conn = await asyncpg.connect(**params)
+        qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+        @qm.entrypoint("work", concurrency_limit=concurrency_limit)
+        async def handler(job: Job) -> None:
+            nonlocal done, running, peak
+            if not first:
+                first.append(time.perf_counter())
+            running += 1
+            peak = max(peak, running)
+            if sleep:
+                await asyncio.sleep(sleep)
+            running -= 1
+            done += 1
+
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
+        await conn.close()
+
+    await asyncio.gather(*(run_one() for _ in range(dequeuers)))
+    end = time.perf_counter()
+    await admin.close()
+    span = end - first[0]
+    return PgqDrain(rate=done / span, span=span, done=done, peak=peak)
+
+
+def pgqueuer(
+    run: Run, jobs: int, sleep: float = 0.0, concurrency_limit: int = 0
+) -> PgqDrain | None:
+    """Best of `run.repeat` pgqueuer drains: 5 QueueManagers, batch 10; None if not installed."""
+    if importlib.util.find_spec("pgqueuer") is None:
+        return None
+    best: PgqDrain | None = None
+    for _ in range(run.repeat):
+        run.gate.wait()
+        result = asyncio.run(_pgqueuer(run.url, jobs, sleep, concurrency_limit, 5, 10))
+        if best is None or result.rate > best.rate:
+            best = result
+    return best
+
+
+def pgq_drain(run: Run) -> PgqDrain | None:
+    """pgqueuer's no-op drain, measured once and shared by cases 1-3."""
+    result: PgqDrain | None = run.once("pgq-drain", lambda: pgqueuer(run, run.sizes.noop))
+    return result
+
+
+# ---- figures to cells ---------------------------------------------------------------------------
+
+
+def ratio(a: float, b: float | None) -> float:
+    return a / b if b else math.nan
+
+
+def times(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}x"
+
+
+def met(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "NO")
+
+
+def flags(slots: int, concurrency: int) -> list[str]:
+    return ["--slots", str(slots), "--concurrency", str(concurrency)]
+
+
+# ---- the cases ----------------------------------------------------------------------------------
+
+
+def noop_ungoverned(run: Run, kind: str) -> Drain:
+    """The ungoverned no-op drain at -s 2 -c 32 (cases 1 and 3, and case 4's baseline)."""
+    task = fa.NOOP_ASYNC if kind == "async" else fa.NOOP_SYNC
+    result: Drain = run.once(
+        f"ungoverned-{kind}",
+        lambda: drain(run, task=task, queue=f"fleet-noop-{kind}", jobs=run.sizes.noop,
+                      flags=flags(2, 32)),
+    )
+    return result
+
+
+def pgq_cell(result: PgqDrain | None) -> str:
+    return c.rate(result.rate) if result is not None else "not installed"
+
+
+def case_1(run: Run) -> None:
+    result = noop_ungoverned(run, "async")
+    pgq = pgq_drain(run)
+    value = ratio(result.rate, pgq.rate if pgq else None)
+    run.add(Row(
+        "1 async no-op, ungoverned, -s 2 -c 32", c.rate(result.rate), pgq_cell(pgq),
+        f"{times(value)} pgqueuer", "(c) >= 4x pgqueuer", met(None if pgq is None else value >= 4),
+    ))
+    note = incomplete(result)
+    if note:
+        run.notes.append(f"case 1: {note}")
+
+
+def case_2(run: Run) -> None:
+    result = drain(run, task=fa.NOOP_SYNC, queue="fleet-default-flags",
+                   jobs=run.sizes.default_sync, flags=None)
+    pgq = pgq_drain(run)
+    value = ratio(result.rate, pgq.rate if pgq else None)
+    run.add(Row(
+        f"2 sync no-op, default flags ({result.in_force})", c.rate(result.rate), pgq_cell(pgq),
+        f"{times(value)} pgqueuer", "(b) >= 1x pgqueuer", met(None if pgq is None else value >= 1),
+    ))
+    note = incomplete(result)
+    if note:
+        run.notes.append(f"case 2: {note}")
+
+
+def case_3(run: Run) -> None:
+    result = noop_ungoverned(run, "sync")
+    pgq = pgq_drain(run)
+    value = ratio(result.rate, pgq.rate if pgq else None)
+    run.add(Row(
+        "3 sync no-op, ungoverned, -s 2 -c 32", c.rate(result.rate), pgq_cell(pgq),
+        f"{times(value)} pgqueuer", "(d) >= 1x pgqueuer", met(None if pgq is None else value >= 1),
+    ))
+    note = incomplete(result)
+    if note:
+        run.notes.append(f"case 3: {note}")
+
+
+def case_4(run: Run) -> None:
+    policy = Policy(MAX_ACTIVE, PER_KEY)
+    for kind, task in (("async", fa.NOOP_ASYNC), ("sync", fa.NOOP_SYNC)):
+        label = f"4 {kind} no-op, governed {policy.describe()}, -s 2 -c 32"
+        governed = drain(run, task=task, queue=f"fleet-governed-{kind}", jobs=run.sizes.noop,
+                         flags=flags(2, 32), policy=policy)
+        ungoverned = noop_ungoverned(run, kind)
+        value = ratio(governed.rate, ungoverned.rate)
+        run.add(Row(
+            label, c.rate(governed.rate), "-",
+            f"{times(value)} ungoverned ({c.rate(ungoverned.rate)})", "(d) >= 0.7x ungoverned",
+            met(value >= 0.7), peak_cell(run, label, policy, governed),
+        ))
+        note = incomplete(governed)
+        if note:
+            run.notes.append(f"case 4 {kind}: {note}")
+
+
+def case_5(run: Run) -> None:
+    queue_wide = Policy(MAX_ACTIVE)
+    per_key = Policy(MAX_ACTIVE, PER_KEY)
+    variants = [
+        ("i", "async", queue_wide, 1),
+        ("ii", "sync", queue_wide, 1),
+        ("iii", "async", per_key, 1),
+        ("iv", "sync", per_key, 1),
+        ("v", "async", queue_wide, 2),
+        ("vi", "async", per_key, 2),
+    ]
+    for numeral, kind, policy, supervisors in variants:
+        who = "one supervisor" if supervisors == 1 else f"{supervisors} supervisors"
+        label = f"5({numeral}) 20 ms {kind}, {policy.describe()}, {who} -s 2 -c 64"
+        result = drain(
+            run, task=fa.SLEEP_ASYNC if kind == "async" else fa.SLEEP_SYNC,
+            queue=f"fleet-20ms-{numeral}", jobs=run.sizes.backlog, flags=flags(2, 64),
+            policy=policy, args=[HANDLER_20MS], supervisors=supervisors, timed_handlers=True,
+        )
+        pgq_text = "-"
+        if numeral == "i":
+            pgq = pgqueuer(run, run.sizes.backlog, HANDLER_20MS, MAX_ACTIVE)
+            pgq_text = pgq_cell(pgq)
+            if pgq is not None:
+                run.notes.append(
+                    f"case 5(i) pgqueuer: concurrency_limit={MAX_ACTIVE}, 5 QueueManagers x "
+                    f"batch 10; peak handlers running at once {pgq.peak}; "
+                    f"{pgq.rate / IDEAL_20MS:.0%} of the ideal; workhorse / pgqueuer = "
+                    f"{times(ratio(result.rate, pgq.rate))}"
+                )
+        run.add(Row(
+            label, c.rate(result.rate), pgq_text,
+            f"{result.rate / IDEAL_20MS:.0%} of {c.rate(IDEAL_20MS)}",
+            f"(a) >= {TARGET_A:,.0f}/s", met(result.rate >= TARGET_A),
+            peak_cell(run, label, policy, result),
+        ))
+        note = incomplete(result)
+        if note:
+            run.notes.append(f"case 5({numeral}): {note}")
+
+
+def case_6(run: Run) -> None:
+    policy = Policy(MAX_ACTIVE)
+    label = f"6 100 ms async, {policy.describe()}, -s 2 -c 64"
+    result = drain(run, task=fa.SLEEP_ASYNC, queue="fleet-100ms", jobs=run.sizes.slow,
+                   flags=flags(2, 64), policy=policy, args=[HANDLER_100MS], timed_handlers=True)
+    run.add(Row(
+        label, c.rate(result.rate), "-",
+        f"{result.rate / IDEAL_100MS:.0%} of {c.rate(IDEAL_100MS)}", "(none; ideal 640/s)",
+        "-", peak_cell(run, label, policy, result),
+    ))
+    note = incomplete(result)
+    if note:
+        run.notes.append(f"case 6: {note}")
+
+
+def case_7(run: Run) -> None:
+    queue = "fleet-latency"
+    jobs = run.sizes.latency
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        reset(conn, queue, None)
+        q = Queue(conn)
+        options = EnqueueOptions(queue=queue)
+        payload: dict[str, Any] = {"args": [], "kwargs": {}}
+        with workers(run.url, queue, flags(2, 32), 1) as procs:
+            # Warm up (connections, imports, first plans), then let the worker go idle.
+            warm = [q.enqueue(fa.STARTED_AT, payload, options) for _ in range(5)]
+            wait_finished(conn, warm, procs, 60.0)
+            time.sleep(1.0)
+            run.gate.wait()
+            committed: dict[int, float] = {}
+            for _ in range(jobs):
+                job_id = q.enqueue(fa.STARTED_AT, payload, options)  # autocommit: committed now
+                committed[job_id] = time.time()
+                time.sleep(0.02)
+            wait_finished(conn, list(committed), procs, 60.0)
+        rows = conn.execute(
+            "SELECT id, result FROM workhorse.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+            (list(committed),),
+        ).fetchall()
+    latencies = [float(result) - committed[job_id] for job_id, result in rows]
+    p50 = c.percentile(latencies, 50)
+    p99 = c.percentile(latencies, 99)
+    run.add(Row(
+        f"7 enqueue -> start, idle worker, {jobs} jobs ~20 ms apart, -s 2 -c 32",
+        f"p50 {c.ms(p50)} / p99 {c.ms(p99)} ms", "-", f"max {c.ms(max(latencies))} ms",
+        "(e) p50 <= 5, p99 <= 20 ms", met(p50 <= 0.005 and p99 <= 0.020),
+    ))
+    if len(rows) != jobs:
+        run.notes.append(f"case 7: only {len(rows)} of {jobs} succeeded")
+
+
+def wait_finished(
+    conn: psycopg.Connection[Any], ids: list[int], procs: list[Worker], timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = conn.execute(
+            "SELECT count(*) FROM workhorse.jobs WHERE id = ANY(%s) "
+            "AND status IN ('ready', 'active', 'scheduled')",
+            (ids,),
+        ).fetchone()[0]  # type: ignore[index]
+        if left == 0:
+            return
+        dead = [w for w in procs if w.process.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            output = "\n".join(w.output()[-3000:] for w in dead or procs)
+            raise SystemExit(f"latency worker stopped or stalled ({left} left):\n{output}")
+        time.sleep(0.05)
+
+
+COPY_COLUMNS = ("task", "queue", "ckey", "priority", "payload", "status", "max_attempts",
+                "on_failure")
+
+
+def case_8(run: Run) -> None:
+    """enqueue_many and COPY take the same Python payloads; COPY encodes them inside its timing,
+    as enqueue_many does. Interleaved, best of 3 each."""
+    n = run.sizes.copy
+    queue = "fleet-enqueue"
+    payloads = [{"args": [i], "kwargs": {}} for i in range(n)]
+    options = EnqueueOptions(queue=queue)
+    jobs = [(fa.NOOP_ASYNC, payload, options) for payload in payloads]
+    copy_table = sql.Identifier("public", "fleet_copy")
+    copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        copy_table, sql.SQL(", ").join(sql.Identifier(col) for col in COPY_COLUMNS)
+    )
+    enqueue_best = math.inf
+    copy_best = math.inf
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        (reloptions,) = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'workhorse.jobs'::regclass"
+        ).fetchone()  # type: ignore[misc]
+        for _ in range(3):
+            reset(conn, queue, None)
+            conn.execute("VACUUM workhorse.jobs")
+            c.try_checkpoint(conn)
+            run.gate.wait()
+            t0 = time.perf_counter()
+            Queue(conn).enqueue_many(jobs)
+            enqueue_best = min(enqueue_best, time.perf_counter() - t0)
+
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(copy_table))
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (LIKE workhorse.jobs INCLUDING ALL)").format(copy_table)
+            )
+            if reloptions:  # fillfactor and autovacuum settings, as on workhorse.jobs
+                conn.execute(sql.SQL("ALTER TABLE {} SET ({})").format(
+                    copy_table,
+                    sql.SQL(", ").join(sql.SQL(cast(LiteralString, opt)) for opt in reloptions),
+                ))
+            c.try_checkpoint(conn)
+            run.gate.wait()
+            with psycopg.connect(run.url) as copy_conn:
+                t0 = time.perf_counter()
+                with copy_conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                    for payload in payloads:
+                        copy.write_row(
+                            (fa.NOOP_ASYNC, queue, "", 0, json.dumps(payload), "ready", 3, "fail")
+                        )
+                copy_conn.commit()
+                copy_best = min(copy_best, time.perf_counter() - t0)
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(copy_table))
+        conn.execute("TRUNCATE workhorse.jobs")
+    enqueue_rate = n / enqueue_best
+    copy_rate = n / copy_best
+    value = enqueue_rate / copy_rate
+    run.add(Row(
+        f"8 enqueue_many of {c.count(n)} jobs, one call (vs COPY)", c.rate(enqueue_rate), "-",
+        f"{times(value)} COPY ({c.rate(copy_rate)})", "(f) >= 0.5x COPY", met(value >= 0.5),
+    ))
+
+
+CASES: dict[str, Callable[[Run], None]] = {
+    "1": case_1, "2": case_2, "3": case_3, "4": case_4,
+    "5": case_5, "6": case_6, "7": case_7, "8": case_8,
+}
+
+
+# ---- setup facts --------------------------------------------------------------------------------
+
+
+def code_facts(url: str) -> dict[str, str]:
+    """Which workhorse is measured: the file `import workhorse` resolves to, here and in a worker
+    subprocess started as the cases start theirs, and the git commit of its tree."""
+    facts: dict[str, str] = {}
+    here = str(Path(workhorse.__file__).resolve())
+    facts["workhorse.__file__"] = here
+    probe = subprocess.run(
+        [sys.executable, "-c", "import workhorse; print(workhorse.__file__)"],
+        cwd=HERE, env={**os.environ, c.ENV_URL: url}, capture_output=True, text=True,
+    )
+    there = str(Path(probe.stdout.strip()).resolve()) if probe.returncode == 0 else "?"
+    if there != here:
+        facts["workhorse in the worker"] = f"{there}  <-- DIFFERENT from this process's"
+    tree = Path(here).parent
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True)
+    if commit.returncode == 0:
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--", "."],
+            capture_output=True, text=True,
+        ).stdout.strip()
+        branch = subprocess.run(["git", "-C", str(tree), "branch", "--show-current"],
+                                capture_output=True, text=True).stdout.strip()
+        facts["workhorse commit"] = (
+            f"{commit.stdout.strip()}{' + uncommitted changes' if dirty else ''}"
+            f"{f' (branch {branch})' if branch else ''}"
+        )
+    else:
+        facts["workhorse commit"] = "not a git tree"
+    if os.environ.get("PYTHONPATH"):
+        facts["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    try:
+        from importlib.metadata import version
+
+        facts["pgqueuer"] = version("pgqueuer")
+    except Exception:  # any failure means: not installed
+        facts["pgqueuer"] = "not installed (pip install -e '.[bench]'): its column is empty"
+    return facts
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+
+def parse_only(value: str | None) -> list[str]:
+    if not value:
+        return list(CASE_IDS)
+    chosen = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [part for part in chosen if part not in CASE_IDS]
+    if unknown:
+        raise SystemExit(f"--only: unknown case(s) {', '.join(unknown)}; cases are 1-8")
+    return [case for case in CASE_IDS if case in chosen]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    c.add_common_args(parser, default_db="wh_bench_fleet")
+    parser.add_argument("--only", default=None, metavar="CASE[,CASE]",
+                        help="run only these cases (1-8); default all")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller drains: no-op 10k, default flags 3k, 20 ms backlog 6,400, "
+                        "100 ms 1,280 (targets are stated for the full sizes)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per measurement; the best is shown (default %(default)s)")
+    parser.add_argument("--quiet-wait", type=float, default=None, metavar="S",
+                        help="wait up to S seconds before each measurement for the machine to be "
+                        "quiet (default 3, quick 1)")
+    args = parser.parse_args()
+    cases = parse_only(args.only)
+    sizes = QUICK if args.quick else FULL
+    quiet_wait = args.quiet_wait if args.quiet_wait is not None else (1.0 if args.quick else 3.0)
+
+    server_url, source = c.resolve_server_url(args.database_url)
+    printer = c.Printer(args.format)
+    printer.heading(f"fleet throughput{' (quick)' if args.quick else ''} ({c.stamp()})")
+    with c.scratch_database(server_url, args.db_name, args.keep_db) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            facts = c.server_facts(conn)
+        facts["server url"] = f"{c.describe_url(url)} ({source})"
+        facts.update(code_facts(url))
+        facts["cases"] = ", ".join(cases)
+        facts["sizes"] = (
+            f"no-op {c.count(sizes.noop)}, default-flags sync {c.count(sizes.default_sync)}, "
+            f"20 ms backlog {sizes.backlog:,}, 100 ms {sizes.slow:,}, latency {sizes.latency}, "
+            f"enqueue {c.count(sizes.copy)}; best of {args.repeat}"
+        )
+        printer.facts("setup", facts)
+        run = Run(url=url, sizes=sizes, printer=printer, gate=c.QuietGate(quiet_wait),
+                  repeat=max(1, args.repeat))
+        for case in cases:
+            CASES[case](run)
+        table = c.Table(
+            "fleet throughput: workhorse beside pgqueuer 1.6",
+            ["case", "workhorse jobs/s", "pgqueuer jobs/s", "ratio / utilization", "target",
+             "met", "peak active (DB sample / handlers) vs limit"],
+        )
+        for row in run.rows:
+            table.add(row.case, row.workhorse, row.pgqueuer, row.ratio, row.target, row.met,
+                      row.peak)
+        table.notes.extend(run.notes)
+        table.notes.append(run.gate.summary())
+        with psycopg.connect(url, autocommit=True) as conn:
+            table.notes.append(f"machine load at the end: {c.machine_load(conn)}")
+        table.notes.append(f"total time {time.monotonic() - run.started:.0f} s")
+        if run.violations:
+            table.notes.extend(run.violations)
+        else:
+            table.notes.append("budget: no sampled or handler-recorded overlap exceeded its limit")
+        printer.table(table)
+
+
+if __name__ == "__main__":
+    main()
