@@ -3,6 +3,7 @@ in one process against the real database."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -61,7 +62,7 @@ def test_a_stale_success_frees_nothing_and_is_not_accepted(conn, queue):
     _govern(queue, "g", 1)
     _fill(queue, "g", 3)
     [job] = queue.claim("g", 1, 30)
-    stale = ClaimedJob(**{**job.__dict__, "fence": job.fence - 1})  # an older claim's fence
+    stale = dataclasses.replace(job, fence=job.fence - 1)  # an older claim's fence
     claimed, _, accepted = _ride(conn, "g", 1, [stale])
     assert accepted == {}
     assert claimed == []
