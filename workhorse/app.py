@@ -44,6 +44,10 @@ ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
 _current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "workhorse_connection", default=None
 )
+# Apps whose enqueues go elsewhere in this context (workhorse.testing.eager): (app, enqueuer).
+_diversions: contextvars.ContextVar[tuple[tuple[App, Enqueuer], ...]] = contextvars.ContextVar(
+    "workhorse_diversions", default=()
+)
 
 
 def _default_limit() -> int | None:
@@ -404,6 +408,23 @@ class App(Enqueuer):
             _current_connection.reset(token)
 
     @contextmanager
+    def diverted(self, enqueuer: Enqueuer) -> Iterator[Enqueuer]:
+        """Within this block (in this context: this thread, and the tasks and threads that copy
+        it), this app's enqueues go to `enqueuer` instead of the database. How
+        `workhorse.testing.eager` runs tasks in-process."""
+        token = _diversions.set(((self, enqueuer), *_diversions.get()))
+        try:
+            yield enqueuer
+        finally:
+            _diversions.reset(token)
+
+    def _diversion(self) -> Enqueuer | None:
+        for app, enqueuer in _diversions.get():
+            if app is self:
+                return enqueuer
+        return None
+
+    @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; its transaction commits when the block exits cleanly."""
         with self.pool.connection() as conn:
@@ -427,6 +448,9 @@ class App(Enqueuer):
     def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
         """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,
         or a pooled one."""
+        diverted = self._diversion()
+        if diverted is not None:
+            return diverted.enqueue_calls(calls, connection)
         conn = connection if connection is not None else _current_connection.get()
         if conn is not None and not isinstance(conn, psycopg.Connection):
             raise InvalidOptionsError("this connection is async: use delay_async/enqueue_async")
@@ -443,6 +467,9 @@ class App(Enqueuer):
     async def enqueue_calls_async(
         self, calls: Sequence[Call], connection: Any = None
     ) -> list[JobHandle]:
+        diverted = self._diversion()
+        if diverted is not None:
+            return await diverted.enqueue_calls_async(calls, connection)
         conn = connection if connection is not None else _current_connection.get()
         if conn is not None and not isinstance(conn, psycopg.AsyncConnection):
             raise InvalidOptionsError("this connection is not async: use delay/apply_async")

@@ -29,6 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ._durations import parse_duration
 from .errors import InvalidOptionsError, NoCurrentJobError
+from .types import ClaimedJob
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -70,6 +71,22 @@ class JobContext:
     # (may raise StaleLeaseError when the lease is already lost). Both must be thread-safe.
     cancel_check: Callable[[], bool] = field(default=_never, repr=False, compare=False)
     renew: Callable[[], None] = field(default=_no_renewal, repr=False, compare=False)
+
+    @classmethod
+    def for_claimed(
+        cls,
+        job: ClaimedJob,
+        *,
+        cancel_check: Callable[[], bool] = _never,
+        renew: Callable[[], None] = _no_renewal,
+    ) -> JobContext:
+        """The context of a claimed job's attempt. `scheduled_for` is the job's `run_at`: exact
+        for a first attempt; a retried job's claim does not yet carry its first run_at."""
+        return cls(
+            id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
+            attempt=job.attempts, max_attempts=job.max_attempts, scheduled_for=job.run_at,
+            cancel_check=cancel_check, renew=renew,
+        )
 
     @property
     def cancel_requested(self) -> bool:
