@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,7 +23,13 @@ from workhorse import (
     TaskFailedError,
     current_job,
 )
-from workhorse.testing import EAGER_SNOOZE_LIMIT, eager
+from workhorse.testing import (
+    EAGER_SNOOZE_LIMIT,
+    assert_enqueued,
+    drain,
+    eager,
+    refute_enqueued,
+)
 
 NOWHERE = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
 
@@ -355,3 +362,29 @@ def test_eager_is_per_app_and_per_context(app: App) -> None:
         with eager(other):
             assert theirs.delay().get() == "theirs" and mine.delay().get() == "mine"
     assert len(errors) == 1 and not isinstance(errors[0], AssertionError)
+
+
+# ---- bad input of assert_enqueued, refute_enqueued and drain ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda app, t: assert_enqueued(app, t, count=-1),
+     lambda app, t: assert_enqueued(app, t, count=True),
+     lambda app, t: assert_enqueued(app, t, args="ab"),
+     lambda app, t: refute_enqueued(app, t, kwargs=[1]),
+     lambda app, t: assert_enqueued(app, 42),
+     lambda app, t: drain(app, queues="t"),
+     lambda app, t: drain(app, timeout=0),
+     lambda app, t: drain(app, with_scheduled="yes")],
+)
+def test_bad_input_of_the_testing_helpers_is_a_typed_error(
+    app: App, call: Callable[..., Any]
+) -> None:
+    # Refused before any database is reached: this app points at none.
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    with pytest.raises(InvalidOptionsError):
+        call(app, t)
