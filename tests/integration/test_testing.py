@@ -107,7 +107,18 @@ def test_bad_calls_write_nothing(make_app: AppFactory, conn: psycopg.Connection[
     @app.task(name="send", concurrency_key=lambda message: message["tenant"])
     def send(message: dict[str, Any]) -> None: ...
 
+    @app.task(name="add")  # no key function that could catch a bad call first
+    def add(a: int, b: int) -> int:
+        return a + b
+
     bad: list[Callable[[], Any]] = [
+        lambda: add.delay(1),
+        lambda: add.delay(1, 2, 3),
+        lambda: add.apply_async((1,), {"c": 2}),
+        lambda: add.map([(1, 2), (1,)]),
+        lambda: app.send_task("add", [1]),
+        lambda: asyncio.run(add.delay_async(1)),
+        lambda: asyncio.run(add.enqueue_async((1, 2, 3))),
         lambda: send.delay(),
         lambda: send.delay({"tenant": "t"}, 2),
         lambda: send.apply_async(({"tenant": "t"},), {"extra": 1}),
