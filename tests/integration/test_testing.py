@@ -378,3 +378,17 @@ def test_drain_from_async_code(make_app: AppFactory) -> None:
         return first, second
 
     assert asyncio.run(main()) == (DrainReport(succeeded=1), DrainReport(succeeded=1))
+
+
+def test_drain_waits_for_a_rate_limit_next_start(make_app: AppFactory) -> None:
+    app = make_app("drain")
+
+    @app.task(name="paced", rate_limit="1/s")
+    def paced() -> float:
+        return time.time()
+
+    app.sync()
+    first, second = paced.delay(), paced.delay()
+    assert drain(app, timeout=10) == DrainReport(succeeded=2)
+    gap = second.get(timeout=5) - first.get(timeout=5)
+    assert 0.9 <= gap < 3  # the second start waited out the limit, and no longer
