@@ -235,7 +235,7 @@ class EagerRunner:
                     f"snoozed {snoozes} times in a row under eager() (last: {exc}); a worker "
                     "would wait out each delay"), "traceback": None}
                 return self._ended(job, JobStatus.FAILED, error=error)
-            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            except (Exception, SystemExit) as exc:  # Ctrl-C still stops the test run
                 snoozes = 0
                 if task.should_retry(exc) and attempts < job.max_attempts:
                     continue
