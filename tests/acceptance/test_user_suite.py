@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "testing"
 
@@ -36,6 +37,7 @@ def test_two(workhorse_database_url):
 '''
 
 
+@pytest.mark.slow  # a whole pytest run in a subprocess: CI's first pass only
 def test_the_documented_user_suite_passes_on_fresh_dropped_databases(
     server_url: str, tmp_path: Path
 ) -> None:
