@@ -584,3 +584,28 @@ def test_load_app_lets_an_app_module_own_import_error_through(app_dir: tuple[Pat
 def test_public_names() -> None:
     for name in ("App", "QueueSpec", "Backoff", "JobHandle", "Task", "load_app", "SyncReport"):
         assert hasattr(workhorse, name)
+
+
+def test_python_dash_c_gets_a_task_name_and_a_lambda_is_told_how_to_fix_it() -> None:
+    import subprocess
+
+    program = (
+        "import workhorse\n"
+        "from workhorse.testing import eager\n"
+        "app = workhorse.App('repl', database_url='postgresql://nobody@127.0.0.1:1/none')\n"
+        "@app.task\n"
+        "def add(a, b):\n"
+        "    return a + b\n"
+        "with eager(app):\n"
+        "    print(add.name, add.delay(2, 3).get())\n"
+        "try:\n"
+        "    app.task(lambda: None)\n"
+        "except workhorse.InvalidOptionsError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == "__main__.add 5"
+    assert "python -c, stdin or a REPL" in second and "@app.task(name=" in second
