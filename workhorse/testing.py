@@ -476,7 +476,9 @@ async def drain_async(
     by_status = {JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed",
                  JobStatus.SCHEDULED: "retried", JobStatus.HELD: "held"}
 
-    def recorded(outcomes: list[Recorded]) -> None:
+    def recorded(outcomes: list[Recorded], reused: bool = False) -> None:
+        # `reused`: the recorder's newer callback also says whether a claim already took the
+        # capacity these freed; a drain claims one job at a time, so it does not care.
         for _, status in outcomes:
             if status in by_status:
                 counts[by_status[status]] += 1
