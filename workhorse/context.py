@@ -105,8 +105,10 @@ class JobContext:
         self.renew()
 
 
-_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
-    "workhorse_current_job", default=None
+# A JobContext, or a callable that makes one when a handler asks: a runner of many jobs then pays
+# for a context only in the handlers that call current_job().
+_current: contextvars.ContextVar[JobContext | Callable[[], JobContext] | None] = (
+    contextvars.ContextVar("workhorse_current_job", default=None)
 )
 
 
@@ -125,16 +127,27 @@ def current_job() -> JobContext:
             "handler, run by a worker, drain() or eager(); calling the task directly runs the "
             "function with no job)"
         )
-    return ctx
+    return ctx if isinstance(ctx, JobContext) else ctx()
+
+
+def enter(ctx: JobContext | Callable[[], JobContext]) -> contextvars.Token[Any]:
+    """`running()` without a context manager, for a runner's hot path: `current_job()` gives
+    `ctx` (or `ctx()`) until `leave(token)`."""
+    return _current.set(ctx)
+
+
+def leave(token: contextvars.Token[Any]) -> None:
+    _current.reset(token)
 
 
 @contextmanager
-def running(ctx: JobContext) -> Iterator[JobContext]:
-    """Within this block (in this context), `current_job()` returns `ctx`. For runners of
-    handlers: the worker's executor and workhorse.testing."""
+def running(ctx: JobContext | Callable[[], JobContext]) -> Iterator[None]:
+    """Within this block (in this context), `current_job()` returns `ctx`, or what `ctx()`
+    returns when it is a callable (built only when a handler asks). For runners of handlers:
+    the worker's executor and workhorse.testing."""
     token = _current.set(ctx)
     try:
-        yield ctx
+        yield
     finally:
         _current.reset(token)
 

@@ -18,6 +18,7 @@ See docs/testing.md for a whole test suite.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import threading
@@ -506,8 +507,8 @@ async def drain_async(
                 for job in jobs:
                     ran = True
                     execution = executor.prepare(job)
-                    ctx = JobContext.for_claimed(
-                        job, cancel_check=_cancel_flag(execution),
+                    ctx = functools.partial(
+                        JobContext.for_claimed, job, cancel_check=_cancel_flag(execution),
                         renew=heartbeats.renewer(job, execution),
                     )
                     with running(ctx):

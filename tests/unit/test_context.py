@@ -370,3 +370,28 @@ def test_context_var_is_not_shared_with_other_contexts() -> None:
         fresh = contextvars.Context()
         with pytest.raises(NoCurrentJobError):
             fresh.run(current_job)
+
+
+def test_a_runner_may_give_a_factory_built_only_when_asked() -> None:
+    built: list[int] = []
+
+    def make() -> JobContext:
+        built.append(1)
+        return _ctx(id=12)
+
+    with running(make):
+        assert built == []  # a handler that never asks costs no context
+        assert current_job().id == 12 and current_job().id == 12
+    assert built == [1, 1]
+
+
+def test_enter_and_leave_are_running_without_a_context_manager() -> None:
+    from workhorse.context import enter, leave
+
+    token = enter(_ctx(id=21))
+    try:
+        assert current_job().id == 21
+    finally:
+        leave(token)
+    with pytest.raises(NoCurrentJobError):
+        current_job()
