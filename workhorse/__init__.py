@@ -1,6 +1,7 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
 from .app import App, load_app
+from .context import JobContext, Retry, Snooze, current_job
 from .errors import (
     AppLoadError,
     DatabaseError,
@@ -8,6 +9,8 @@ from .errors import (
     InvalidOptionsError,
     InvalidPolicyError,
     JobNotFoundError,
+    JobTimeoutError,
+    NoCurrentJobError,
     PayloadError,
     PolicyConflictError,
     SchemaVersionError,
@@ -47,16 +50,21 @@ __all__ = [
     "InvalidOptionsError",
     "InvalidPolicyError",
     "Job",
+    "JobContext",
     "JobHandle",
     "JobNotFoundError",
     "JobStatus",
+    "JobTimeoutError",
+    "NoCurrentJobError",
     "PayloadError",
     "PolicyConflictError",
     "PolicyHealth",
     "Queue",
     "QueueHealth",
     "QueueSpec",
+    "Retry",
     "SchemaVersionError",
+    "Snooze",
     "StaleLeaseError",
     "SyncReport",
     "Task",
@@ -65,5 +73,6 @@ __all__ = [
     "UnknownTaskError",
     "WorkerInfo",
     "WorkhorseError",
+    "current_job",
     "load_app",
 ]

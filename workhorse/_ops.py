@@ -297,6 +297,14 @@ def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     return [row[0] for row in rows]
 
 
+def make_due(queues: Sequence[str]) -> Operation[list[int]]:
+    """Scheduled jobs of `queues` fall due now (for testing.drain); returns their ids."""
+    for queue in queues:
+        check_name("queue", queue)
+    rows = yield _sql.statement("make_due"), (list(queues),)
+    return [row[0] for row in rows]
+
+
 def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
                 ) -> Operation[list[int]]:
     """Cancel jobs that have not finished (an active one gets a cancel request); returns the

@@ -19,7 +19,16 @@ from . import _ops, _results, database, telemetry
 from .errors import AppLoadError, InvalidOptionsError, InvalidPolicyError, UnknownTaskError
 from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
-from .task import Call, Enqueuer, JobHandle, KeySpec, Task
+from .task import (
+    Call,
+    Enqueuer,
+    JobHandle,
+    KeySpec,
+    Task,
+    check_call_options,
+    check_retry_on,
+    timeout_seconds,
+)
 from .types import (
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
@@ -34,6 +43,10 @@ ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
 
 _current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "workhorse_connection", default=None
+)
+# Apps whose enqueues go elsewhere in this context (workhorse.testing.eager): (app, enqueuer).
+_diversions: contextvars.ContextVar[tuple[tuple[App, Enqueuer], ...]] = contextvars.ContextVar(
+    "workhorse_diversions", default=()
 )
 
 
@@ -171,6 +184,8 @@ class App(Enqueuer):
         on_failure: str = "fail",
         lease: float | str | None = None,
         retention: dict[str, Any] | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        timeout: float | str | None = None,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
@@ -191,11 +206,15 @@ class App(Enqueuer):
         on_failure: str = "fail",
         lease: float | str | None = None,
         retention: dict[str, Any] | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        timeout: float | str | None = None,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
         `queue` is a name or an `app.queue(...)`; with none, the task gets a queue named after
         itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
+        `retry_on=(ConnectionError,)`: only these exception types retry (default: every
+        Exception). `timeout="30s"`: the limit per attempt (default: none).
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -204,7 +223,8 @@ class App(Enqueuer):
                 max_active_per_key=max_active_per_key, rate_limit=rate_limit,
                 rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
-                on_failure=on_failure, lease=lease, retention=retention,
+                on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
+                timeout=timeout,
             )
 
         return register(fn) if fn is not None else register
@@ -226,6 +246,8 @@ class App(Enqueuer):
         on_failure: str,
         lease: float | str | None,
         retention: dict[str, Any] | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        timeout: float | str | None = None,
     ) -> Task[Any, Any]:
         from ._durations import parse_duration
 
@@ -245,6 +267,8 @@ class App(Enqueuer):
             )
         # Validates priority and max_attempts once, at declaration.
         EnqueueOptions(priority=priority, max_attempts=max_attempts)
+        retry_on = check_retry_on(retry_on)
+        timeout_limit = timeout_seconds(timeout)
         lease_seconds = None
         if lease is not None:
             try:
@@ -273,7 +297,8 @@ class App(Enqueuer):
             self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,
             priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
             on_failure=on_failure, lease=lease_seconds,
-            retention=retention_seconds(retention, self.retention),
+            retention=retention_seconds(retention, self.retention), retry_on=retry_on,
+            timeout=timeout_limit,
         )
         self.tasks[task_name] = task
         return task
@@ -284,12 +309,25 @@ class App(Enqueuer):
         qualname = str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", ""))
         if module == "__main__":
             importable = _importable_main_name()
-            if importable is None:
+            if importable is not None:
+                module = importable
+            elif getattr(sys.modules.get("__main__"), "__file__", None):
+                filename = sys.modules["__main__"].__file__
                 raise InvalidOptionsError(
-                    f"task {qualname!r} is defined in __main__ and no importable module name "
-                    "was found; give it a name: @app.task(name=...)"
+                    f"task {qualname!r} is defined in the script {filename}, which cannot be "
+                    "imported as a module (its name is not a Python identifier, or it is not "
+                    "under sys.path), so a worker could not find it: rename the file, or give "
+                    f"the task a name: @app.task(name='mymodule.{qualname}')"
                 )
-            module = importable
+            elif not all(part.isidentifier() for part in qualname.split(".")):
+                raise InvalidOptionsError(
+                    f"task {qualname!r} is defined in __main__ (python -c, stdin or a REPL) and "
+                    "no name can be made from it (a lambda, or a function nested in another): "
+                    "give it one: @app.task(name='mymodule.send')"
+                )
+            # python -c, stdin or a REPL: no module a worker could import exists, so the name
+            # is `__main__.<qualname>`, served by this process (eager(), drain()) or by a
+            # worker whose app declares the same name.
         return f"{module}.{qualname}" if module else qualname
 
     def policy_definitions(self) -> list[ConcurrencyPolicyDefinition]:
@@ -370,6 +408,23 @@ class App(Enqueuer):
             _current_connection.reset(token)
 
     @contextmanager
+    def diverted(self, enqueuer: Enqueuer) -> Iterator[Enqueuer]:
+        """Within this block (in this context: this thread, and the tasks and threads that copy
+        it), this app's enqueues go to `enqueuer` instead of the database. How
+        `workhorse.testing.eager` runs tasks in-process."""
+        token = _diversions.set(((self, enqueuer), *_diversions.get()))
+        try:
+            yield enqueuer
+        finally:
+            _diversions.reset(token)
+
+    def _diversion(self) -> Enqueuer | None:
+        for app, enqueuer in _diversions.get():
+            if app is self:
+                return enqueuer
+        return None
+
+    @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; its transaction commits when the block exits cleanly."""
         with self.pool.connection() as conn:
@@ -393,6 +448,9 @@ class App(Enqueuer):
     def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
         """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,
         or a pooled one."""
+        diverted = self._diversion()
+        if diverted is not None:
+            return diverted.enqueue_calls(calls, connection)
         conn = connection if connection is not None else _current_connection.get()
         if conn is not None and not isinstance(conn, psycopg.Connection):
             raise InvalidOptionsError("this connection is async: use delay_async/enqueue_async")
@@ -409,6 +467,9 @@ class App(Enqueuer):
     async def enqueue_calls_async(
         self, calls: Sequence[Call], connection: Any = None
     ) -> list[JobHandle]:
+        diverted = self._diversion()
+        if diverted is not None:
+            return await diverted.enqueue_calls_async(calls, connection)
         conn = connection if connection is not None else _current_connection.get()
         if conn is not None and not isinstance(conn, psycopg.AsyncConnection):
             raise InvalidOptionsError("this connection is not async: use delay/apply_async")
@@ -432,6 +493,7 @@ class App(Enqueuer):
         self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
         options: dict[str, Any],
     ) -> Call:
+        check_call_options(options, "send_task")
         return self.get_task(name).call(tuple(args or ()), kwargs, **options)
 
     def send_task(

@@ -55,6 +55,14 @@ class TaskCanceledError(WorkhorseError):
         self.job = job
 
 
+class JobTimeoutError(WorkhorseError, TimeoutError):
+    """An attempt ran past its task's `timeout=` (recorded as the job's error type)."""
+
+
+class NoCurrentJobError(WorkhorseError, LookupError):
+    """`current_job()` outside a running job's handler."""
+
+
 class SchemaVersionError(WorkhorseError):
     """The database schema is newer than this code."""
 

@@ -34,7 +34,20 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
     >>> resolve_key(lambda message: message["tenant"], ({"tenant": "t1"},), {})
     't1'
     """
-    value = spec(*args, **kwargs) if callable(spec) else spec
+    if callable(spec):
+        try:
+            value = spec(*args, **kwargs)
+        except InvalidOptionsError:
+            raise
+        except Exception as exc:
+            # The key function is user code run at enqueue: its failure is a bad enqueue, raised
+            # before anything is written, with the original kept as the cause.
+            name = getattr(spec, "__qualname__", repr(spec))
+            raise InvalidOptionsError(
+                f"the concurrency_key callable {name} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        value = spec
     if value is None:
         return None
     if isinstance(value, bool):
@@ -48,6 +61,82 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
     if value == "":
         raise InvalidOptionsError("concurrency key must not be empty (use None for keyless)")
     return value
+
+
+# What apply_async, map, enqueue_async and send_task accept besides args and kwargs; `countdown`
+# and `eta` are Celery's spellings of `delay` and `run_at`.
+CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
+                "max_attempts", "idempotency_key")
+
+
+def check_call_options(options: Mapping[str, Any], where: str) -> None:
+    """InvalidOptionsError naming the valid options when `options` has an unknown one."""
+    unknown = [name for name in options if name not in CALL_OPTIONS]
+    if unknown:
+        raise InvalidOptionsError(
+            f"{where}() got unknown option(s) {', '.join(map(repr, unknown))}; valid options are "
+            f"{', '.join(CALL_OPTIONS)}" + (", connection" if where != "map" else "")
+        )
+
+
+def check_retry_on(value: Any) -> tuple[type[BaseException], ...]:
+    if not isinstance(value, tuple) or not all(
+        isinstance(item, type) and issubclass(item, BaseException) for item in value
+    ):
+        raise InvalidOptionsError(
+            f"retry_on must be a tuple of exception classes, e.g. retry_on=(ConnectionError,), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def timeout_seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    from ._durations import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOptionsError(f"timeout: {exc}") from None
+    if seconds <= 0:
+        raise InvalidOptionsError(f"timeout must be more than 0, got {value!r} (None: no limit)")
+    if seconds > 366 * 86400:
+        raise InvalidOptionsError(f"timeout must be at most 366 days, got {value!r}")
+    return seconds
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C callables have none: bind nothing
+        return None
+
+
+def _argument_checker(signature: inspect.Signature | None) -> Callable[..., None] | None:
+    """A do-nothing function with `signature`'s parameters (no annotations; each default None):
+    calling it checks a call's arguments at the interpreter's own speed, several times faster
+    than `Signature.bind`, which then only explains a call that does not fit."""
+    if signature is None:
+        return None
+    empty = inspect.Parameter.empty
+    parameters = [
+        p.replace(annotation=empty, default=None if p.default is not empty else empty)
+        for p in signature.parameters.values()
+    ]
+    text = str(signature.replace(parameters=parameters, return_annotation=empty))
+    namespace: dict[str, Any] = {}
+    try:
+        exec(f"def check{text}:\n    return None\n", namespace)
+    except SyntaxError:  # not expected from a real signature; bind() still checks
+        return None
+    checker: Callable[..., None] = namespace["check"]
+    return checker
+
+
+def _shape(signature: inspect.Signature) -> str:
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=bare, return_annotation=inspect.Signature.empty))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +166,8 @@ class Task(Generic[P, R]):
         on_failure: str,
         lease: float | None,
         retention: dict[str, float | None] | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        timeout: float | str | None = None,
     ) -> None:
         self.enqueuer = enqueuer
         self.fn = fn
@@ -92,6 +183,14 @@ class Task(Generic[P, R]):
         # What the worker hands the database when this task's job ends (see _expiry_v1.sql).
         self.retention_json = json.dumps(
             {status: seconds for status, seconds in self.retention.items() if seconds is not None})
+        # Only these exception types retry (Retry always does); any other fails the job at once.
+        self.retry_on: tuple[type[BaseException], ...] = check_retry_on(retry_on)
+        # The limit per attempt, in seconds; None: no limit.
+        self.timeout: float | None = timeout_seconds(timeout)
+        self.signature = _signature(fn)
+        self.argument_checker = _argument_checker(self.signature)
+        # `send(message, *, urgent=False)`, for errors: annotations are noise there.
+        self.call_shape = name + (_shape(self.signature) if self.signature is not None else "")
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = fn.__doc__
@@ -102,6 +201,30 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
+
+    def should_retry(self, exc: BaseException) -> bool:
+        """Whether a failed attempt that raised `exc` may retry (attempts permitting): a Retry
+        always may; otherwise only the task's `retry_on` types."""
+        from .context import Retry
+
+        return isinstance(exc, (Retry, *self.retry_on))
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """InvalidOptionsError when `fn(*args, **kwargs)` could not bind to the function."""
+        if self.signature is None:
+            return
+        if self.argument_checker is not None:
+            try:
+                self.argument_checker(*args, **kwargs)
+                return
+            except TypeError:
+                pass  # bind() says why, in terms of the task's own signature
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidOptionsError(
+                f"{self.call_shape}: the arguments do not match: {exc}"
+            ) from None
 
     def call(
         self,
@@ -115,8 +238,11 @@ class Task(Generic[P, R]):
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
     ) -> Call:
-        """Resolve one enqueue: the call site wins over the decorator."""
+        """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
+        are Celery's spellings of `delay` and `run_at`."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -124,6 +250,18 @@ class Task(Generic[P, R]):
         kwargs = dict(kwargs or {})
         if not all(isinstance(name, str) for name in kwargs):
             raise InvalidOptionsError(f"kwargs must have str keys, got {list(kwargs)!r}")
+        if countdown is not None:
+            if delay is not None:
+                raise InvalidOptionsError("give delay or countdown (the same thing), not both")
+            delay = countdown
+        if eta is not None:
+            if run_at is not None:
+                raise InvalidOptionsError("give run_at or eta (the same thing), not both")
+            run_at = eta
+        if delay is not None and run_at is not None:
+            raise InvalidOptionsError(
+                "give a delay (delay/countdown) or a time (run_at/eta), not both")
+        self.check_arguments(args, kwargs)
         key_spec = concurrency_key if concurrency_key is not None else self.concurrency_key
         key = resolve_key(key_spec, args, kwargs)
         if queue is None:
@@ -157,10 +295,12 @@ class Task(Generic[P, R]):
         max_attempts, idempotency_key); `connection=` enqueues inside the caller's transaction.
         With an idempotency key, a job of this task with that key that still exists is returned
         instead of a new one."""
+        check_call_options(options, "apply_async")
         return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
         """Enqueue one job per argument tuple, in one round trip."""
+        check_call_options(options, "map")
         return self.enqueuer.enqueue_calls([self.call(args, None, **options) for args in arguments])
 
     async def delay_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
@@ -175,5 +315,6 @@ class Task(Generic[P, R]):
         **options: Any,
     ) -> JobHandle:
         """The async twin of `apply_async`, with the same arguments."""
+        check_call_options(options, "enqueue_async")
         calls = [self.call(args, kwargs, **options)]
         return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]

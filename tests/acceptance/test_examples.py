@@ -27,8 +27,9 @@ def test_every_example_is_tested() -> None:
 
 
 @pytest.mark.parametrize("script", sorted(CASES))
-def test_example_runs(script: str, database_url: str, tmp_path: Path) -> None:
-    env = {**os.environ, "WORKHORSE_DATABASE_URL": database_url}
+def test_example_runs(script: str, workhorse_database_url: str, tmp_path: Path) -> None:
+    # The database comes from the pytest plugin workhorse ships, as a user's suite gets it.
+    env = {**os.environ, "WORKHORSE_DATABASE_URL": workhorse_database_url}
     env.pop("WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", None)
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / script)],

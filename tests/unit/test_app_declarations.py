@@ -170,13 +170,21 @@ def test_task_in_a_main_script_takes_its_path_under_sys_path(
     assert App("a").task(_main_function()).name == "pkg.script.job"
 
 
-def test_task_in_an_unimportable_main_needs_a_name(fake_main: types.ModuleType) -> None:
+def test_task_in_a_fileless_main_gets_a_main_name(fake_main: types.ModuleType) -> None:
     fake_main.__spec__ = None  # e.g. `python -c` or a REPL: no file, no spec
     app = App("a")
-    with pytest.raises(InvalidOptionsError, match="name="):
-        app.task(_main_function())
-    assert app.tasks == {}
+    assert app.task(_main_function()).name == "__main__.job"
     assert app.task(name="ops.job")(_main_function()).name == "ops.job"
+
+
+def test_a_lambda_in_a_fileless_main_needs_a_name(fake_main: types.ModuleType) -> None:
+    fake_main.__spec__ = None
+    app = App("a")
+    job = _main_function()
+    job.__qualname__ = "<lambda>"
+    with pytest.raises(InvalidOptionsError, match=r"python -c, stdin or a REPL.*name="):
+        app.task(job)
+    assert app.tasks == {}
 
 
 def test_task_in_a_main_file_outside_sys_path_needs_a_name(
@@ -185,7 +193,7 @@ def test_task_in_a_main_file_outside_sys_path_needs_a_name(
     fake_main.__spec__ = None
     fake_main.__file__ = str(tmp_path / "not-an-identifier" / "script.py")
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
-    with pytest.raises(InvalidOptionsError):
+    with pytest.raises(InvalidOptionsError, match=r"cannot be imported.*name='mymodule.job'"):
         App("a").task(_main_function())
 
 
@@ -431,7 +439,7 @@ def test_call_options_from_decorator_and_call_site() -> None:
     shared = app.queue("bulk")
 
     @app.task(name="send", queue="mail", priority=3, max_attempts=5, on_failure="hold")
-    def send(x: int) -> None: ...
+    def send(x: int, y: int = 0) -> None: ...
 
     call = send.call((1,))
     assert (call.task, call.options.queue, call.options.priority) == ("send", "mail", 3)
@@ -576,3 +584,28 @@ def test_load_app_lets_an_app_module_own_import_error_through(app_dir: tuple[Pat
 def test_public_names() -> None:
     for name in ("App", "QueueSpec", "Backoff", "JobHandle", "Task", "load_app", "SyncReport"):
         assert hasattr(workhorse, name)
+
+
+def test_python_dash_c_gets_a_task_name_and_a_lambda_is_told_how_to_fix_it() -> None:
+    import subprocess
+
+    program = (
+        "import workhorse\n"
+        "from workhorse.testing import eager\n"
+        "app = workhorse.App('repl', database_url='postgresql://nobody@127.0.0.1:1/none')\n"
+        "@app.task\n"
+        "def add(a, b):\n"
+        "    return a + b\n"
+        "with eager(app):\n"
+        "    print(add.name, add.delay(2, 3).get())\n"
+        "try:\n"
+        "    app.task(lambda: None)\n"
+        "except workhorse.InvalidOptionsError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == "__main__.add 5"
+    assert "python -c, stdin or a REPL" in second and "@app.task(name=" in second

@@ -1,0 +1,210 @@
+"""The running job: `current_job()`, `JobContext`, and the `Retry` / `Snooze` signals.
+
+    from workhorse import current_job, Retry, Snooze
+
+    @app.task(timeout="30s", retry_on=(ConnectionError,), max_attempts=5)
+    def fetch(url):
+        job = current_job()          # JobContext of the attempt now running
+        if job.cancel_requested:     # an operator asked this job to stop
+            return None
+        raise Snooze("30s")          # come back in 30 s without using an attempt
+
+The context lives in a `contextvars.ContextVar`, so that every job in flight on one event loop
+(and the worker thread a sync handler runs in) sees its own. Whoever runs a handler (the worker's
+executor, `workhorse.testing`) sets it with `running(ctx)` around the call; a sync handler run in
+a thread sees it when the thread runs in a copy of the caller's context: anyio's
+`to_thread.run_sync` copies it itself, and `in_context(fn)` wraps a callable for the other ways
+(`loop.run_in_executor`, `threading.Thread`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from ._durations import parse_duration
+from .errors import InvalidOptionsError, NoCurrentJobError
+from .types import ClaimedJob
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Durations at most 366 days, as everywhere else a user writes one (DESIGN.md, CLI durations).
+MAX_DELAY = 366 * 86400.0
+
+
+def _never() -> bool:
+    return False
+
+
+def _no_renewal() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """The attempt now running, as `current_job()` returns it.
+
+    `attempt` is 1-based (the job's attempts after this claim); `scheduled_for` is the schedule's
+    occurrence or the job's first `run_at` (a retry does not move it). `cancel_requested` and
+    `heartbeat()` reach the live job through the two callables its runner gives:
+
+    >>> ctx = JobContext(id=7, task="mail.send", queue="mail", concurrency_key="t1", attempt=1,
+    ...                  max_attempts=3, scheduled_for=None)
+    >>> ctx.cancel_requested, ctx.last_attempt
+    (False, False)
+    """
+
+    id: int
+    task: str
+    queue: str
+    concurrency_key: str | None
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    # Machinery, set by whoever runs the handler: read the live cancel flag; renew the lease now
+    # (may raise StaleLeaseError when the lease is already lost). Both must be thread-safe.
+    cancel_check: Callable[[], bool] = field(default=_never, repr=False, compare=False)
+    renew: Callable[[], None] = field(default=_no_renewal, repr=False, compare=False)
+
+    @classmethod
+    def for_claimed(
+        cls,
+        job: ClaimedJob,
+        *,
+        cancel_check: Callable[[], bool] = _never,
+        renew: Callable[[], None] = _no_renewal,
+    ) -> JobContext:
+        """The context of a claimed job's attempt. `scheduled_for` is the job's `run_at`: exact
+        for a first attempt; a retried job's claim does not yet carry its first run_at."""
+        return cls(
+            id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
+            attempt=job.attempts, max_attempts=job.max_attempts, scheduled_for=job.run_at,
+            cancel_check=cancel_check, renew=renew,
+        )
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked this job to stop (a sync handler should poll this)."""
+        return bool(self.cancel_check())
+
+    @property
+    def last_attempt(self) -> bool:
+        """Whether a failure now would be final (no attempts left)."""
+        return self.attempt >= self.max_attempts
+
+    def heartbeat(self) -> None:
+        """Renew the job's lease now, for a handler that wants to renew earlier than the worker
+        does by itself. Raises StaleLeaseError when the lease is already lost: stop then, because
+        another claim may own the job."""
+        self.renew()
+
+
+# A JobContext, or a callable that makes one when a handler asks: a runner of many jobs then pays
+# for a context only in the handlers that call current_job().
+_current: contextvars.ContextVar[JobContext | Callable[[], JobContext] | None] = (
+    contextvars.ContextVar("workhorse_current_job", default=None)
+)
+
+
+def current_job() -> JobContext:
+    """The JobContext of the job whose handler is running; NoCurrentJobError outside one.
+
+    >>> current_job()
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.NoCurrentJobError: current_job() was called outside a running job ...
+    """
+    ctx = _current.get()
+    if ctx is None:
+        raise NoCurrentJobError(
+            "current_job() was called outside a running job (it works only inside a task's "
+            "handler, run by a worker, drain() or eager(); calling the task directly runs the "
+            "function with no job)"
+        )
+    return ctx if isinstance(ctx, JobContext) else ctx()
+
+
+def enter(ctx: JobContext | Callable[[], JobContext]) -> contextvars.Token[Any]:
+    """`running()` without a context manager, for a runner's hot path: `current_job()` gives
+    `ctx` (or `ctx()`) until `leave(token)`."""
+    return _current.set(ctx)
+
+
+def leave(token: contextvars.Token[Any]) -> None:
+    _current.reset(token)
+
+
+@contextmanager
+def running(ctx: JobContext | Callable[[], JobContext]) -> Iterator[None]:
+    """Within this block (in this context), `current_job()` returns `ctx`, or what `ctx()`
+    returns when it is a callable (built only when a handler asks). For runners of handlers:
+    the worker's executor and workhorse.testing."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def in_context(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn` bound to a copy of the current context, for a thread that would start with an empty
+    one (`loop.run_in_executor`, `threading.Thread`): `current_job()` works inside it."""
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def bound(*args: P.args, **kwargs: P.kwargs) -> R:
+        return context.run(fn, *args, **kwargs)
+
+    return bound
+
+
+def _delay_seconds(what: str, delay: Any, *, required: bool) -> float | None:
+    if delay is None:
+        if required:
+            raise InvalidOptionsError(f"{what} needs a delay, e.g. {what}('30s')")
+        return None
+    try:
+        seconds = parse_duration(delay)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOptionsError(f"{what}: bad delay {delay!r}: {exc}") from None
+    if seconds > MAX_DELAY:
+        raise InvalidOptionsError(f"{what}: delay {delay!r} is more than 366 days")
+    return seconds
+
+
+class Retry(Exception):
+    """Raised by a handler: this attempt fails and the job retries after `delay` (it uses an
+    attempt; with none left the job ends failed, or held). `delay=None` uses the task's backoff.
+    Retry always retries, whatever the task's `retry_on`.
+
+    >>> Retry(delay="10s").delay, Retry().delay
+    (10.0, None)
+    """
+
+    def __init__(self, delay: str | float | timedelta | None = None, reason: str = "") -> None:
+        self.delay = _delay_seconds("Retry", delay, required=False)
+        self.reason = reason
+        super().__init__(reason or (f"retry in {self.delay:g}s" if self.delay is not None
+                                    else "retry"))
+
+
+class Snooze(Exception):
+    """Raised by a handler: the job comes back after `delay` without using an attempt (for a
+    downstream that said 429); its capacity is freed at once.
+
+    >>> Snooze("30s").delay
+    30.0
+    """
+
+    def __init__(self, delay: str | float | timedelta, reason: str = "") -> None:
+        seconds = _delay_seconds("Snooze", delay, required=True)
+        assert seconds is not None
+        self.delay: float = seconds
+        self.reason = reason
+        super().__init__(reason or f"snoozed for {seconds:g}s")

@@ -1,0 +1,1 @@
+ALTER DATABASE {name} RENAME TO {new_name}

@@ -1,0 +1,583 @@
+"""Testing your own app: `eager()` for unit tests, `drain()` and `assert_enqueued()` against a
+real database for integration tests, and (in `workhorse.pytest_plugin`) the fixture
+`workhorse_database_url`.
+
+    from workhorse.testing import assert_enqueued, drain, eager
+
+    with eager(app):                      # like Celery's task_always_eager: no database at all
+        assert add.delay(2, 3).get() == 5
+
+    add.delay(2, 3)                       # against the test's database
+    assert_enqueued(app, add, args=(2, 3))
+    report = drain(app)                   # every ready job, through the real claim path
+    assert report == DrainReport(succeeded=1, failed=0, retried=0, held=0)
+
+See docs/testing.md for a whole test suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import anyio
+import psycopg
+
+from . import _ops, database
+from .app import App
+from .context import JobContext, Snooze, in_context, running
+from .errors import InvalidOptionsError, JobTimeoutError, StaleLeaseError
+from .handle import JobHandle
+from .queue import Queue
+from .task import Call, Task
+from .types import ClaimedJob, Job, JobStatus
+
+T = TypeVar("T")
+
+__all__ = [
+    "DrainReport",
+    "assert_enqueued",
+    "drain",
+    "drain_async",
+    "eager",
+    "refute_enqueued",
+]
+
+# ---- eager ---------------------------------------------------------------------------------------
+
+# A handler that snoozes this many times in a row under eager() fails: it would never end.
+EAGER_SNOOZE_LIMIT = 100
+
+
+@contextmanager
+def eager(app: App) -> Iterator[None]:
+    """Within this block, `delay`, `apply_async`, `map`, `delay_async`, `enqueue_async` and
+    `app.send_task` run the task in this process at once, with no database, and return a handle
+    whose `get()` / `get_async()` gives its result or raises TaskFailedError / TaskCanceledError
+    as a real one does.
+
+    What runs is what a worker would run: the payload goes through JSON (a tuple arrives as a
+    list, a non-JSON argument is a PayloadError at enqueue), the arguments are bound to the
+    signature, the result must be JSON, and `current_job()` gives a JobContext. Differences:
+      - delays, `eta` and `run_at` are ignored: the job runs now;
+      - a failure that may retry (the task's `retry_on`, or `Retry`) runs again at once, up to
+        `max_attempts`; backoff and `Retry(delay=...)` are not waited for;
+      - `Snooze` runs the job again at once without using an attempt; after 100 snoozes in a row
+        the job fails (a handler that always snoozes would never end);
+      - `timeout=`: an async handler is cancelled at the limit; a sync one runs to its end and its
+        attempt then fails with JobTimeoutError, as in a worker;
+      - nothing is concurrent: a task that enqueues another runs it inside its own call;
+      - limits and rate limits are not applied (there is no claim).
+    The block applies in this context: the tasks and threads it starts through asyncio or anyio
+    copy it; a bare `threading.Thread` does not (wrap its target in `context.in_context`).
+
+    >>> with eager(app):                                              # doctest: +SKIP
+    ...     assert add.delay(2, 3).get() == 5
+    """
+    with app.diverted(EagerRunner(app)):
+        yield
+
+
+@dataclass(eq=False)
+class EagerRunner:
+    """The in-memory Enqueuer `eager()` diverts an app's enqueues to: runs each call at once and
+    keeps its Job, so that handles read it back."""
+
+    app: App
+    jobs: dict[int, Job] = field(default_factory=dict)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    _idempotent: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ---- the Enqueuer protocol ------------------------------------------------------------------
+
+    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
+        handles = []
+        for call in calls:
+            job, task = self._accept(call)
+            if task is not None:
+                job = self._run_blocking(task, job)
+            handles.append(JobHandle(job.id, self))
+        return handles
+
+    async def enqueue_calls_async(
+        self, calls: Sequence[Call], connection: Any = None
+    ) -> list[JobHandle]:
+        handles = []
+        for call in calls:
+            job, task = self._accept(call)
+            if task is not None:
+                job = await self._run(task, job)
+            handles.append(JobHandle(job.id, self))
+        return handles
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def wait_for(self, job_id: int, timeout: float | None) -> bool:
+        return True  # every eager job has ended by the time its handle exists
+
+    async def wait_for_async(self, job_id: int, timeout: float | None) -> bool:
+        return True
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        return []  # an eager job has always finished: there is nothing to cancel
+
+    def retry(self, ids: Sequence[int]) -> list[int]:
+        """Failed, held or canceled jobs run again at once, with a fresh set of attempts."""
+        changed = []
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is None or job.status not in (
+                JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED
+            ):
+                continue
+            task = self.app.tasks.get(job.task)
+            if task is None:
+                continue
+            fresh = _replace(job, status=JobStatus.READY, attempts=0, result=None, error=None,
+                             finished_at=None)
+            self.jobs[job_id] = fresh
+            self._run_blocking(task, fresh)
+            changed.append(job_id)
+        return changed
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def _accept(self, call: Call) -> tuple[Job, Task[Any, Any] | None]:
+        """The Job for a call, as enqueue would store it (or the existing one its idempotency
+        key names, with no task to run)."""
+        task = self.app.get_task(call.task)
+        # As the database would: JSON, at most 1 MiB; the handler gets the decoded copy.
+        payload = json.loads(_ops.encode_json(call.payload, "payload"))
+        options = call.options
+        key = options.idempotency_key
+        with self._lock:
+            if key is not None and (call.task, key) in self._idempotent:
+                return self.jobs[self._idempotent[(call.task, key)]], None
+            job_id = next(self._ids)
+            if key is not None:
+                self._idempotent[(call.task, key)] = job_id
+        now = datetime.now(UTC)
+        run_at = options.run_at
+        if run_at is None:
+            run_at = now + timedelta(seconds=options.delay_seconds or 0.0)
+        job = Job(
+            id=job_id, task=call.task, queue=options.queue,
+            concurrency_key=options.concurrency_key, priority=options.priority, payload=payload,
+            status=JobStatus.READY, attempts=0, max_attempts=options.max_attempts, result=None,
+            error=None, run_at=run_at, enqueued_at=now, started_at=None, finished_at=None,
+            on_failure=call.on_failure, idempotency_key=key,
+        )
+        self.jobs[job_id] = job
+        return job, task
+
+    def _run_blocking(self, task: Task[Any, Any], job: Job) -> Job:
+        """`_run` from synchronous code: on a fresh loop, in another thread when this one already
+        runs a loop (a sync `delay()` called from async code)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._run(task, job))
+        box: list[Job] = []
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                box.append(asyncio.run(self._run(task, job)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=in_context(target), name="workhorse-eager")
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0]
+        return box[0]
+
+    async def _run(self, task: Task[Any, Any], job: Job) -> Job:
+        """Attempts until one succeeds, one may not retry, or attempts run out."""
+        args = job.payload.get("args", [])
+        kwargs = job.payload.get("kwargs", {})
+        attempts, snoozes = job.attempts, 0
+        scheduled_for = job.run_at
+        while True:
+            attempts += 1
+            started = datetime.now(UTC)
+            job = _replace(job, status=JobStatus.ACTIVE, attempts=attempts, started_at=started)
+            self.jobs[job.id] = job
+            ctx = JobContext(
+                id=job.id, task=job.task, queue=job.queue,
+                concurrency_key=job.concurrency_key, attempt=attempts,
+                max_attempts=job.max_attempts, scheduled_for=scheduled_for,
+            )
+            try:
+                with running(ctx):
+                    value = await _attempt(task, args, kwargs)
+                result = json.loads(_ops.encode_json(value, "result"))
+            except Snooze as exc:
+                attempts -= 1  # a snooze gives its attempt back
+                snoozes += 1
+                if snoozes < EAGER_SNOOZE_LIMIT:
+                    continue
+                error = {"type": "Snooze", "message": (
+                    f"snoozed {snoozes} times in a row under eager() (last: {exc}); a worker "
+                    "would wait out each delay"), "traceback": None}
+                return self._ended(job, JobStatus.FAILED, error=error)
+            except (Exception, SystemExit) as exc:  # Ctrl-C still stops the test run
+                snoozes = 0
+                if task.should_retry(exc) and attempts < job.max_attempts:
+                    continue
+                status = JobStatus.HELD if job.on_failure == "hold" else JobStatus.FAILED
+                return self._ended(job, status, error=_ops.error_document(exc))
+            return self._ended(job, JobStatus.SUCCEEDED, result=result)
+
+    def _ended(self, job: Job, status: JobStatus, *, result: Any = None,
+               error: dict[str, Any] | None = None) -> Job:
+        ended = _replace(job, status=status, result=result, error=error,
+                         finished_at=datetime.now(UTC))
+        self.jobs[job.id] = ended
+        return ended
+
+
+async def _attempt(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """One call of the handler, within the task's timeout."""
+    if task.is_async:
+        if task.timeout is None:
+            return await task.fn(*args, **kwargs)
+        try:
+            return await asyncio.wait_for(task.fn(*args, **kwargs), task.timeout)
+        except TimeoutError:
+            raise JobTimeoutError(
+                f"{task.name} ran past its timeout of {task.timeout:g}s and was cancelled"
+            ) from None
+    started = time.monotonic()
+    value = task.fn(*args, **kwargs)
+    elapsed = time.monotonic() - started
+    if task.timeout is not None and elapsed > task.timeout:
+        raise JobTimeoutError(
+            f"{task.name} ran {elapsed:.3g}s, past its timeout of {task.timeout:g}s; a sync "
+            "handler cannot be interrupted, so its result was discarded"
+        )
+    return value
+
+
+def _replace(job: Job, **changes: Any) -> Job:
+    from dataclasses import replace
+
+    return replace(job, **changes)
+
+
+# ---- assertions on the real database ---------------------------------------------------------
+
+
+def _task_name(app: App, task: Task[Any, Any] | str) -> str:
+    if isinstance(task, Task):
+        return task.name
+    if isinstance(task, str) and task:
+        return task
+    raise InvalidOptionsError(f"task must be a Task or a task name, got {task!r}")
+
+
+def _normalised(value: Any, what: str) -> Any:
+    """As the stored payload has it: through JSON (a tuple becomes a list)."""
+    return json.loads(_ops.encode_json(value, what))
+
+
+def _waiting(app: App, name: str) -> list[Job]:
+    """The task's ready and scheduled jobs, oldest first."""
+    with app.connection() as conn:
+        queue = Queue(conn)
+        jobs = [job for status in (JobStatus.READY, JobStatus.SCHEDULED)
+                for job in queue.list_jobs(status=status.value, task=name, limit=10_000)]
+    return sorted(jobs, key=lambda job: job.id)
+
+
+def _matching(
+    app: App, task: Task[Any, Any] | str, args: Sequence[Any] | None,
+    kwargs: Mapping[str, Any] | None,
+) -> tuple[str, list[Job], list[Job], str]:
+    name = _task_name(app, task)
+    if args is not None and (isinstance(args, str | bytes) or not isinstance(args, Sequence)):
+        raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidOptionsError(f"kwargs must be a dict, got {kwargs!r}")
+    want_args = None if args is None else _normalised(list(args), "args")
+    want_kwargs = None if kwargs is None else _normalised(dict(kwargs), "kwargs")
+    waiting = _waiting(app, name)
+    found = [
+        job for job in waiting
+        if isinstance(job.payload, dict)
+        and (want_args is None or job.payload.get("args", []) == want_args)
+        and (want_kwargs is None or job.payload.get("kwargs", {}) == want_kwargs)
+    ]
+    wanted = ", ".join(
+        part for part in (
+            f"args={want_args!r}" if want_args is not None else "",
+            f"kwargs={want_kwargs!r}" if want_kwargs is not None else "",
+        ) if part
+    )
+    return name, waiting, found, wanted
+
+
+def _described(jobs: list[Job]) -> str:
+    if not jobs:
+        return "none"
+    shown = [f"  job {job.id} ({job.status.value}, queue {job.queue!r}): {job.payload!r}"
+             for job in jobs[:10]]
+    more = [f"  ... and {len(jobs) - 10} more"] if len(jobs) > 10 else []
+    return "\n" + "\n".join(shown + more)
+
+
+def assert_enqueued(
+    app: App,
+    task: Task[Any, Any] | str,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    count: int | None = None,
+) -> list[Job]:
+    """Assert that `task` has ready or scheduled jobs in the app's database whose stored
+    arguments match (`args` / `kwargs` None: any); exactly `count` of them when given, at least
+    one otherwise. Returns the matching jobs, oldest first.
+
+    >>> send.delay({"tenant": "t1"})                                  # doctest: +SKIP
+    >>> assert_enqueued(app, send, args=({"tenant": "t1"},), count=1)  # doctest: +SKIP
+    """
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or count < 0):
+        raise InvalidOptionsError(f"count must be an int >= 0 or None, got {count!r}")
+    name, waiting, found, wanted = _matching(app, task, args, kwargs)
+    if (count is None and not found) or (count is not None and len(found) != count):
+        expected = f"{count}" if count is not None else "at least 1"
+        raise AssertionError(
+            f"expected {expected} ready or scheduled {name} job(s)"
+            + (f" with {wanted}" if wanted else "")
+            + f", found {len(found)}; the task's waiting jobs: {_described(waiting)}"
+        )
+    return found
+
+
+def refute_enqueued(
+    app: App,
+    task: Task[Any, Any] | str,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> None:
+    """Assert that `task` has no ready or scheduled job whose stored arguments match
+    (`args` / `kwargs` None: any)."""
+    name, _, found, wanted = _matching(app, task, args, kwargs)
+    if found:
+        raise AssertionError(
+            f"expected no ready or scheduled {name} job"
+            + (f" with {wanted}" if wanted else "")
+            + f", found {len(found)}: {_described(found)}"
+        )
+
+
+# ---- drain ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DrainReport:
+    """What one `drain()` recorded: jobs by the outcome recorded in this drain (`succeeded`,
+    `failed`, `held`), and `retried`, the attempts that ended in a retry."""
+
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    held: int = 0
+
+
+# A drain claims with a lease at least this long, so that no job's lease runs out while it runs
+# one at a time with no lease keeper (the drain's own timeout is longer when it is).
+DRAIN_MIN_LEASE = 60.0
+
+
+def drain(
+    app: App,
+    queues: Sequence[str] | None = None,
+    with_scheduled: bool = False,
+    timeout: float = 60,
+) -> DrainReport:
+    """Run every ready (and due) job of `queues` (default: every queue the app declares)
+    through the real claim path and the worker's executor, in this process, one at a time,
+    until none is left; jobs that enqueue more jobs are drained too. `with_scheduled=True` also
+    runs future jobs and retries waiting out a backoff. Raises TimeoutError when `timeout`
+    seconds pass first (the job running then finishes).
+
+    Limits, pauses and rate limits apply as in a worker: a job a limit holds back stays (a rate
+    limit's next start is waited for, within the timeout).
+
+    >>> drain(app)                                                    # doctest: +SKIP
+    DrainReport(succeeded=3, failed=0, retried=1, held=0)
+    """
+    coroutine = drain_async(app, queues, with_scheduled, timeout)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    # Called from async code: run on a loop of its own, in a thread.
+    return _in_thread(lambda: asyncio.run(coroutine))
+
+
+def _in_thread(fn: Callable[[], T]) -> T:
+    box: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=in_context(target), name="workhorse-drain")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return box[0]
+
+
+async def drain_async(
+    app: App,
+    queues: Sequence[str] | None = None,
+    with_scheduled: bool = False,
+    timeout: float = 60,
+) -> DrainReport:
+    """`drain()` for async code (it runs on the caller's loop)."""
+    # The worker's own parts, imported here: `import workhorse.testing` stays light.
+    from .worker.executor import Executor
+    from .worker.recorder import OutcomeRecorder, Recorded
+
+    served = _drain_queues(app, queues)
+    if not isinstance(with_scheduled, bool):
+        raise InvalidOptionsError(f"with_scheduled must be a bool, got {with_scheduled!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise InvalidOptionsError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    url = app.database_url
+    await anyio.to_thread.run_sync(database.ensure_schema, url)
+    deadline = time.monotonic() + timeout
+    lease = max(DRAIN_MIN_LEASE, float(timeout),
+                *(task.lease or 0.0 for task in app.tasks.values()))
+    executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
+                        retention=_ops.retention_json(app.retention))
+    counts = {"succeeded": 0, "failed": 0, "retried": 0, "held": 0}
+    by_status = {JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed",
+                 JobStatus.SCHEDULED: "retried", JobStatus.HELD: "held"}
+
+    def recorded(outcomes: list[Recorded], reused: bool = False) -> None:
+        # `reused`: the recorder's newer callback also says whether a claim already took the
+        # capacity these freed; a drain claims one job at a time, so it does not care.
+        for _, status in outcomes:
+            if status in by_status:
+                counts[by_status[status]] += 1
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+
+    async def same_connection() -> psycopg.AsyncConnection[Any]:
+        return conn
+
+    recorder = OutcomeRecorder(same_connection, recorded, name="drain")
+    heartbeats = _Heartbeats(url, lease)
+    try:
+        while True:
+            if with_scheduled:
+                await _ops.execute_async(conn, _ops.make_due(served))
+            ran = False
+            next_starts: list[float] = []
+            for queue in served:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(_timed_out(timeout, counts))
+                jobs, next_start = await _ops.execute_async(
+                    conn, _ops.claim_batch(queue, 1, lease))
+                if next_start is not None:
+                    next_starts.append(next_start)
+                for job in jobs:
+                    ran = True
+                    execution = executor.prepare(job)
+                    ctx = functools.partial(
+                        JobContext.for_claimed, job, cancel_check=_cancel_flag(execution),
+                        renew=heartbeats.renewer(job, execution),
+                    )
+                    with running(ctx):
+                        outcome = await executor.run(execution)
+                    if outcome is not None:
+                        recorder.add(outcome)
+                        await recorder.flush()
+            if ran:
+                continue
+            if not next_starts:
+                break
+            # Only a rate limit holds work back: wait for its next allowed start.
+            wait = min(next_starts)
+            if time.monotonic() + wait >= deadline:
+                raise TimeoutError(_timed_out(timeout, counts) + " (a rate limit held jobs back)")
+            await anyio.sleep(wait)
+    finally:
+        heartbeats.close()
+        await conn.close()  # the recorder's too: it flushed each outcome as it came
+    return DrainReport(**counts)
+
+
+def _cancel_flag(execution: Any) -> Callable[[], bool]:
+    return lambda: bool(execution.cancel_requested)
+
+
+def _drain_queues(app: App, queues: Sequence[str] | None) -> list[str]:
+    if queues is None:
+        served = app.declared_queues()
+    elif isinstance(queues, str) or not all(isinstance(q, str) for q in queues):
+        raise InvalidOptionsError(f"queues must be a list of queue names, got {queues!r}")
+    else:
+        served = list(dict.fromkeys(queues))
+    if not served:
+        raise InvalidOptionsError(f"app {app.name!r} declares no queue: nothing to drain")
+    return served
+
+
+def _timed_out(timeout: float, counts: dict[str, int]) -> str:
+    so_far = ", ".join(f"{name}={n}" for name, n in counts.items())
+    return f"drain() did not finish within {timeout:g}s ({so_far} so far)"
+
+
+class _Heartbeats:
+    """`JobContext.heartbeat()` under drain: renews the lease on a connection of its own (the
+    drain's is idle while a handler runs, but a handler's thread cannot use an async one)."""
+
+    def __init__(self, url: str, lease: float) -> None:
+        self.url = url
+        self.lease = lease
+        self.conn: psycopg.Connection[Any] | None = None
+        self.lock = threading.Lock()
+
+    def renewer(self, job: ClaimedJob, execution: Any) -> Callable[[], None]:
+        def renew() -> None:
+            with self.lock:
+                if self.conn is None or self.conn.closed:
+                    self.conn = psycopg.connect(self.url, autocommit=True)
+                held = _ops.execute(self.conn, _ops.renew_leases([(job.id, job.fence,
+                                                                   self.lease)]))
+            if job.id not in held:
+                execution.lost = True
+                raise StaleLeaseError(f"job {job.id}: its lease was lost")
+            if held[job.id]:
+                execution.cancel_requested = True
+
+        return renew
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
