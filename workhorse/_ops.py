@@ -626,6 +626,18 @@ def fail(
     return JobStatus(status)
 
 
+def snooze(
+    job_id: int, fence: int, delay: float, retention: str = DEFAULT_RETENTION_JSON
+) -> Operation[JobStatus]:
+    """The handler raised Snooze(delay): the job waits, scheduled, without using an attempt (or
+    ends canceled when a cancel was requested). StaleLeaseError when the fence is stale."""
+    rows = yield _sql.statement("snooze"), (job_id, fence, float(delay), retention)
+    status = rows[0][0] if rows else None
+    if status is None:
+        raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the snooze was not recorded")
+    return JobStatus(status)
+
+
 def renew_leases(leases: Sequence[tuple[int, int, float]]) -> Operation[dict[int, bool]]:
     """Extend `(job_id, fence, seconds)` leases; returns the ids still held, each with whether
     its cancel was requested."""

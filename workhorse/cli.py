@@ -161,6 +161,12 @@ def _load(reference: str, ctx: click.Context) -> Any:
                    "never claim ahead.")
 @click.option("--sync", "sync_first", is_flag=True,
               help="Push the app's policies before starting.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True,
+              help="info: one line per finished job (task, id, queue, outcome, attempt, "
+                   "duration) on stderr.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one JSON object a line, for log shippers.")
 @click.pass_context
 @handle_errors
 def worker(
@@ -175,6 +181,8 @@ def worker(
     grace: float,
     prefetch: int,
     sync_first: bool,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker supervisor for APP (module:attribute)."""
     from .worker import run_worker
@@ -196,6 +204,8 @@ def worker(
         sync=sync_first,
         app_reference=app_reference,
         console=console,
+        log_level=log_level,
+        log_format=log_format,
     )
     sys.exit(code)
 

@@ -18,7 +18,6 @@ See docs/testing.md for a whole test suite.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import json
 import threading
@@ -471,8 +470,10 @@ async def drain_async(
     deadline = time.monotonic() + timeout
     lease = max(DRAIN_MIN_LEASE, float(timeout),
                 *(task.lease or 0.0 for task in app.tasks.values()))
+    heartbeats = _Heartbeats(url, lease)
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
-                        retention=_ops.retention_json(app.retention))
+                        retention=_ops.retention_json(app.retention),
+                        renew=lambda execution: heartbeats.renewer(execution.job, execution)())
     counts = {"succeeded": 0, "failed": 0, "retried": 0, "held": 0}
     by_status = {JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed",
                  JobStatus.SCHEDULED: "retried", JobStatus.HELD: "held"}
@@ -480,8 +481,8 @@ async def drain_async(
     def recorded(outcomes: list[Recorded], reused: bool = False) -> None:
         # `reused`: the recorder's newer callback also says whether a claim already took the
         # capacity these freed; a drain claims one job at a time, so it does not care.
-        for _, status in outcomes:
-            if status in by_status:
+        for outcome, status in outcomes:
+            if status in by_status and outcome.snooze is None:  # a snooze is no retry
                 counts[by_status[status]] += 1
 
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
@@ -490,7 +491,6 @@ async def drain_async(
         return conn
 
     recorder = OutcomeRecorder(same_connection, recorded, name="drain")
-    heartbeats = _Heartbeats(url, lease)
     try:
         while True:
             if with_scheduled:
@@ -507,12 +507,7 @@ async def drain_async(
                 for job in jobs:
                     ran = True
                     execution = executor.prepare(job)
-                    ctx = functools.partial(
-                        JobContext.for_claimed, job, cancel_check=_cancel_flag(execution),
-                        renew=heartbeats.renewer(job, execution),
-                    )
-                    with running(ctx):
-                        outcome = await executor.run(execution)
+                    outcome = await executor.run(execution)
                     if outcome is not None:
                         recorder.add(outcome)
                         await recorder.flush()

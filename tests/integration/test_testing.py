@@ -386,14 +386,9 @@ def test_drain_waits_for_a_rate_limit_next_start(make_app: AppFactory) -> None:
     assert 0.9 <= gap < 3  # the second start waited out the limit, and no longer
 
 
-# ---- what the executor must honour (drain runs it): expected to fail until it is wired ----------
-# strict: once the executor honours these, the tests pass and the markers must go.
-
-EXECUTOR_WIRING = pytest.mark.xfail(
-    strict=True, reason="the worker's executor does not honour retry_on/Retry/Snooze/timeout yet")
+# ---- what the worker's executor honours (drain runs it): retry_on, Retry, Snooze, timeout -------
 
 
-@EXECUTOR_WIRING
 def test_executor_fails_at_once_outside_retry_on(make_app: AppFactory) -> None:
     app = make_app("wiring")
 
@@ -407,7 +402,6 @@ def test_executor_fails_at_once_outside_retry_on(make_app: AppFactory) -> None:
     assert job is not None and job.attempts == 1 and job.status is JobStatus.FAILED
 
 
-@EXECUTOR_WIRING
 def test_executor_retries_after_the_retry_delay(make_app: AppFactory) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -426,7 +420,6 @@ def test_executor_retries_after_the_retry_delay(make_app: AppFactory) -> None:
     assert abs(job.run_at - (datetime.now(UTC) + timedelta(hours=1))) < timedelta(minutes=1)
 
 
-@EXECUTOR_WIRING
 def test_executor_snoozes_without_using_an_attempt(make_app: AppFactory) -> None:
     from datetime import UTC, datetime, timedelta
 
@@ -445,7 +438,6 @@ def test_executor_snoozes_without_using_an_attempt(make_app: AppFactory) -> None
     assert abs(job.run_at - (datetime.now(UTC) + timedelta(hours=1))) < timedelta(minutes=1)
 
 
-@EXECUTOR_WIRING
 @pytest.mark.parametrize("kind", ["async", "sync"])
 def test_executor_fails_an_attempt_past_its_timeout(make_app: AppFactory, kind: str) -> None:
     app = make_app("wiring")

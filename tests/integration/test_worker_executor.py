@@ -317,10 +317,14 @@ def test_system_exit_fails_the_job(queue: Queue, kind: str) -> None:
     assert _record_failure(queue, outcome) is JobStatus.FAILED
 
 
-def test_keyboard_interrupt_in_a_sync_handler_fails_the_attempt(queue: Queue) -> None:
+@pytest.mark.parametrize("retry_on", [None, (KeyboardInterrupt,)])
+def test_keyboard_interrupt_in_a_sync_handler_fails_the_attempt(
+        queue: Queue, retry_on: tuple[type[BaseException], ...] | None) -> None:
+    """It does not escape into the slot. It is no Exception, so under the default retry_on
+    (every Exception) the job fails at once; a retry_on that names it retries."""
     app = App("exec")
 
-    @app.task(name="t")
+    @app.task(name="t", **({"retry_on": retry_on} if retry_on else {}))
     def t() -> None:
         raise KeyboardInterrupt
 
@@ -328,8 +332,10 @@ def test_keyboard_interrupt_in_a_sync_handler_fails_the_attempt(queue: Queue) ->
     claimed = _claim_one(queue, "t", {})
     outcome = _execute(executor, executor.prepare(claimed))
     assert outcome is not None and outcome.error is not None
-    assert outcome.error["type"] == "KeyboardInterrupt" and outcome.retry_at is not None
-    assert _record_failure(queue, outcome) is JobStatus.SCHEDULED
+    assert outcome.error["type"] == "KeyboardInterrupt"
+    assert (outcome.retry_at is not None) == bool(retry_on)
+    expected = JobStatus.SCHEDULED if retry_on else JobStatus.FAILED
+    assert _record_failure(queue, outcome) is expected
 
 
 # ---- lost leases --------------------------------------------------------------------------------

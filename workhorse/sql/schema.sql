@@ -1447,6 +1447,38 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.snooze_v1(p_id bigint, p_fence bigint, p_delay double precision, p_retention text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_status text;
+    v_queue text;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    UPDATE workhorse.jobs j
+    SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'scheduled' ELSE 'canceled' END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL
+                      THEN v_at + make_interval(secs => p_delay) ELSE j.run_at END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE v_at END,
+        expires_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL
+                          ELSE workhorse._expiry_v1('canceled', p_retention::jsonb, v_at) END,
+        lease_until = NULL
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
+    RETURNING j.status, j.queue INTO v_status, v_queue;
+    IF v_status IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
+            OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
+        PERFORM workhorse._wake_v1(v_queue);
+    END IF;
+    IF v_status = 'canceled' THEN
+        PERFORM workhorse._ended_v1(ARRAY[p_id]);
+    END IF;
+    RETURN v_status;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.sync_concurrency_policies_v1(p_namespace text, p_queues text[], p_max_active integer[], p_max_active_per_key integer[], p_rate_limits integer[], p_rate_periods double precision[], p_rate_limits_per_key integer[], p_rate_periods_per_key double precision[], p_prune boolean)
  RETURNS TABLE(sync_action text, sync_queue text)
  LANGUAGE plpgsql

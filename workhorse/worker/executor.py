@@ -4,9 +4,14 @@ It knows nothing about processes, sockets or connections, so a slot, a test, or 
 drain can all run it. For one job it:
   1. finds the task (an unknown one fails the job at once: no retry could change that);
   2. unpacks the payload `{"args": [...], "kwargs": {...}}` into `fn(*args, **kwargs)`;
-  3. calls an async handler on the running loop, a sync one in a worker thread;
-  4. turns what happened into an `Outcome`: the result as JSON text (encoded here, once), or the
-     error document with the retry time the task's backoff gives while attempts remain.
+  3. calls an async handler on the running loop, a sync one in a worker thread, with
+     `current_job()` giving the job's JobContext; an async handler past the task's `timeout` is
+     cancelled, a sync one cannot be, so it runs on (its job still active, its place held) and
+     its attempt then fails with JobTimeoutError, its result discarded;
+  4. turns what happened into an `Outcome`: the result as JSON text (encoded here, once); or the
+     error document, with a retry time while attempts remain and the task retries that error
+     (`retry_on`; `Retry(delay)` always does, after its own delay); or, for `Snooze(delay)`, the
+     delay after which the job comes back without using an attempt.
 
 A job whose lease was lost meanwhile (`Execution.lost`, set by the slot when a heartbeat is
 refused) has no outcome: its result is discarded, because another claim may own the job now.
@@ -25,9 +30,10 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 
-from .. import _ops, telemetry
+from .. import _ops, context, telemetry
 from .._ops import encode_json, error_document
-from ..errors import PayloadError, UnknownTaskError
+from ..context import JobContext, Retry, Snooze
+from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
 from ..types import ClaimedJob
@@ -66,10 +72,12 @@ class Outcome:
     result: str | None = None
     error: dict[str, Any] | None = None
     retry_at: datetime | None = None
+    snooze: float | None = None  # Snooze(delay): seconds until the job comes back
+    duration: float = 0.0  # seconds the handler ran
 
     @property
     def succeeded(self) -> bool:
-        return self.error is None
+        return self.error is None and self.snooze is None
 
     @property
     def retry_delay(self) -> float | None:
@@ -117,8 +125,11 @@ class Executor:
         limiter: anyio.CapacityLimiter | None = None,
         traced: bool | None = None,
         retention: str = _ops.DEFAULT_RETENTION_JSON,
+        renew: Callable[[Execution], None] | None = None,
     ) -> None:
         self.tasks = dict(tasks)
+        # JobContext.heartbeat(): renew this job's lease now (StaleLeaseError when it is lost).
+        self.renew = renew
         self.retention = retention  # the app's, for jobs whose task it does not know
         self.app_name = app_name
         self.default_lease = default_lease
@@ -132,10 +143,18 @@ class Executor:
         retention = task.retention_json if task is not None else self.retention
         return Execution(job, task, lease, governed, retention=retention)
 
+    def context(self, execution: Execution) -> JobContext:
+        """The JobContext `current_job()` gives the handler (made only when it asks)."""
+        renew = self.renew
+        return JobContext.for_claimed(
+            execution.job, cancel_check=lambda: execution.cancel_requested,
+            renew=(lambda: renew(execution)) if renew is not None else _no_renewal)
+
     async def run(self, execution: Execution) -> Outcome | None:
         job, task = execution.job, execution.task
         attributes = telemetry.attributes(job.queue)
         started = time.perf_counter()
+        outcome: Outcome | None = None
         try:
             if execution.lost:
                 return None
@@ -144,7 +163,10 @@ class Executor:
                     raise UnknownTaskError(f"app {self.app_name!r} has no task named {job.task!r}")
                 args, kwargs = arguments(job.payload)
             except (UnknownTaskError, PayloadError) as exc:
-                return self._failure(execution, exc, final=True)  # nothing a retry could change
+                # Nothing a retry could change.
+                outcome = self._failure(execution, exc, final=True)
+                return outcome
+            token = context.enter(functools.partial(self.context, execution))
             try:
                 if self.traced:
                     with telemetry.run_span(task.name, job.queue, job.id, job.attempts, job.meta):
@@ -161,30 +183,56 @@ class Executor:
                 if execution.lost:
                     return None
                 # Cancelled on an operator's request: the database ends it `canceled`.
-                return self._failure(execution, exc, final=True)
+                outcome = self._failure(execution, exc, final=True)
+                return outcome
+            except Snooze as exc:
+                if execution.lost:
+                    return None
+                outcome = Outcome(execution, snooze=exc.delay)
+                return outcome
             except Exception as exc:
-                return self._failure(execution, exc)
+                outcome = self._failure(execution, exc)
+                return outcome
             except (SystemExit, KeyboardInterrupt) as exc:  # a handler must not end the slot
-                return self._failure(execution, exc)
+                outcome = self._failure(execution, exc)
+                return outcome
+            finally:
+                context.leave(token)
             if execution.lost:
                 return None
-            return Outcome(execution, result=result)
+            outcome = Outcome(execution, result=result)
+            return outcome
         finally:
-            telemetry.job_duration.record(time.perf_counter() - started, attributes)
+            took = time.perf_counter() - started
+            if outcome is not None:
+                outcome.duration = took
+            telemetry.job_duration.record(took, attributes)
 
     async def _call(
         self, execution: Execution, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
+        timeout = task.timeout
         if task.is_async:
             execution.handle = asyncio.current_task()
             if execution.cancel_requested and execution.handle is not None:
                 execution.handle.cancel()  # asked before it started: it must not run on
             try:
-                return await task.fn(*args, **kwargs)
+                if timeout is None:
+                    return await task.fn(*args, **kwargs)
+                limit = asyncio.timeout(timeout)
+                try:
+                    async with limit:
+                        return await task.fn(*args, **kwargs)
+                except TimeoutError as exc:
+                    if not limit.expired() or execution.lost or execution.cancel_requested:
+                        raise
+                    raise JobTimeoutError(
+                        f"{task.name}: the attempt ran past its timeout of {timeout:g}s and was "
+                        "cancelled") from exc
             finally:
                 execution.handle = None
         value = await anyio.to_thread.run_sync(
-            functools.partial(_call_sync, task.fn, args, kwargs), limiter=self.limiter
+            functools.partial(_call_sync, task.fn, args, kwargs, timeout), limiter=self.limiter
         )
         if isinstance(value, _Raised):
             raise value.exc
@@ -198,9 +246,18 @@ class Executor:
         job, task = execution.job, execution.task
         retry_at = None
         if not final and task is not None and job.attempts < job.max_attempts:
-            delay = backoff_delay(task.retry_backoff, job.attempts)
-            retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            if isinstance(exc, Retry):
+                delay = exc.delay if exc.delay is not None else backoff_delay(
+                    task.retry_backoff, job.attempts)
+                retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            elif task.should_retry(exc):
+                delay = backoff_delay(task.retry_backoff, job.attempts)
+                retry_at = datetime.now(UTC) + timedelta(seconds=delay)
         return Outcome(execution, error=storable(error_document(exc)), retry_at=retry_at)
+
+
+def _no_renewal() -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +265,20 @@ class _Raised:
     exc: BaseException
 
 
-def _call_sync(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+def _call_sync(
+    fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], timeout: float | None
+) -> Any:
     """Runs in the worker thread. SystemExit and KeyboardInterrupt come back as values, so that a
-    handler that raises them fails its job instead of escaping into the loop."""
+    handler that raises them fails its job instead of escaping into the loop. A thread cannot be
+    stopped: past `timeout` (timed from here, when the limiter let it run) its result is
+    discarded and the attempt fails with JobTimeoutError, once it returns."""
+    began = time.perf_counter()
     try:
-        return fn(*args, **kwargs)
+        value = fn(*args, **kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         return _Raised(exc)
+    if timeout is not None and (took := time.perf_counter() - began) > timeout:
+        return _Raised(JobTimeoutError(
+            f"the attempt ran {took:.3g}s, past its timeout of {timeout:g}s; a sync handler "
+            "cannot be interrupted, so it ran to its end and its result was discarded"))
+    return value

@@ -53,6 +53,9 @@ class LeaseKeeper:
         self.on_cancel = on_cancel
         self.interval = interval
         self._stop = threading.Event()
+        self._asked = threading.Event()  # a handler asked for a renewal now
+        self._beats = 0
+        self._beaten = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._conn: psycopg.Connection[Any] | None = None
         self.renewed = 0
@@ -62,12 +65,33 @@ class LeaseKeeper:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        self._asked.set()
         self._thread.join(timeout)
+
+    def ask(self) -> int:
+        """Renew every lease now rather than at the next interval (JobContext.heartbeat()).
+        Returns a number for `wait_for_beat`."""
+        with self._beaten:
+            target = self._beats + 1
+        self._asked.set()
+        return target
+
+    def wait_for_beat(self, target: int, timeout: float = 10.0) -> bool:
+        """Block (not on the event loop) until the renewal `ask()` asked for is done."""
+        with self._beaten:
+            return self._beaten.wait_for(lambda: self._beats >= target, timeout)
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.interval):
+            while True:
+                self._asked.wait(self.interval)
+                self._asked.clear()
+                if self._stop.is_set():
+                    break
                 self.beat()
+                with self._beaten:
+                    self._beats += 1
+                    self._beaten.notify_all()
         finally:
             if self._conn is not None:
                 self._conn.close()

@@ -19,6 +19,7 @@ flush is retried, on a new connection, after a backoff.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
@@ -30,6 +31,7 @@ import psycopg
 from .. import _ops, telemetry
 from ..errors import PayloadError, StaleLeaseError, first_line
 from ..types import JobStatus
+from . import _logs
 from ._reconnect import Reconnect
 from .executor import Outcome
 
@@ -161,18 +163,24 @@ class OutcomeRecorder:
         while self._failed:
             outcome = self._failed[0]
             execution = outcome.execution
-            assert outcome.error is not None
             try:
-                status: JobStatus | None = await _ops.execute_async(conn, _ops.fail(
-                    execution.job_id, execution.fence, outcome.error, outcome.retry_at,
-                    execution.retention))
+                status: JobStatus | None
+                if outcome.snooze is not None:
+                    status = await _ops.execute_async(conn, _ops.snooze(
+                        execution.job_id, execution.fence, outcome.snooze, execution.retention))
+                else:
+                    assert outcome.error is not None
+                    status = await _ops.execute_async(conn, _ops.fail(
+                        execution.job_id, execution.fence, outcome.error, outcome.retry_at,
+                        execution.retention))
             except StaleLeaseError:
                 status = None
             except PayloadError as exc:
                 # A document that cannot be stored (an error document built by hand): record
                 # the failure with what can be said, rather than never recording it.
+                error = outcome.error or {}
                 outcome = replace(outcome, error={
-                    "type": str(outcome.error.get("type"))[:255],
+                    "type": str(error.get("type"))[:255],
                     "message": f"the error could not be stored: {exc}", "traceback": None})
                 self._failed[0] = outcome
                 continue
@@ -187,16 +195,21 @@ class OutcomeRecorder:
         recorded: list[Recorded] = []
         for outcome in done:
             execution = outcome.execution
+            job = execution.job
             status = accepted.get((execution.job_id, execution.fence))
             if status is JobStatus.SUCCEEDED:
-                queue = execution.job.queue
-                per_queue[queue] = per_queue.get(queue, 0) + 1
+                per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
                 recorded.append((outcome, JobStatus.SUCCEEDED))
+                _logs.finished("succeeded", job.task, job.id, job.queue, job.attempts,
+                               outcome.duration)
             elif status is not None:  # canceled: its cancel was requested while it ran
                 recorded.append((outcome, status))
+                _logs.finished(str(status), job.task, job.id, job.queue, job.attempts,
+                               outcome.duration, level=logging.WARNING)
             else:
-                log.warning("%s: job %d's result was rejected: its lease had been lost",
-                            self.name, execution.job_id)
+                _logs.finished("stale", job.task, job.id, job.queue, job.attempts,
+                               outcome.duration, "its result was rejected: its lease had been "
+                               "lost", level=logging.WARNING)
                 recorded.append((outcome, None))
         for queue, n in per_queue.items():
             telemetry.jobs_succeeded.add(n, telemetry.attributes(queue))
@@ -207,24 +220,24 @@ class OutcomeRecorder:
         attributes = telemetry.attributes(job.queue)
         error = outcome.error or {}
         what = f"{error.get('type')}: {error.get('message')}"
+        line = functools.partial(_logs.finished, task=job.task, job_id=job.id, queue=job.queue,
+                                 attempt=job.attempts, duration=outcome.duration)
         if status is None:
-            log.warning("%s: job %d's failure was rejected: its lease had been lost",
-                        self.name, job.id)
+            line("stale", detail="its outcome was rejected: its lease had been lost",
+                 level=logging.WARNING)
+        elif outcome.snooze is not None and status == JobStatus.SCHEDULED:
+            line("snoozed", detail=f"back in {outcome.snooze:g}s, its attempt not used")
         elif status == JobStatus.SCHEDULED:
             telemetry.jobs_retried.add(1, attributes)
-            log.info("job %d (%s) attempt %d/%d failed, retrying: %s",
-                     job.id, job.task, job.attempts, job.max_attempts, what)
+            line("retried", detail=f"attempt {job.attempts}/{job.max_attempts} failed: {what}")
         elif status == JobStatus.CANCELED:
-            log.warning("job %d (%s) canceled on request during attempt %d/%d",
-                     job.id, job.task, job.attempts, job.max_attempts)
+            line("canceled", detail="canceled on request", level=logging.WARNING)
         elif status == JobStatus.HELD:
             telemetry.jobs_held.add(1, attributes)
-            log.warning("job %d (%s) held after attempt %d/%d: %s",
-                        job.id, job.task, job.attempts, job.max_attempts, what)
+            line("held", detail=what, level=logging.WARNING)
         else:
             telemetry.jobs_failed.add(1, attributes)
-            log.warning("job %d (%s) failed after attempt %d/%d: %s",
-                        job.id, job.task, job.attempts, job.max_attempts, what)
+            line("failed", detail=what, level=logging.WARNING)
         self._on_recorded([(outcome, status)], False)
 
     async def _disconnect(self) -> None:

@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ import anyio
 import psycopg
 
 from .. import _ops, telemetry
-from ..errors import first_line
+from ..errors import StaleLeaseError, first_line
 from ..types import ClaimedJob, JobStatus
 from . import _shared
 from ._reconnect import Reconnect
@@ -162,11 +163,12 @@ class Slot:
 
     async def _main(self) -> int:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._wake = _Flag()
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             limiter=anyio.CapacityLimiter(self.config.concurrency),
-            retention=_ops.retention_json(self.app.retention),
+            retention=_ops.retention_json(self.app.retention), renew=self._renew_now,
         )
         self.recorder = OutcomeRecorder(
             lambda: self._connect("outcomes"), self._recorded,
@@ -174,7 +176,7 @@ class Slot:
             name=f"slot {self.index}", ride=self.config.queues if self.config.ride else (),
             on_riding=self._wake.set,
         )
-        keeper = LeaseKeeper(
+        keeper = self._keeper = LeaseKeeper(
             self.config.url, self._running, self._lost_from_thread,
             self.config.heartbeat_interval, name=f"workhorse-leases-{self.index}",
             on_cancel=self._cancel_from_thread,
@@ -422,6 +424,8 @@ class Slot:
         if outcome is not None:
             if outcome.retry_at is not None:
                 self.claimer.retry_due(job.queue, outcome.retry_delay or 0.0)
+            elif outcome.snooze is not None:
+                self.claimer.retry_due(job.queue, outcome.snooze)
             self.recorder.add(outcome)
         elif execution.lost:
             self.stats.add(self.index, _shared.LOST)
@@ -446,7 +450,21 @@ class Slot:
             self._in_flight -= 1
             self.stats.set(self.index, _shared.IN_FLIGHT, self._in_flight)
 
+    def _renew_now(self, execution: Execution) -> None:
+        """JobContext.heartbeat(): a sync handler's thread waits for the renewal; an async
+        handler (on the loop, which must not block) asks for it and goes on."""
+        target = self._keeper.ask()
+        if threading.get_ident() != self._loop_thread:
+            self._keeper.wait_for_beat(target)
+        if execution.lost:
+            raise StaleLeaseError(f"job {execution.job_id}: its lease was lost; stop now, "
+                                  "another claim may own the job")
+
     def _lost_from_thread(self, lost: list[tuple[int, int]]) -> None:
+        for job_id, fence in lost:  # at once, for a handler's thread waiting on a heartbeat
+            execution = self._running.get(job_id)
+            if execution is not None and execution.fence == fence:
+                execution.lost = True
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile

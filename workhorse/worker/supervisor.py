@@ -53,7 +53,7 @@ from ..types import (
     SyncReport,
     check_name,
 )
-from . import _registry
+from . import _logs, _registry
 from ._shared import IN_FLIGHT, Budget, Stats
 from .slot import Slot, SlotConfig
 from .wakeups import BACKEND, HINT, PASS, ChannelSet, ConnectionFds, Listener, decode, encode
@@ -152,6 +152,8 @@ def run_worker(
     sync: bool = False,
     app_reference: str = "",
     console: Console | None = None,
+    log_level: str = "info",
+    log_format: str = "text",
 ) -> int:
     """Start the supervisor and its slots; returns the exit code when it stops.
 
@@ -160,6 +162,10 @@ def run_worker(
     starts; an unreachable database raises DatabaseError.
     """
     console = console if console is not None else Console(highlight=False)
+    try:
+        _logs.configure(log_level, log_format)
+    except ValueError as exc:
+        raise InvalidOptionsError(str(exc)) from None
     settings = settings_for(
         app, slots=slots, concurrency=concurrency, queues=queues,
         max_concurrent_tasks=max_concurrent_tasks, lease=lease,

@@ -1,5 +1,7 @@
 -- Throughput: a slot records its finished jobs and claims their replacements in one statement,
--- and gives back the jobs it claimed ahead and did not start.
+-- and gives back the jobs it claimed ahead and did not start; a snoozed job waits without
+-- using an attempt.
 \ir ../functions/_record_successes_v1.sql
 \ir ../functions/claim_v3.sql
 \ir ../functions/release_v1.sql
+\ir ../functions/snooze_v1.sql

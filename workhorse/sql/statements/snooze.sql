@@ -1,0 +1,1 @@
+SELECT workhorse.snooze_v1(%s::bigint, %s::bigint, %s::double precision, %s::text)

@@ -1,0 +1,78 @@
+"""The worker's log lines on stderr: `--log-level` and `--log-format text|json`.
+
+Configured once in the supervisor, before it forks, so every slot writes through the same
+handler. At `info` every finished job gets one line (`workhorse.jobs`): its task, `id=<id>`,
+queue, outcome, attempt and duration; in JSON the same as the keys `task`, `id`, `queue`,
+`outcome`, `attempt`, `duration_s`, beside `ts`, `level`, `logger` and `message`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "json")
+
+jobs = logging.getLogger("workhorse.jobs")
+
+# The fields of a finished job's line, in order.
+JOB_FIELDS = ("task", "id", "queue", "outcome", "attempt", "duration_s")
+
+
+class _Text(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return _timestamp(record.created)
+
+
+class _Json(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, Any] = {
+            "ts": _timestamp(record.created), "level": record.levelname.lower(),
+            "logger": record.name, "message": record.getMessage(),
+        }
+        job = getattr(record, "job", None)
+        if job is not None:
+            document.update(job)
+        if record.exc_info:
+            document["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(document, default=str)
+
+
+def _timestamp(created: float) -> str:
+    seconds = time.gmtime(created)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", seconds) + f".{int(created % 1 * 1000):03d}Z"
+
+
+def configure(level: str = "info", fmt: str = "text") -> None:
+    """Send workhorse's loggers to stderr at `level`, as text lines or JSON objects."""
+    if level not in LEVELS:
+        raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Json() if fmt == "json" else _Text())
+    root = logging.getLogger("workhorse")
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def finished(outcome: str, task: str, job_id: int, queue: str, attempt: int, duration: float,
+             detail: str = "", level: int = logging.INFO) -> None:
+    """One finished job's line (cheap to skip when the level hides it)."""
+    if not jobs.isEnabledFor(level):
+        return
+    fields = {"task": task, "id": job_id, "queue": queue, "outcome": outcome,
+              "attempt": attempt, "duration_s": round(duration, 6)}
+    jobs.log(level, "%s id=%d queue=%s %s attempt=%d duration=%.3fs%s", task, job_id, queue,
+             outcome, attempt, duration, f": {detail}" if detail else "",
+             extra={"job": fields})
