@@ -768,6 +768,7 @@ def fire_due_schedules(namespace: str, limit: int = FIRING_BATCH) -> Operation[F
         locked=len(rows),
         full=len(rows) >= limit,
         next_due_in=None if next_due is None else (next_due - now).total_seconds(),
+        now=now,
         broken=broken,
     )
 

@@ -595,12 +595,14 @@ class FiringPass:
     occurrence, job id), how many due schedules it locked (`full`: as many as it may take, so
     more may be due), the seconds until the namespace's next due schedule by PostgreSQL's clock
     (None: it has none; a negative value: one is due and another pass holds it), and the
-    schedules it could not evaluate, as (name, reason)."""
+    schedules it could not evaluate, as (name, reason). `now` is PostgreSQL's clock at the end
+    of the pass."""
 
     fired: list[tuple[int, datetime, int]]
     locked: int
     full: bool
     next_due_in: float | None
+    now: datetime
     broken: list[tuple[str, str]] = field(default_factory=list)
 
 

@@ -55,6 +55,7 @@ from ..types import (
 )
 from . import _registry
 from ._shared import IN_FLIGHT, Budget, Stats
+from .scheduler import Scheduler
 from .slot import Slot, SlotConfig
 from .wakeups import BACKEND, HINT, PASS, ChannelSet, ConnectionFds, Listener, decode, encode
 
@@ -365,11 +366,13 @@ class Supervisor:
             app=app.name, host=socket.gethostname(), pid=self.pid, slots=settings.slots,
             queues=list(settings.queues), stats=self._registry_stats,
         )
+        # Every supervisor fires its app's due schedules, whatever its queues.
+        self.scheduler = Scheduler(app.name, declares_schedules=bool(app.schedules))
         self.listener = Listener(
             url, list(settings.queues), self.channels, self.fds,
             governed=governed or set(), tick_interval=REGISTRY_INTERVAL,
             on_connect=self.registry.connected, on_tick=self.registry.tick,
-            on_stop=self.registry.unregister,
+            on_stop=self.registry.unregister, on_timer=self.scheduler.run,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------
