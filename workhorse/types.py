@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._durations import parse_duration
 from . import _occurrences
+from ._durations import parse_duration
 from .errors import InvalidOptionsError, InvalidPolicyError, InvalidScheduleError, WorkhorseError
 
 NAME_MAX = 255

@@ -3,7 +3,9 @@ catch-up rule, exactly one job per occurrence by the unique key, and the firing 
 
 from __future__ import annotations
 
+import itertools
 import threading
+import zoneinfo
 from datetime import timedelta
 from typing import Any
 
@@ -65,8 +67,7 @@ def test_sync_stores_schedules_and_a_resync_moves_nothing(queue: Queue) -> None:
     assert (refresh.every, refresh.args, refresh.queue, refresh.last_run_at) == (
         "30s", ["eu"], "tasks.tick", None)
     assert refresh.next_run_at.timestamp() % 30 == 0
-    assert by_name["nightly"].next_run_at.astimezone(
-        __import__("zoneinfo").ZoneInfo("Europe/Oslo")).hour == 3
+    assert by_name["nightly"].next_run_at.astimezone(zoneinfo.ZoneInfo("Europe/Oslo")).hour == 3
     again = queue.sync_schedules_report("billing", [
         every("refresh-eu", "30s", args=["eu"]),
         ScheduleDefinition("nightly", "tasks.report", cron="0  3 * * *", tz="Europe/Oslo"),
@@ -202,7 +203,7 @@ def test_bad_declarations_raise_and_register_nothing(fields: dict[str, Any]) -> 
     assert app.tasks == {} and app.schedules == {}
 
 
-# ---- firing ---------------------------------------------------------------------------------------
+# ---- firing ----------------------------------------------------------------------------------
 
 
 def test_a_fired_job_runs_at_its_occurrence_with_its_arguments(conn: Any, queue: Queue) -> None:
@@ -232,13 +233,13 @@ def test_catch_up_after_every_supervisor_was_down(conn: Any, queue: Queue, polic
     on_time = [o for o in fired if o >= cutoff]
     # Every occurrence at most 60 s overdue fires, whatever the policy: 6 or 7 of them.
     assert on_time and on_time[-1] > firing.now - timedelta(seconds=10)
-    assert all(b - a == timedelta(seconds=10) for a, b in zip(on_time, on_time[1:]))
+    assert all(b - a == timedelta(seconds=10) for a, b in itertools.pairwise(on_time))
     assert on_time[0] - timedelta(seconds=10) < cutoff
     expected = {"latest": 1, "all": CATCH_UP_ALL_LIMIT, "skip": 0}[policy]
     assert len(missed) == expected
     if missed:  # the most recent missed ones, contiguous with the on-time ones
         assert on_time[0] - missed[-1] == timedelta(seconds=10)
-        assert all(b - a == timedelta(seconds=10) for a, b in zip(missed, missed[1:]))
+        assert all(b - a == timedelta(seconds=10) for a, b in itertools.pairwise(missed))
     assert len(set(fired)) == len(fired)
 
 
@@ -314,3 +315,34 @@ def test_the_firing_pass_reads_the_due_index(conn: Any, queue: Queue) -> None:
         {"namespace": "a", "limit": 500}).fetchall())
     assert "schedules_due_idx" in plan, plan
     assert "Seq Scan" not in plan, plan
+
+
+# ---- the CLI ------------------------------------------------------------------------------------
+
+
+def test_workhorse_schedules_lists_next_and_last_run(database_url: str, conn: Any,
+                                                     queue: Queue) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from workhorse.cli import main
+
+    queue.sync_schedules("a", [
+        every("s", args=["eu"]),
+        ScheduleDefinition("n", "tasks.n", cron="0 3 * * *", tz="Europe/Oslo"),
+    ])
+    rewind(conn, "s", 15)
+    Scheduler("a").fire(conn)
+    runner = CliRunner()
+    result = runner.invoke(main, ["--database-url", database_url, "schedules", "--json"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    listed = {s["name"]: s for s in json.loads(result.stdout)}
+    assert listed["s"]["every"] == "10s" and listed["s"]["args"] == ["eu"]
+    assert listed["s"]["last_run_at"] is not None and listed["n"]["last_run_at"] is None
+    assert listed["n"]["next_run_at"].endswith("+00:00")
+    table = runner.invoke(main, ["--database-url", database_url, "schedules"],
+                          catch_exceptions=False, terminal_width=200)
+    assert table.exit_code == 0 and "every 10s" in table.stdout
+    assert "0 3 * * * (Europe/Oslo)" in table.stdout

@@ -4,6 +4,7 @@ across both of Europe/Oslo's DST transitions, and the catch-up rule. No clock, n
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -72,8 +73,7 @@ def test_fall_back_an_ambiguous_time_fires_once() -> None:
     # A wildcard hour: each wall-clock time of the repeated hour fires once, at its first pass.
     half_hours = cron("*/30 * * * *", "Europe/Oslo").between(
         utc(2026, 10, 24, 23, 30), utc(2026, 10, 25, 2, 30))
-    local = [o.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Oslo")).strftime("%H:%M%z")
-             for o in half_hours]
+    local = [o.astimezone(ZoneInfo("Europe/Oslo")).strftime("%H:%M%z") for o in half_hours]
     assert local == ["01:30+0200", "02:00+0200", "02:30+0200", "03:00+0100", "03:30+0100"]
     assert len(set(half_hours)) == len(half_hours)
 
@@ -112,14 +112,15 @@ def test_catch_up_after_every_supervisor_was_down() -> None:
     down_since = utc(2026, 5, 1, 11, 0, 0)  # 70 minutes of 10 s occurrences: 420 of them
     on_time = [utc(2026, 5, 1, 12, 9, s) for s in (10, 20, 30, 40, 50)] + [utc(2026, 5, 1, 12, 10)]
     latest, _ = every("10s").due(down_since, NOW, "latest")
-    assert latest == [utc(2026, 5, 1, 12, 9, 0)] + on_time
+    assert latest == [utc(2026, 5, 1, 12, 9, 0), *on_time]
     skipped, _ = every("10s").due(down_since, NOW, "skip")
     assert skipped == on_time
     everything, following = every("10s").due(down_since, NOW, "all")
     missed = everything[:-len(on_time)]
     assert len(missed) == CATCH_UP_ALL_LIMIT
     assert missed[-1] == utc(2026, 5, 1, 12, 9, 0)
-    assert missed == [utc(2026, 5, 1, 12, 9) - timedelta(seconds=10 * k) for k in range(99, -1, -1)]
+    assert missed == [utc(2026, 5, 1, 12, 9) - timedelta(seconds=10 * k)
+                      for k in range(99, -1, -1)]
     assert following == utc(2026, 5, 1, 12, 10, 10)
 
 
@@ -136,7 +137,7 @@ def test_nothing_due_moves_nothing() -> None:
     assert every("1s").due(utc(2026, 5, 1, 12, 11), NOW, "latest") == ([], utc(2026, 5, 1, 12, 11))
 
 
-# ---- bad input ------------------------------------------------------------------------------------
+# ---- bad input --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fields", [
