@@ -122,6 +122,8 @@ CREATE TABLE workhorse.schedule_runs (
     CONSTRAINT schedule_runs_pkey PRIMARY KEY (schedule_id, occurrence)
 );
 
+ALTER TABLE workhorse.schedule_runs SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
+
 CREATE TABLE workhorse.schedules (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     name text NOT NULL,
@@ -154,6 +156,8 @@ CREATE TABLE workhorse.schedules (
     CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 255))),
     CONSTRAINT schedules_task_check CHECK (((length(task) >= 1) AND (length(task) <= 255)))
 );
+
+ALTER TABLE workhorse.schedules SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 
 CREATE TABLE workhorse.schema_version (
     version integer NOT NULL,

@@ -34,6 +34,11 @@ CREATE TABLE workhorse.schedules (
 -- A firing pass reads only the due schedules of its namespace: its cost follows what is due,
 -- not how many schedules exist.
 CREATE INDEX schedules_due_idx ON workhorse.schedules (namespace, next_run_at);
+-- Each firing moves a pointer, leaving a dead entry where the due read starts (an every="1s"
+-- schedule, one a second): vacuum after a fixed number of changes, not a fraction of the table.
+ALTER TABLE workhorse.schedules SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 -- The occurrences fired: exactly one job per (schedule, occurrence), decided by this key however
 -- many supervisors fire at once. Kept for an hour behind each schedule's latest occurrence, and
@@ -45,6 +50,9 @@ CREATE TABLE workhorse.schedule_runs (
     fired_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (schedule_id, occurrence)
 );
+ALTER TABLE workhorse.schedule_runs SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 -- The occurrence a scheduled job stands for (NULL for other jobs until enqueue fills it in).
 ALTER TABLE workhorse.jobs ADD COLUMN scheduled_for timestamptz;
