@@ -170,6 +170,23 @@ def test_app_sync_pushes_schedules_with_the_policies(database_url: str, queue: Q
         app.close()
 
 
+def test_app_sync_async_pushes_schedules_too(database_url: str, queue: Queue) -> None:
+    import anyio
+
+    app = _app(database_url)
+
+    async def main() -> None:
+        try:
+            report = await app.sync_async()
+            assert report.schedules is not None
+            assert sorted(report.schedules.created) == ["refresh-eu", "weekday-digest"]
+        finally:
+            await app.close_async()
+
+    anyio.run(main)
+    assert {s.namespace for s in queue.list_schedules()} == {"sched-app"}
+
+
 def test_app_refuses_schedules_for_tasks_it_does_not_declare(database_url: str,
                                                              queue: Queue) -> None:
     app = _app(database_url)
