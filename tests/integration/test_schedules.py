@@ -4,6 +4,9 @@ catch-up rule, exactly one job per occurrence by the unique key, and the firing 
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import threading
 import zoneinfo
 from datetime import timedelta
@@ -359,7 +362,8 @@ def test_workhorse_schedules_lists_next_and_last_run(database_url: str, conn: An
     assert listed["s"]["every"] == "10s" and listed["s"]["args"] == ["eu"]
     assert listed["s"]["last_run_at"] is not None and listed["n"]["last_run_at"] is None
     assert listed["n"]["next_run_at"].endswith("+00:00")
-    table = runner.invoke(main, ["--database-url", database_url, "schedules"],
-                          catch_exceptions=False, terminal_width=200)
-    assert table.exit_code == 0 and "every 10s" in table.stdout
-    assert "0 3 * * * (Europe/Oslo)" in table.stdout
+    table = subprocess.run(  # its own process, so that the table is as wide as COLUMNS says
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "schedules"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert table.returncode == 0, table.stderr
+    assert "every 10s" in table.stdout and "0 3 * * * (Europe/Oslo)" in table.stdout
