@@ -55,6 +55,9 @@ class Scheduler:
             # A broken connection also surfaces in the listener, which reconnects.
             log.warning("could not fire due schedules: %s", first_line(exc))
             return ERROR_RETRY
+        except Exception:  # a bug here must not take the listener's wake-ups down with it
+            log.exception("could not fire due schedules")
+            return ERROR_RETRY
         for name, reason in firing.broken:
             if name not in self._reported:  # once per schedule, not once a minute
                 self._reported.add(name)

@@ -26,8 +26,6 @@ AS $$
 DECLARE
     v_name text;
     v_owner text;
-    v_old workhorse.schedules;
-    v_new record;
 BEGIN
     -- Syncs of schedules are rare: one at a time, so that two namespaces racing for a new name
     -- serialize and the second sees the first's row ("wksched").
@@ -35,7 +33,7 @@ BEGIN
 
     SELECT s.name, s.namespace INTO v_name, v_owner
     FROM workhorse.schedules s
-    WHERE s.name = ANY(p_names) AND s.namespace <> p_namespace
+    WHERE s.name IN (SELECT unnest(p_names)) AND s.namespace <> p_namespace
     ORDER BY s.name
     LIMIT 1;
     IF FOUND THEN
@@ -43,64 +41,62 @@ BEGIN
             USING ERRCODE = 'WH006';
     END IF;
 
-    FOR v_new IN
-        SELECT * FROM unnest(p_names, p_tasks, p_crons, p_everys, p_tzs, p_args, p_kwargs,
-                             p_queues, p_ckeys, p_priorities, p_max_attempts, p_on_failures,
-                             p_catch_ups, p_next_run_ats)
-            AS t(name, task, cron, every, tz, args, kwargs, queue, ckey, priority, max_attempts,
-                 on_failure, catch_up, next_run_at)
-        ORDER BY 1
-    LOOP
-        SELECT * INTO v_old FROM workhorse.schedules s WHERE s.name = v_new.name FOR UPDATE;
-        IF v_old.id IS NULL THEN
-            INSERT INTO workhorse.schedules
-                (name, namespace, task, cron, every_interval, tz, args, kwargs, queue, ckey,
-                 priority, max_attempts, on_failure, catch_up, next_run_at)
-            VALUES (v_new.name, p_namespace, v_new.task, v_new.cron, v_new.every, v_new.tz,
-                    v_new.args::jsonb, v_new.kwargs::jsonb, v_new.queue, v_new.ckey,
-                    v_new.priority, v_new.max_attempts, v_new.on_failure, v_new.catch_up,
-                    v_new.next_run_at);
-            sync_action := 'created';
-        ELSIF (v_old.task, v_old.cron, v_old.every_interval, v_old.tz, v_old.args, v_old.kwargs,
-               v_old.queue, v_old.ckey, v_old.priority, v_old.max_attempts, v_old.on_failure,
-               v_old.catch_up)
-              IS NOT DISTINCT FROM
-              (v_new.task, v_new.cron, v_new.every, v_new.tz, v_new.args::jsonb,
-               v_new.kwargs::jsonb, v_new.queue, v_new.ckey, v_new.priority, v_new.max_attempts,
-               v_new.on_failure, v_new.catch_up)
-        THEN
-            sync_action := 'unchanged';
-        ELSE
-            UPDATE workhorse.schedules s
-            SET task = v_new.task, cron = v_new.cron, every_interval = v_new.every,
-                tz = v_new.tz, args = v_new.args::jsonb, kwargs = v_new.kwargs::jsonb,
-                queue = v_new.queue, ckey = v_new.ckey, priority = v_new.priority,
-                max_attempts = v_new.max_attempts, on_failure = v_new.on_failure,
-                catch_up = v_new.catch_up, updated_at = now(),
-                next_run_at = CASE
-                    WHEN (v_old.cron, v_old.every_interval, v_old.tz)
-                         IS NOT DISTINCT FROM (v_new.cron, v_new.every, v_new.tz)
-                    THEN s.next_run_at ELSE v_new.next_run_at END
-            WHERE s.id = v_old.id;
-            sync_action := 'updated';
-        END IF;
-        sync_name := v_new.name;
-        RETURN NEXT;
-    END LOOP;
+    -- One upsert for the whole set: a row whose definition is unchanged is locked, not written.
+    RETURN QUERY
+    WITH input AS (
+        SELECT *
+        FROM unnest(p_names, p_tasks, p_crons, p_everys, p_tzs, p_args, p_kwargs, p_queues,
+                    p_ckeys, p_priorities, p_max_attempts, p_on_failures, p_catch_ups,
+                    p_next_run_ats)
+            AS t(name, task, cron, every, tz, args, kwargs, queue, ckey, priority,
+                 max_attempts, on_failure, catch_up, next_run_at)
+    ), upserted AS (
+        INSERT INTO workhorse.schedules AS s
+            (name, namespace, task, cron, every_interval, tz, args, kwargs, queue, ckey,
+             priority, max_attempts, on_failure, catch_up, next_run_at)
+        SELECT i.name, p_namespace, i.task, i.cron, i.every, i.tz, i.args::jsonb,
+               i.kwargs::jsonb, i.queue, i.ckey, i.priority, i.max_attempts, i.on_failure,
+               i.catch_up, i.next_run_at
+        FROM input i
+        ORDER BY i.name
+        ON CONFLICT (name) DO UPDATE
+        SET task = EXCLUDED.task, cron = EXCLUDED.cron, every_interval = EXCLUDED.every_interval,
+            tz = EXCLUDED.tz, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
+            queue = EXCLUDED.queue, ckey = EXCLUDED.ckey, priority = EXCLUDED.priority,
+            max_attempts = EXCLUDED.max_attempts, on_failure = EXCLUDED.on_failure,
+            catch_up = EXCLUDED.catch_up, updated_at = now(),
+            -- Only a new expression moves the schedule: to its first occurrence after now.
+            next_run_at = CASE
+                WHEN (s.cron, s.every_interval, s.tz)
+                     IS NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz)
+                THEN s.next_run_at ELSE EXCLUDED.next_run_at END
+        WHERE (s.task, s.cron, s.every_interval, s.tz, s.args, s.kwargs, s.queue, s.ckey,
+               s.priority, s.max_attempts, s.on_failure, s.catch_up)
+              IS DISTINCT FROM
+              (EXCLUDED.task, EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz,
+               EXCLUDED.args, EXCLUDED.kwargs, EXCLUDED.queue, EXCLUDED.ckey, EXCLUDED.priority,
+               EXCLUDED.max_attempts, EXCLUDED.on_failure, EXCLUDED.catch_up)
+        RETURNING s.name, (s.xmax = 0) AS inserted
+    )
+    SELECT CASE WHEN u.inserted THEN 'created' WHEN u.name IS NOT NULL THEN 'updated'
+                ELSE 'unchanged' END,
+           i.name
+    FROM input i
+    LEFT JOIN upserted u ON u.name = i.name
+    ORDER BY i.name;
 
     IF p_prune THEN
         -- Waits for a firing pass that holds the row; after this commits, none fires it again.
-        FOR v_old IN
+        RETURN QUERY
+        WITH gone AS (
             DELETE FROM workhorse.schedules s
-            WHERE s.namespace = p_namespace AND NOT (s.name = ANY(p_names))
-            RETURNING s.*
-        LOOP
-            DELETE FROM workhorse.schedule_runs r WHERE r.schedule_id = v_old.id;
-            v_name := v_old.name;
-            sync_action := 'pruned';
-            sync_name := v_name;
-            RETURN NEXT;
-        END LOOP;
+            WHERE s.namespace = p_namespace
+              AND NOT EXISTS (SELECT 1 FROM unnest(p_names) AS n(name) WHERE n.name = s.name)
+            RETURNING s.id, s.name
+        ), forgotten AS (
+            DELETE FROM workhorse.schedule_runs r USING gone WHERE r.schedule_id = gone.id
+        )
+        SELECT 'pruned'::text, g.name FROM gone g ORDER BY g.name;
     END IF;
 END
 $$;
