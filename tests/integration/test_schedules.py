@@ -367,3 +367,20 @@ def test_workhorse_schedules_lists_next_and_last_run(database_url: str, conn: An
         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     assert "every 10s" in table.stdout and "0 3 * * * (Europe/Oslo)" in table.stdout
+
+
+def test_the_worker_banner_warns_when_declared_schedules_are_not_stored(database_url: str,
+                                                                        queue: Queue) -> None:
+    from workhorse.worker.scheduler import schedules_banner
+
+    app = _app(database_url)
+    try:
+        before = schedules_banner(app, queue.list_schedules(app.name))
+        assert any("refresh-eu: declared, not stored" in line for line in before)
+        app.sync()
+        assert len(schedules_banner(app, queue.list_schedules(app.name))) == 1  # no warning
+        app.schedules.pop("refresh-eu")
+        after = schedules_banner(app, queue.list_schedules(app.name))
+        assert any("refresh-eu: stored, no longer declared" in line for line in after)
+    finally:
+        app.close()

@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 
 from .. import _ops
+from ..app import App
 from ..errors import first_line
-from ..types import FiringPass
+from ..types import FiringPass, Schedule
 
 log = logging.getLogger("workhorse.worker")
 
@@ -73,4 +74,28 @@ class Scheduler:
         return min(firing.next_due_in + LATE_BY, self.recheck)
 
 
-__all__ = ["Scheduler"]
+def schedules_banner(app: App, stored: list[Schedule]) -> list[str]:
+    """What the worker's banner says about schedules: how many it fires, and how the app's
+    declared ones differ from the stored ones (only synced schedules fire)."""
+    if not app.schedules and not stored:
+        return []
+    lines = [f"[dim]schedules[/]  {len(stored)} stored in namespace {app.name}, fired by every "
+             "running supervisor of the app"]
+    by_name = {s.name: s for s in stored}
+    drift = []
+    for name, definition in sorted(app.schedules.items()):
+        schedule = by_name.get(name)
+        if schedule is None:
+            drift.append(f"{name}: declared, not stored (it fires once synced)")
+        elif schedule.definition != definition:
+            drift.append(f"{name}: the declared definition differs from the stored one")
+    drift += [f"{name}: stored, no longer declared (it still fires until a sync prunes it)"
+              for name in sorted(set(by_name) - set(app.schedules))]
+    if drift:
+        lines.append("[yellow]warning:[/] the app's declared schedules differ from the stored "
+                     "ones (run `workhorse sync`, or start the worker with --sync):")
+        lines += [f"  [yellow]•[/] {line}" for line in drift]
+    return lines
+
+
+__all__ = ["Scheduler", "schedules_banner"]
