@@ -140,10 +140,10 @@ class Timing:
         assert self.cron is not None
         reverse = CronSim(self.cron, before.astimezone(zone(self.tz)), reverse=True)
         for _ in range(limit + 2):
-            candidate = next(reverse).astimezone(UTC)
-            if candidate < not_before:
+            candidate = next(reverse, None)
+            if candidate is None or candidate.astimezone(UTC) < not_before:
                 break
-            start = candidate
+            start = candidate.astimezone(UTC)
         found = [o for o in self.between(max(start, not_before), before) if o < before]
         return found[-limit:]
 
@@ -163,9 +163,9 @@ class Timing:
         is `next_run_at`, and the schedule's next pointer (the first occurrence after `now`)."""
         if catch_up not in CATCH_UP_POLICIES:
             raise InvalidScheduleError(f"unknown catch_up {catch_up!r}")
-        following = self.after(now)
         if next_run_at > now:
             return [], next_run_at
+        following = self.after(now)
         cutoff = now - MISSED_AFTER
         missed: list[datetime] = []
         if catch_up != "skip" and next_run_at < cutoff:
