@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -16,7 +18,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import _ops, _results, database, telemetry
-from .errors import AppLoadError, InvalidOptionsError, InvalidPolicyError, UnknownTaskError
+from .errors import (
+    AppLoadError,
+    InvalidOptionsError,
+    InvalidPolicyError,
+    InvalidScheduleError,
+    UnknownTaskError,
+)
 from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
 from .task import (
@@ -27,6 +35,7 @@ from .task import (
     Task,
     check_call_options,
     check_retry_on,
+    resolve_key,
     timeout_seconds,
 )
 from .types import (
@@ -34,6 +43,7 @@ from .types import (
     EnqueueOptions,
     Job,
     QueueSpec,
+    ScheduleDefinition,
     SyncReport,
     check_name,
     retention_seconds,
@@ -112,6 +122,7 @@ class App(Enqueuer):
         self._database_url = database_url
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueSpec] = {}
+        self.schedules: dict[str, ScheduleDefinition] = {}
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
@@ -329,6 +340,116 @@ class App(Enqueuer):
             # is `__main__.<qualname>`, served by this process (eager(), drain()) or by a
             # worker whose app declares the same name.
         return f"{module}.{qualname}" if module else qualname
+
+    # ---- schedules -------------------------------------------------------------------------
+
+    def periodic(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: str | float | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        catch_up: str = "latest",
+        **task_options: Any,
+    ) -> Any:
+        """Register a task and a schedule for it, named after the task. Takes every `@app.task`
+        option (name=, queue=, limits, ...) plus the schedule's: `cron=` (5 fields, in `tz`) or
+        `every=` (a duration, fired at the instants k*every since the Unix epoch), `args`,
+        `kwargs` and `catch_up` ("latest", "all" or "skip").
+
+        >>> app = App("docs")
+        >>> @app.periodic(every="30s", args=("eu",), name="refresh-eu", queue="refresh")
+        ... def refresh(region): ...
+        >>> app.schedules["refresh-eu"].queue, app.schedules["refresh-eu"].every
+        ('refresh', '30s')
+        """
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
+            # The schedule's own fields first, so a bad one registers nothing.
+            ScheduleDefinition(name="-", task="-", cron=cron, every=every, tz=tz,
+                               args=list(args), kwargs=dict(kwargs or {}), catch_up=catch_up)
+            _check_arguments(function, args, kwargs)
+            task_name = task_options.get("name") or self._default_task_name(function)
+            if task_name in self.schedules:
+                raise InvalidScheduleError(f"schedule {task_name!r} is already declared")
+            task = self.task(**task_options)(function)
+            self.schedule(task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs,
+                          catch_up=catch_up, name=task.name)
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def schedule(
+        self,
+        task: Task[Any, Any] | str,
+        *,
+        cron: str | None = None,
+        every: str | float | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
+        queue: str | QueueSpec | None = None,
+        catch_up: str = "latest",
+    ) -> ScheduleDefinition:
+        """Schedule an existing task of this app (several schedules per task, each with its own
+        name and arguments). `name` defaults to the task's name. Jobs get the task's queue,
+        priority, max_attempts, on_failure and concurrency key (computed from these arguments),
+        unless `queue` says otherwise. Bad input raises InvalidScheduleError, a task this app does
+        not declare UnknownTaskError, both before anything is stored.
+
+        >>> app = App("docs")
+        >>> @app.task
+        ... def send(digest): ...
+        >>> app.schedule(send, cron="0 9 * * mon-fri", tz="Europe/Oslo",
+        ...              kwargs={"digest": "weekly"}, name="weekday-digest").cron
+        '0 9 * * mon-fri'
+        """
+        task_name = task.name if isinstance(task, Task) else task
+        if (not isinstance(task_name, str) or task_name not in self.tasks
+                or (isinstance(task, Task) and self.tasks[task_name] is not task)):
+            raise UnknownTaskError(
+                f"app {self.name!r} does not declare the task {task_name!r}; declare it with "
+                "@app.task (or use @app.periodic) before scheduling it"
+            )
+        registered = self.tasks[task_name]
+        schedule_name = name if name is not None else task_name
+        if schedule_name in self.schedules:
+            raise InvalidScheduleError(
+                f"schedule {schedule_name!r} is already declared; give this one its own name="
+            )
+        _check_arguments(registered.fn, args, kwargs)
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise InvalidScheduleError(f"args must be a list or tuple, got {args!r}")
+        try:
+            key = resolve_key(registered.concurrency_key, tuple(args), dict(kwargs or {}))
+        except InvalidOptionsError as exc:
+            raise InvalidScheduleError(f"schedule {schedule_name!r}: {exc}") from None
+        queue_name = self.queue_name(queue) if queue is not None else registered.queue.name
+        definition = ScheduleDefinition(
+            name=schedule_name, task=task_name, cron=cron, every=every, tz=tz, args=list(args),
+            kwargs=dict(kwargs or {}), queue=queue_name, catch_up=catch_up,
+            priority=registered.priority, max_attempts=registered.max_attempts,
+            concurrency_key=key, on_failure=registered.on_failure,
+        )
+        # Its queue is one of the app's, so that a worker serves it by default.
+        self._declare_queue(queue if isinstance(queue, QueueSpec) else QueueSpec(queue_name))
+        self.schedules[schedule_name] = definition
+        return definition
+
+    def schedule_definitions(self) -> list[ScheduleDefinition]:
+        """The schedules this app declares; UnknownTaskError for one whose task it lacks."""
+        for definition in self.schedules.values():
+            if definition.task not in self.tasks:
+                raise UnknownTaskError(
+                    f"schedule {definition.name!r} is for the task {definition.task!r}, which "
+                    f"app {self.name!r} does not declare"
+                )
+        return list(self.schedules.values())
 
     def policy_definitions(self) -> list[ConcurrencyPolicyDefinition]:
         """The limits this app declares, one per governed queue."""
@@ -575,16 +696,45 @@ class App(Enqueuer):
     # ---- policies ------------------------------------------------------------------------
 
     def sync(self, prune: bool = True) -> SyncReport:
-        """Push every declared policy under this app's namespace, in one desired-state call."""
+        """Push every declared policy and schedule under this app's namespace, in one
+        transaction; `SyncReport.schedules` reports the schedules (None when there are none)."""
         definitions = self.policy_definitions()
-        with self.connection() as conn:
-            return Queue(conn).sync_report(self.name, definitions, prune)
+        schedules = self.schedule_definitions()
+        with self.connection() as conn, conn.transaction():
+            report = Queue(conn).sync_report(self.name, definitions, prune)
+            scheduled = Queue(conn).sync_schedules_report(self.name, schedules, prune)
+        return _with_schedules(report, scheduled)
 
     async def sync_async(self, prune: bool = True) -> SyncReport:
         definitions = self.policy_definitions()
+        schedules = self.schedule_definitions()
         pool = await self._get_async_pool()
-        async with pool.connection() as conn:
-            return await AsyncQueue(conn).sync_report(self.name, definitions, prune)
+        async with pool.connection() as conn, conn.transaction():
+            report = await AsyncQueue(conn).sync_report(self.name, definitions, prune)
+            scheduled = await AsyncQueue(conn).sync_schedules_report(self.name, schedules, prune)
+        return _with_schedules(report, scheduled)
+
+
+def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:
+    """The policies' report, with the schedules' nested (None when there were none at all)."""
+    if not (scheduled.created or scheduled.updated or scheduled.pruned or scheduled.unchanged):
+        return report
+    return dataclasses.replace(report, schedules=scheduled)
+
+
+def _check_arguments(fn: Callable[..., Any], args: Sequence[Any],
+                     kwargs: dict[str, Any] | None) -> None:
+    """The schedule's arguments must bind to the handler, as an enqueue's must."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check against
+        return
+    try:
+        signature.bind(*tuple(args), **dict(kwargs or {}))
+    except TypeError as exc:
+        raise InvalidScheduleError(
+            f"the schedule's arguments do not fit {getattr(fn, '__qualname__', fn)!r}: {exc}"
+        ) from None
 
 
 def load_app(reference: str) -> App:

@@ -25,7 +25,15 @@ from . import _ops, database, telemetry
 from ._durations import parse_duration
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
-from .types import Job, JobStatus, PolicyOverride, QueueControl, QueueHealth, RateLimit
+from .types import (
+    Job,
+    JobStatus,
+    PolicyOverride,
+    QueueControl,
+    QueueHealth,
+    RateLimit,
+    SyncReport,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -247,6 +255,19 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
                 (d.rate_limit_per_key if d else None) or "-",
             )
     console.print(table)
+    if report.schedules is not None:
+        console.print(_schedule_changes(report.schedules))
+
+
+def _schedule_changes(report: SyncReport) -> Table:
+    table = Table(title="schedules")
+    table.add_column("schedule")
+    table.add_column("change")
+    styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
+    for change in ("created", "updated", "pruned", "unchanged"):
+        for name in getattr(report, change):
+            table.add_row(name, Text(change, style=styles[change]))
+    return table
 
 
 def _limit(value: int | None) -> str:
@@ -641,6 +662,35 @@ def workers(ctx: click.Context, as_json: bool) -> None:
             Text("yes", style="green") if r.alive else Text("no", style="red"),
         )
     console.print(table)
+
+
+@main.command()
+@click.option("--namespace", default=None, help="Only this namespace (an app's name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON.")
+@click.pass_context
+@handle_errors
+def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
+    """The stored schedules, with their next and last run (fired by every running worker of
+    their app)."""
+    with _connect(ctx) as conn:
+        rows = Queue(conn).list_schedules(namespace)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="schedules")
+    for column in ("namespace", "schedule", "task", "when", "queue", "catch_up", "next run",
+                   "last run"):
+        table.add_column(column)
+    for r in rows:
+        when = f"every {r.every}" if r.every is not None else f"{r.cron} ({r.tz})"
+        table.add_row(
+            r.namespace, r.name, r.task, when, r.queue, r.catch_up,
+            r.next_run_at.isoformat(timespec="seconds"),
+            r.last_run_at.isoformat(timespec="seconds") if r.last_run_at else "-",
+        )
+    console.print(table)
+    if not rows:
+        console.print("no schedules (declare them with @app.periodic and run `workhorse sync`)")
 
 
 @main.command()

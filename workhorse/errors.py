@@ -27,6 +27,15 @@ class PolicyConflictError(WorkhorseError):
     """Another namespace owns the queue."""
 
 
+class InvalidScheduleError(WorkhorseError, ValueError):
+    """A bad schedule: cron expression, interval, time zone, catch-up policy or arguments."""
+
+
+class ScheduleConflictError(PolicyConflictError, InvalidScheduleError):
+    """Another namespace owns the schedule name (a PolicyConflictError, as for a queue, and an
+    InvalidScheduleError, since the definition cannot be stored)."""
+
+
 class UnknownTaskError(WorkhorseError, LookupError):
     """A task name the app does not know."""
 
@@ -92,6 +101,7 @@ _SQLSTATE_ERRORS: dict[str, type[WorkhorseError]] = {
     "WH003": StaleLeaseError,
     "WH004": SchemaVersionError,
     "WH005": InvalidOptionsError,
+    "WH006": ScheduleConflictError,
 }
 
 

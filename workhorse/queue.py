@@ -29,6 +29,8 @@ from .types import (
     QueueControl,
     QueueHealth,
     QueueSummary,
+    Schedule,
+    ScheduleDefinition,
     SyncReport,
     WorkerInfo,
 )
@@ -100,6 +102,34 @@ class Queue:
 
     def list_concurrency_policies(self, namespace: str | None = None) -> list[ConcurrencyPolicy]:
         return self._run(_ops.list_policies(namespace))
+
+    def sync_schedules(
+        self,
+        namespace: str,
+        definitions: Iterable[ScheduleDefinition],
+        prune: bool = True,
+    ) -> list[Schedule]:
+        """Make `namespace`'s stored schedules equal `definitions`; returns that namespace's rows.
+
+        Upserts each definition (a changed cron, interval or zone takes effect from its next
+        occurrence; an unchanged one moves nothing); with `prune`, deletes this namespace's other
+        schedules, which stop firing at once. A name owned by another namespace raises
+        ScheduleConflictError and nothing is written.
+        """
+        return self._run(_ops.sync_schedules(namespace, definitions, prune), transaction=True)[1]
+
+    def sync_schedules_report(
+        self,
+        namespace: str,
+        definitions: Iterable[ScheduleDefinition],
+        prune: bool = True,
+    ) -> SyncReport:
+        """As `sync_schedules`, but returns what changed, by schedule name."""
+        return self._run(_ops.sync_schedules(namespace, definitions, prune), transaction=True)[0]
+
+    def list_schedules(self, namespace: str | None = None) -> list[Schedule]:
+        """Every stored schedule (or one namespace's), with its next and last run."""
+        return self._run(_ops.list_schedules(namespace))
 
     def health(self) -> QueueHealth:
         """Per-policy limit, active, available, blocked_ready, saturated keys; depth by status."""
@@ -259,6 +289,27 @@ class AsyncQueue:
         self, namespace: str | None = None
     ) -> list[ConcurrencyPolicy]:
         return await self._run(_ops.list_policies(namespace))
+
+    async def sync_schedules(
+        self,
+        namespace: str,
+        definitions: Iterable[ScheduleDefinition],
+        prune: bool = True,
+    ) -> list[Schedule]:
+        operation = _ops.sync_schedules(namespace, definitions, prune)
+        return (await self._run(operation, transaction=True))[1]
+
+    async def sync_schedules_report(
+        self,
+        namespace: str,
+        definitions: Iterable[ScheduleDefinition],
+        prune: bool = True,
+    ) -> SyncReport:
+        operation = _ops.sync_schedules(namespace, definitions, prune)
+        return (await self._run(operation, transaction=True))[0]
+
+    async def list_schedules(self, namespace: str | None = None) -> list[Schedule]:
+        return await self._run(_ops.list_schedules(namespace))
 
     async def health(self) -> QueueHealth:
         return await self._run(_ops.health())

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import _occurrences
 from ._durations import parse_duration
-from .errors import InvalidOptionsError, InvalidPolicyError, WorkhorseError
+from .errors import InvalidOptionsError, InvalidPolicyError, InvalidScheduleError, WorkhorseError
 
 NAME_MAX = 255
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
@@ -448,6 +449,8 @@ class SyncReport:
     updated: list[str] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    # The app's schedules, by name, when it declares any (App.sync only).
+    schedules: SyncReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +468,142 @@ class WorkerInfo:
     last_seen: datetime
     stats: dict[str, Any]
     alive: bool
+
+
+def _check_schedule_name(what: str, value: object) -> str:
+    return check_name(what, value, InvalidScheduleError)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDefinition:
+    """A periodic schedule as declared: enqueue `task` with `args`/`kwargs` at every occurrence
+    of `cron` (standard 5 fields, in the IANA zone `tz`) or of `every` (a duration; it fires at
+    the instants k*every since the Unix epoch, UTC). Validated when constructed
+    (InvalidScheduleError); `every` is kept in its canonical spelling.
+
+    `queue=None` is the queue named after the task (an app fills in its task's queue, priority,
+    max_attempts, on_failure and concurrency key). `catch_up` says what fires after every
+    supervisor was down: "latest" (the most recent missed occurrence), "all" (up to 100), "skip".
+
+    >>> ScheduleDefinition(name="refresh-eu", task="tasks.refresh", every="30s", args=["eu"]).every
+    '30s'
+    >>> ScheduleDefinition("nightly", "tasks.report", cron="0  3 * * *", tz="Europe/Oslo").cron
+    '0 3 * * *'
+    """
+
+    name: str
+    task: str
+    cron: str | None = None
+    every: str | float | timedelta | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    tz: str = "UTC"
+    catch_up: str = "latest"
+    priority: int = 0
+    max_attempts: int = 3
+    concurrency_key: str | None = None
+    on_failure: str = "fail"
+
+    def __post_init__(self) -> None:
+        _check_schedule_name("schedule name", self.name)
+        _check_schedule_name("task", self.task)
+        if (self.cron is None) == (self.every is None):
+            raise InvalidScheduleError(
+                f"schedule {self.name!r}: give exactly one of cron= or every="
+            )
+        if self.cron is not None:
+            object.__setattr__(self, "cron", _occurrences.check_cron(self.cron))
+        else:
+            micros = _occurrences.every_microseconds(self.every)
+            object.__setattr__(self, "every", _occurrences.every_text(micros))
+        _occurrences.zone(self.tz)
+        if self.catch_up not in _occurrences.CATCH_UP_POLICIES:
+            raise InvalidScheduleError(
+                f"schedule {self.name!r}: catch_up must be one of "
+                f"{', '.join(_occurrences.CATCH_UP_POLICIES)}, got {self.catch_up!r}"
+            )
+        if isinstance(self.args, str | bytes | dict) or not isinstance(self.args, list | tuple):
+            raise InvalidScheduleError(f"schedule {self.name!r}: args must be a list, got "
+                                       f"{self.args!r}")
+        object.__setattr__(self, "args", list(self.args))
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise InvalidScheduleError(f"schedule {self.name!r}: kwargs must be a dict with str "
+                                       f"keys, got {self.kwargs!r}")
+        if self.queue is not None:
+            _check_schedule_name("queue", self.queue)
+        if self.concurrency_key is not None:
+            _check_schedule_name("concurrency_key", self.concurrency_key)
+        if self.on_failure not in ("fail", "hold"):
+            raise InvalidScheduleError(
+                f"on_failure must be 'fail' or 'hold', got {self.on_failure!r}")
+        try:  # priority and max_attempts, with EnqueueOptions' bounds
+            EnqueueOptions(priority=self.priority, max_attempts=self.max_attempts)
+        except InvalidOptionsError as exc:
+            raise InvalidScheduleError(f"schedule {self.name!r}: {exc}") from None
+
+    @property
+    def every_seconds(self) -> float | None:
+        if self.every is None:
+            return None
+        return _occurrences.every_microseconds(self.every) / 1_000_000
+
+    @property
+    def target_queue(self) -> str:
+        """The queue its jobs go to: `queue`, else the queue named after the task."""
+        return self.queue if self.queue is not None else self.task
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as stored in PostgreSQL: its definition, the namespace that owns it, the
+    next occurrence it will fire (`next_run_at`) and the latest it fired (`last_run_at`, None
+    before the first)."""
+
+    namespace: str
+    name: str
+    task: str
+    cron: str | None
+    every: str | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    tz: str
+    catch_up: str
+    priority: int
+    max_attempts: int
+    concurrency_key: str | None
+    on_failure: str
+    next_run_at: datetime
+    last_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def definition(self) -> ScheduleDefinition:
+        return ScheduleDefinition(
+            name=self.name, task=self.task, cron=self.cron, every=self.every, args=self.args,
+            kwargs=self.kwargs, queue=self.queue, tz=self.tz, catch_up=self.catch_up,
+            priority=self.priority, max_attempts=self.max_attempts,
+            concurrency_key=self.concurrency_key, on_failure=self.on_failure,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FiringPass:
+    """What one supervisor's firing pass did: the occurrences it enqueued as (schedule id,
+    occurrence, job id), how many due schedules it locked (`full`: as many as it may take, so
+    more may be due), the seconds until the namespace's next due schedule by PostgreSQL's clock
+    (None: it has none; a negative value: one is due and another pass holds it), and the
+    schedules it could not evaluate, as (name, reason). `now` is PostgreSQL's clock at the end
+    of the pass."""
+
+    fired: list[tuple[int, datetime, int]]
+    locked: int
+    full: bool
+    next_due_in: float | None
+    now: datetime
+    broken: list[tuple[str, str]] = field(default_factory=list)
 
 
 def asdict(value: Any) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from ..types import (
 )
 from . import _logs, _registry
 from ._shared import IN_FLIGHT, Budget, Stats
+from .scheduler import Scheduler, schedules_banner
 from .slot import Slot, SlotConfig
 from .wakeups import BACKEND, HINT, PASS, ChannelSet, ConnectionFds, Listener, decode, encode
 
@@ -183,7 +184,10 @@ def run_worker(
     with database.connect(url, autocommit=True, connect_timeout=10) as conn:
         stored = Queue(conn).list_concurrency_policies()
         in_force = {p.queue: p for p in Queue(conn).health().policies}
+        stored_schedules = Queue(conn).list_schedules(app.name)
     _print_banner(console, app, settings, url, stored, report, app_reference, in_force)
+    for line in schedules_banner(app, stored_schedules):
+        console.print(line, highlight=False)
     supervisor = Supervisor(app, settings, url, console=console, app_reference=app_reference,
                             governed={p.queue for p in stored})
     return supervisor.run()
@@ -383,11 +387,13 @@ class Supervisor:
             app=app.name, host=socket.gethostname(), pid=self.pid, slots=settings.slots,
             queues=list(settings.queues), stats=self._registry_stats,
         )
+        # Every supervisor fires its app's due schedules, whatever its queues.
+        self.scheduler = Scheduler(app.name, declares_schedules=bool(app.schedules))
         self.listener = Listener(
             url, list(settings.queues), self.channels, self.fds,
             governed=governed or set(), tick_interval=REGISTRY_INTERVAL,
             on_connect=self.registry.connected, on_tick=self.registry.tick,
-            on_stop=self.registry.unregister,
+            on_stop=self.registry.unregister, on_timer=self.scheduler.run,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

@@ -161,6 +161,7 @@ class Listener:
         on_connect: Callable[[psycopg.Connection[Any]], None] | None = None,
         on_tick: Callable[[psycopg.Connection[Any]], None] | None = None,
         on_stop: Callable[[psycopg.Connection[Any]], None] | None = None,
+        on_timer: Callable[[psycopg.Connection[Any]], float] | None = None,
     ) -> None:
         self.url = url
         self.queues = list(queues)
@@ -172,6 +173,8 @@ class Listener:
         self.on_connect = on_connect
         self.on_tick = on_tick
         self.on_stop = on_stop
+        # A service with its own cadence (the schedule firing): it returns when to call it again.
+        self.on_timer = on_timer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="workhorse-listen", daemon=True)
         self.connected = threading.Event()
@@ -239,9 +242,10 @@ class Listener:
         next_tick = time.monotonic() + self.tick_interval
         next_due = 0.0  # read the timer now
         last_due_read = 0.0
+        next_timer = 0.0 if self.on_timer is not None else float("inf")
         while not self._stop.is_set():
             now = time.monotonic()
-            timeout = max(0.0, min(next_tick, next_due, now + 0.5) - now)
+            timeout = max(0.0, min(next_tick, next_due, next_timer, now + 0.5) - now)
             notified = list(conn.notifies(timeout=timeout, stop_after=1))
             if notified:
                 # A burst (one NOTIFY per completed batch) collapses into one message per slot.
@@ -260,6 +264,8 @@ class Listener:
             if now >= next_due:
                 next_due = self._read_due(conn)
                 last_due_read = now
+            if self.on_timer is not None and now >= next_timer:
+                next_timer = time.monotonic() + self.on_timer(conn)
             if now >= next_tick:
                 if self.on_tick is not None:
                     self.on_tick(conn)

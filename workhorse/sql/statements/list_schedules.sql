@@ -1,0 +1,5 @@
+SELECT namespace, name, task, cron, every_interval, args, kwargs, queue, tz, catch_up, priority,
+       max_attempts, ckey, on_failure, next_run_at, last_run_at, created_at, updated_at
+FROM workhorse.schedules
+WHERE (%s::text IS NULL OR namespace = %s::text)
+ORDER BY namespace, name
