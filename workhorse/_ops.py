@@ -564,6 +564,7 @@ def _claimed(
                 priority=row[4], payload=row[5], attempts=row[6], max_attempts=row[7],
                 fence=row[8], lease_until=row[9], enqueued_at=row[10], run_at=row[11],
                 meta=row[12] or {}, started_at=row[13],
+                scheduled_for=row[16] if len(row) > 16 else None,
             ))
     return jobs, next_start, accepted
 

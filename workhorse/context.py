@@ -80,11 +80,14 @@ class JobContext:
         cancel_check: Callable[[], bool] = _never,
         renew: Callable[[], None] = _no_renewal,
     ) -> JobContext:
-        """The context of a claimed job's attempt. `scheduled_for` is the job's `run_at`: exact
-        for a first attempt; a retried job's claim does not yet carry its first run_at."""
+        """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
+        (claim_v3 says), else the job's `run_at` on a first attempt; None for a retried job that
+        no schedule fired (its run_at moved, and its first one is not kept)."""
         return cls(
             id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
-            attempt=job.attempts, max_attempts=job.max_attempts, scheduled_for=job.run_at,
+            attempt=job.attempts, max_attempts=job.max_attempts,
+            scheduled_for=job.scheduled_for if job.scheduled_for is not None
+            else job.run_at if job.attempts == 1 else None,
             cancel_check=cancel_check, renew=renew,
         )
 

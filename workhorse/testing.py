@@ -500,8 +500,8 @@ async def drain_async(
             for queue in served:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(_timed_out(timeout, counts))
-                jobs, next_start = await _ops.execute_async(
-                    conn, _ops.claim_batch(queue, 1, lease))
+                jobs, next_start, _ = await _ops.execute_async(
+                    conn, _ops.complete_and_claim(queue, 1, lease, []))
                 if next_start is not None:
                     next_starts.append(next_start)
                 for job in jobs:

@@ -424,6 +424,9 @@ class ClaimedJob:
     run_at: datetime
     meta: dict[str, Any]
     started_at: datetime | None = None
+    # The schedule's occurrence, or the first run_at (None when a retry moved run_at and no
+    # schedule fired the job); only claim_v3 says.
+    scheduled_for: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,3 +146,17 @@ def test_claim_v3_with_no_successes_is_claim_v2(conn, queue, limit):
     _fill(queue, "u", 3)
     claimed, next_start, accepted = _ops.execute(conn, _ops.complete_and_claim("u", limit, 30, []))
     assert (len(claimed), next_start, accepted) == (limit, None, {})
+
+
+def test_claim_v3_says_what_each_job_was_scheduled_for(conn, queue):
+    from datetime import UTC, datetime
+
+    ids = _fill(queue, "u", 3)
+    occurrence = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    conn.execute("UPDATE workhorse.jobs SET scheduled_for = %s WHERE id = %s", (occurrence, ids[0]))
+    conn.execute("UPDATE workhorse.jobs SET attempts = 1 WHERE id = %s", (ids[2],))  # a retry
+    claimed, _, _ = _ops.execute(conn, _ops.complete_and_claim("u", 3, 30, []))
+    by_id = {job.id: job for job in claimed}
+    assert by_id[ids[0]].scheduled_for == occurrence  # a schedule's occurrence
+    assert by_id[ids[1]].scheduled_for == by_id[ids[1]].run_at  # a first attempt: its run_at
+    assert by_id[ids[2]].scheduled_for is None  # a retry moved run_at; the first is not kept

@@ -153,7 +153,7 @@ def test_context_for_a_claimed_job() -> None:
     ctx = JobContext.for_claimed(job, cancel_check=lambda: True)
     assert (ctx.id, ctx.task, ctx.queue, ctx.concurrency_key) == (3, "t", "q", None)
     assert (ctx.attempt, ctx.max_attempts) == (2, 5)
-    assert ctx.scheduled_for == job.run_at and ctx.cancel_requested
+    assert ctx.scheduled_for is None and ctx.cancel_requested  # a retry: its first run_at is gone
 
 
 # ---- Retry and Snooze --------------------------------------------------------------------------

@@ -6,8 +6,9 @@
 --
 -- The successes (`p_ids`/`p_fences`/`p_results`/`p_retention_ix`/`p_retentions`, as for
 -- complete_v1) come back first, as rows whose `status` is set (succeeded or canceled; a stale one
--- has no row); then claim_v2's rows (`status` NULL). A governed queue's claimers are woken only
--- when this claim took fewer jobs than it freed.
+-- has no row); then claim_v2's rows (`status` NULL), each with the instant it was scheduled for:
+-- its schedule's occurrence, else its run_at on a first attempt (a retry moved run_at; NULL).
+-- A governed queue's claimers are woken only when this claim took fewer jobs than it freed.
 CREATE FUNCTION workhorse.claim_v3(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
@@ -16,8 +17,10 @@ RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
     enqueued_at timestamptz, run_at timestamptz, meta jsonb, started_at timestamptz,
-    rank integer, next_start_in double precision, status text)
+    rank integer, next_start_in double precision, status text, scheduled_for timestamptz)
 LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -38,7 +41,7 @@ BEGIN
             SELECT r.id, NULL::text, r.queue, NULL::text, NULL::smallint, NULL::jsonb,
                    NULL::integer, NULL::integer, r.fence, NULL::timestamptz, NULL::timestamptz,
                    NULL::timestamptz, NULL::jsonb, NULL::timestamptz, NULL::integer,
-                   NULL::double precision, r.status
+                   NULL::double precision, r.status, NULL::timestamptz
             FROM workhorse._record_successes_v1(
                 p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
         GET DIAGNOSTICS v_freed = ROW_COUNT;
@@ -47,8 +50,10 @@ BEGIN
     RETURN QUERY
         SELECT c.id, c.task, c.queue, c.ckey, c.priority, c.payload, c.attempts, c.max_attempts,
                c.fence, c.lease_until, c.enqueued_at, c.run_at, c.meta, c.started_at, c.rank,
-               c.next_start_in, NULL::text
-        FROM workhorse.claim_v2(p_queue, p_limit, p_lease) AS c;
+               c.next_start_in, NULL::text,
+               COALESCE(j.scheduled_for, CASE WHEN c.attempts = 1 THEN c.run_at END)
+        FROM workhorse.claim_v2(p_queue, p_limit, p_lease) AS c
+        LEFT JOIN workhorse.jobs j ON j.id = c.id;
     GET DIAGNOSTICS v_claimed = ROW_COUNT;
 
     IF v_freed > v_claimed AND v_governed THEN

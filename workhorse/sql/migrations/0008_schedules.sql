@@ -54,8 +54,5 @@ ALTER TABLE workhorse.schedule_runs SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
 
--- The occurrence a scheduled job stands for (NULL for other jobs until enqueue fills it in).
-ALTER TABLE workhorse.jobs ADD COLUMN scheduled_for timestamptz;
-
 \ir ../functions/sync_schedules_v1.sql
 \ir ../functions/fire_schedules_v1.sql
