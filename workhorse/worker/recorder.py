@@ -193,6 +193,7 @@ class OutcomeRecorder:
     ) -> None:
         per_queue: dict[str, int] = {}
         recorded: list[Recorded] = []
+        lines: list[tuple[str, int, str, int, float]] = []
         for outcome in done:
             execution = outcome.execution
             job = execution.job
@@ -200,8 +201,7 @@ class OutcomeRecorder:
             if status is JobStatus.SUCCEEDED:
                 per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
                 recorded.append((outcome, JobStatus.SUCCEEDED))
-                _logs.finished("succeeded", job.task, job.id, job.queue, job.attempts,
-                               outcome.duration)
+                lines.append((job.task, job.id, job.queue, job.attempts, outcome.duration))
             elif status is not None:  # canceled: its cancel was requested while it ran
                 recorded.append((outcome, status))
                 _logs.finished(str(status), job.task, job.id, job.queue, job.attempts,
@@ -211,6 +211,7 @@ class OutcomeRecorder:
                                outcome.duration, "its result was rejected: its lease had been "
                                "lost", level=logging.WARNING)
                 recorded.append((outcome, None))
+        _logs.succeeded(lines)
         for queue, n in per_queue.items():
             telemetry.jobs_succeeded.add(n, telemetry.attributes(queue))
         self._on_recorded(recorded, reused)
