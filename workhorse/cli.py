@@ -45,7 +45,10 @@ class Duration(click.ParamType):
     """`<number>[ms|s|m|h|d]`; a bare number means seconds; at most 366 days."""
 
     name = "duration"
-    parse = staticmethod(parse_duration)
+
+    @staticmethod
+    def parse(value: str) -> float:
+        return parse_duration(value)
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -63,7 +66,10 @@ class Lease(Duration):
     """A duration between 1 s and 24 h."""
 
     name = "lease"
-    parse = staticmethod(parse_lease)
+
+    @staticmethod
+    def parse(value: str) -> float:
+        return parse_lease(value)
 
 
 LEASE = Lease()

@@ -47,7 +47,7 @@ def test_a_lease_outside_1s_to_24h_is_refused(text: Any) -> None:
 @pytest.mark.parametrize("lease", ["10ms", 0.5, "25h", "99999999999h", "3 s"])
 def test_the_task_decorator_refuses_a_lease_outside_its_bounds(lease: Any) -> None:
     app = workhorse.App("bounds")
-    with pytest.raises(InvalidOptionsError, match="lease|duration"):
+    with pytest.raises(InvalidOptionsError, match=r"lease|duration"):
         app.task(name="t", lease=lease)(lambda: None)
     assert app.tasks == {}
 
