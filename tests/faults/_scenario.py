@@ -131,6 +131,12 @@ class Scenario:
         rows = query(self.url, "SELECT payload->'args'->>0, status::text, result "
                      "FROM workhorse.jobs")
         found = _journal.jobs(rows, executions.values())
+        if found.stale:  # say what the database holds for them
+            stale = [t.split(":")[0] for t in found.stale]
+            for row in query(self.url, "SELECT id, payload->'args'->>0, status::text, result, "
+                             "attempts, fence, started_at, finished_at FROM workhorse.jobs "
+                             "WHERE payload->'args'->>0 = ANY(%s)", stale):
+                found.stale.append(f"  db: {row}")
         seen = _journal.overlap(executions.values(), limits, ends=ends)
         limit, per_key = limits.changes[0][1], limits.changes[0][2]
         row = Row(self.fault, len(self.tokens), seen.peak, limit or 0, seen.peak_per_key,
