@@ -24,6 +24,24 @@ WORKER_OPTIONS = ("--slots", "2", "--concurrency", "4", "--lease", "3s",
                   "--dequeue-timeout", "2s", "--grace", "20s")
 
 
+AUDIT = """
+CREATE TABLE public.job_audit (
+    at timestamptz NOT NULL DEFAULT clock_timestamp(), id bigint, token text,
+    old_status text, new_status text, old_fence bigint, new_fence bigint, result jsonb,
+    backend integer DEFAULT pg_backend_pid(),
+    app text DEFAULT current_setting('application_name'));
+CREATE FUNCTION public.job_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.job_audit (id, token, old_status, new_status, old_fence, new_fence, result)
+    VALUES (NEW.id, NEW.payload->'args'->>0, OLD.status, NEW.status, OLD.fence, NEW.fence,
+            NEW.result);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER job_audit AFTER UPDATE OF status, fence, result ON workhorse.jobs
+FOR EACH ROW EXECUTE FUNCTION public.job_audit();
+"""
+
+
 @dataclass
 class Row:
     fault: str
@@ -56,6 +74,8 @@ class Scenario:
         with psycopg.connect(self.url, autocommit=True) as conn:
             Queue(conn).sync_concurrency_policies(faults_app.app.name,
                                                   faults_app.app.policy_definitions())
+            if os.environ.get("FAULTS_AUDIT"):  # to debug a finding: every change of a job
+                conn.execute(AUDIT)
 
     def enqueue(self, count: int, task: Any = None) -> None:
         task = task or faults_app.work
@@ -137,6 +157,10 @@ class Scenario:
                              "attempts, fence, started_at, finished_at FROM workhorse.jobs "
                              "WHERE payload->'args'->>0 = ANY(%s)", stale):
                 found.stale.append(f"  db: {row}")
+            if os.environ.get("FAULTS_AUDIT"):
+                for row in query(self.url, "SELECT * FROM public.job_audit WHERE token = ANY(%s)"
+                                 " ORDER BY at", stale):
+                    found.stale.append(f"  audit: {row}")
         seen = _journal.overlap(executions.values(), limits, ends=ends)
         limit, per_key = limits.changes[0][1], limits.changes[0][2]
         row = Row(self.fault, len(self.tokens), seen.peak, limit or 0, seen.peak_per_key,
