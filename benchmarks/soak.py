@@ -215,7 +215,8 @@ class Soak:
 
     def summary(self, faults: int, codes: list[int | None]) -> None:
         executions = _journal.read(self.journal)
-        rows = query(self.url, "SELECT payload->'args'->>0, status::text, result "
+        rows = query(self.url, "SELECT payload->'args'->>0, status::text, result, "
+                     "EXTRACT(epoch FROM finished_at)::float8 "
                      "FROM workhorse.jobs")
         found = _journal.jobs(rows, executions.values())
         seen = self.overlap()

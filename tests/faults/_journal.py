@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Execution:
     start: float  # CLOCK_MONOTONIC
     end: float | None = None
     how: str | None = None  # "E" returned, "C" cancelled (lost lease), None: never ended
+    start_epoch: float = 0.0  # the wall clock, to compare with the database's (same host)
 
 
 def read(path: Path) -> dict[str, Execution]:
@@ -36,9 +38,10 @@ def read(path: Path) -> dict[str, Execution]:
         parts = line.split()
         if len(parts) != 7:
             continue  # a line torn by kill -9 mid-write cannot happen with one write(); be safe
-        kind, token, key, run, pid, mono, _epoch = parts
+        kind, token, key, run, pid, mono, epoch = parts
         if kind == "S":
-            runs[run] = Execution(token, key, run, int(pid), float(mono))
+            runs[run] = Execution(token, key, run, int(pid), float(mono),
+                                  start_epoch=float(epoch))
         elif run in runs:
             runs[run].end, runs[run].how = float(mono), kind
     return runs
@@ -114,27 +117,33 @@ class Jobs:
     stale: list[str]  # tokens whose stored result is not from the execution of the last claim
     duplicates: dict[str, int]  # token -> extra executions
     never_ran: list[str]
+    # Executions that began after their job was already recorded done: a claim that reached its
+    # slot only after its lease had expired (a frozen or cut-off slot) and was started anyway.
+    after_done: list[Execution] = field(default_factory=list)
 
 
-def jobs(rows: Iterable[tuple[str, str, object]], executions: Iterable[Execution]) -> Jobs:
-    """`rows` are `(token, status, result)` of every job. The last execution to start is the
-    one of the latest claim (a job is claimed again only once its lease is gone), so its run id
-    is the only result that may be recorded."""
+def jobs(rows: Iterable[tuple[Any, ...]], executions: Iterable[Execution]) -> Jobs:
+    """`rows` are `(token, status, result, finished_at epoch)` of every job. A result is
+    recorded at `finished_at`, so it must come from the last execution to start before then:
+    a job is claimed again only once its lease is gone, so that one holds the latest claim.
+    (An execution that starts after `finished_at` cannot be the source; it is reported.)"""
     by_token: dict[str, list[Execution]] = defaultdict(list)
     for e in executions:
         by_token[e.token].append(e)
-    lost, stale, never = [], [], []
-    for token, status, result in rows:
+    lost, stale, never, after = [], [], [], []
+    for token, status, result, finished in rows:
         if status != "succeeded":
             lost.append(f"{token}: {status}")
             continue
         runs = sorted(by_token.get(token, []), key=lambda e: e.start)
-        if not runs:
+        before = [e for e in runs if finished is None or e.start_epoch <= finished]
+        after += [e for e in runs if finished is not None and e.start_epoch > finished]
+        if not before:
             never.append(token)
-        elif result != runs[-1].run:
-            stale.append(f"{token}: result {result!r}, latest execution {runs[-1].run}")
+        elif result != before[-1].run:
+            stale.append(f"{token}: result {result!r}, latest execution {before[-1].run}")
     duplicates = {t: len(r) - 1 for t, r in by_token.items() if len(r) > 1}
-    return Jobs(lost, stale, duplicates, never)
+    return Jobs(lost, stale, duplicates, never, after)
 
 
 def first_start_after(executions: Iterable[Execution], t: float) -> float | None:

@@ -71,13 +71,22 @@ def test_the_jobs_checker_sees_stale_lost_and_duplicate(tmp_path):
              ("S", "a", "k", "new", 2, 5.0), ("E", "a", "k", "new", 2, 6.0),
              ("S", "b", "k", "rb", 1, 1.0), ("E", "b", "k", "rb", 1, 2.0)]
     executions = _journal.read(_write(tmp_path / "j", lines)).values()
-    good = _journal.jobs([("a", "succeeded", "new"), ("b", "succeeded", "rb")], executions)
+    good = _journal.jobs([("a", "succeeded", "new", None), ("b", "succeeded", "rb", None)],
+                         executions)
     assert (good.lost, good.stale, good.duplicates) == ([], [], {"a": 1})
     # The frozen execution's late result was recorded over the fresh one's: stale.
-    bad = _journal.jobs([("a", "succeeded", "old"), ("b", "active", None),
-                         ("c", "succeeded", "x")], executions)
+    bad = _journal.jobs([("a", "succeeded", "old", None), ("b", "active", None, None),
+                         ("c", "succeeded", "x", None)], executions)
     assert bad.stale == ["a: result 'old', latest execution new"]
     assert bad.lost == ["b: active"] and bad.never_ran == ["c"]
+    # A run that began after its job was recorded done is not the result's source, but is said.
+    late = [("S", "d", "k", "first", 1, 1.0), ("E", "d", "k", "first", 1, 2.0),
+            ("S", "d", "k", "late", 2, 8.0), ("E", "d", "k", "late", 2, 9.0)]
+    runs = _journal.read(_write(tmp_path / "late", late)).values()
+    done_at = 1e9 + 3.0  # the epoch column of _write is monotonic + 1e9
+    found = _journal.jobs([("d", "succeeded", "first", done_at)], runs)
+    assert found.stale == [] and [e.run for e in found.after_done] == ["late"]
+    assert _journal.jobs([("d", "succeeded", "late", done_at)], runs).stale
 
 
 def test_a_fleet_without_admission_fails_the_overlap_checker(cluster, tmp_path):
