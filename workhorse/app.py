@@ -9,6 +9,7 @@ import inspect
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from .errors import (
     InvalidPolicyError,
     InvalidScheduleError,
     UnknownTaskError,
+    first_line,
 )
 from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
@@ -260,7 +262,7 @@ class App(Enqueuer):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
     ) -> Task[Any, Any]:
-        from ._durations import parse_duration
+        from ._durations import parse_lease
 
         task_name = name if name is not None else self._default_task_name(fn)
         check_name("task name", task_name)
@@ -283,11 +285,9 @@ class App(Enqueuer):
         lease_seconds = None
         if lease is not None:
             try:
-                lease_seconds = parse_duration(lease)
+                lease_seconds = parse_lease(lease)
             except ValueError as exc:
-                raise InvalidOptionsError(str(exc)) from None
-            if lease_seconds <= 0:
-                raise InvalidOptionsError(f"lease must be positive, got {lease!r}")
+                raise InvalidOptionsError(f"task {task_name!r}: {exc}") from None
 
         limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
         if isinstance(queue, QueueSpec):
@@ -751,11 +751,18 @@ def load_app(reference: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        # Only the module itself (or a package on its path) missing is a bad reference; a
-        # dependency missing inside the app's own module is its bug, with a traceback.
         if exc.name and (module_name == exc.name or module_name.startswith(f"{exc.name}.")):
             raise AppLoadError(f"cannot import module {module_name!r}: {exc}") from None
-        raise
+        raise AppLoadError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
+    except Exception as exc:
+        # The app's own module is broken: one line that says where; the cause (and its
+        # traceback, for `workhorse -v`) stays chained.
+        raise AppLoadError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {first_line(exc)}"
+            f"{_where(exc)}"
+        ) from exc
     if attribute:
         try:
             found = getattr(module, attribute)
@@ -775,3 +782,15 @@ def load_app(reference: str) -> App:
             f"{module_name}:attribute"
         )
     return apps[0]
+
+
+def _where(exc: BaseException) -> str:
+    """` (file.py, line N)`: the innermost frame of the failure, or of a SyntaxError."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    app_frames = [f for f in frames if "importlib" not in f.filename]
+    if not app_frames:
+        return ""
+    frame = app_frames[-1]
+    return f" ({frame.filename}, line {frame.lineno})"

@@ -8,6 +8,7 @@ import functools
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -22,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import _ops, database, telemetry
-from ._durations import parse_duration
+from ._durations import parse_duration, parse_lease
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
 from .types import (
@@ -41,21 +42,45 @@ console = Console()
 error_console = Console(stderr=True)
 
 
+class OneLineBadParameter(click.BadParameter):
+    """A bad value, said in one line (exit 2): the usage block would only bury it."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Error: {self.format_message()}", file=file or sys.stderr)
+
+
 class Duration(click.ParamType):
-    """`<number>[ms|s|m|h|d]`; a bare number means seconds."""
+    """`<number>[ms|s|m|h|d]`; a bare number means seconds; at most 366 days."""
 
     name = "duration"
+
+    @staticmethod
+    def parse(value: str) -> float:
+        return parse_duration(value)
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         try:
-            return parse_duration(value)
+            return self.parse(value)
         except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            raise OneLineBadParameter(str(exc), ctx, param) from None
 
 
 DURATION = Duration()
+
+
+class Lease(Duration):
+    """A duration between 1 s and 24 h."""
+
+    name = "lease"
+
+    @staticmethod
+    def parse(value: str) -> float:
+        return parse_lease(value)
+
+
+LEASE = Lease()
 
 
 def _json_default(value: Any) -> Any:
@@ -93,9 +118,12 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except WorkhorseError as exc:
-            _fail(str(exc))
-        except psycopg.Error as exc:
+        except (WorkhorseError, psycopg.Error) as exc:
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and (ctx.find_root().obj or {}).get("verbose"):
+                traceback.print_exception(exc)  # -v/--verbose: the whole story, then the line
+            if isinstance(exc, WorkhorseError):
+                _fail(str(exc))
             _fail(f"database error: {first_line(exc)}")
 
     return wrapper  # type: ignore[return-value]
@@ -109,16 +137,18 @@ def handle_errors(fn: F) -> F:
     metavar="DSN",
     help="PostgreSQL URL. Default: $WORKHORSE_DATABASE_URL, else the embedded server.",
 )
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print full tracebacks instead of one line.")
 @click.version_option(package_name="workhorse")
 @click.pass_context
-def main(ctx: click.Context, database_url: str | None) -> None:
+def main(ctx: click.Context, database_url: str | None, verbose: bool) -> None:
     """workhorse: Python tasks on PostgreSQL, with fleet-wide concurrency budgets.
 
     Limits are declared next to the code (`@app.task(max_active=..., max_active_per_key=...)`),
     stored in PostgreSQL by `workhorse sync`, and enforced inside every claim, however many
     workers run.
     """
-    ctx.obj = {"database_url": database_url}
+    ctx.obj = {"database_url": database_url, "verbose": verbose}
 
 
 def _url(ctx: click.Context) -> str:
@@ -156,8 +186,8 @@ def _load(reference: str, ctx: click.Context) -> Any:
               help="Queues to serve. Default: every queue the app declares.")
 @click.option("--max-concurrent-tasks", type=click.IntRange(min=1), default=None,
               help="A cap on jobs in flight across the whole supervisor.")
-@click.option("--lease", type=DURATION, default="30s", show_default=True,
-              help="Lease per claim; heartbeats renew it. A task's own lease wins.")
+@click.option("--lease", type=LEASE, default="30s", show_default=True,
+              help="Lease per claim (1s to 24h); heartbeats renew it. A task's own lease wins.")
 @click.option("--dequeue-timeout", type=DURATION, default="30s", show_default=True,
               help="Poll interval when no notification arrives.")
 @click.option("--grace", type=DURATION, default="30s", show_default=True,
@@ -195,10 +225,12 @@ def worker(
     """Run a worker supervisor for APP (module:attribute)."""
     from .worker import run_worker
 
-    if lease <= 0:
-        raise click.BadParameter("must be positive", param_hint="--lease")
+    queue_list = None
+    if queues is not None:
+        queue_list = [q.strip() for q in queues.split(",") if q.strip()]
+        if not queue_list:  # `--queues ,,` must not mean "every queue"
+            raise OneLineBadParameter(f"names no queue: {queues!r}", param_hint="--queues")
     app = _load(app_reference, ctx)
-    queue_list = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     code = run_worker(
         app,
         slots=slots,

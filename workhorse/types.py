@@ -66,7 +66,7 @@ def retention_seconds(
             merged[status] = None
             continue
         try:
-            seconds = parse_duration(value)
+            seconds = parse_duration(value, maximum=MAX_DELAY_SECONDS)
         except ValueError as exc:
             raise InvalidOptionsError(f"retention[{status!r}]: {exc}") from None
         if seconds > MAX_DELAY_SECONDS:

@@ -19,13 +19,15 @@ Order of events:
      claimed again.
 
 Slots ignore SIGINT (Ctrl-C in a terminal reaches the whole process group; the supervisor
-coordinates), and get SIGTERM from the kernel if the supervisor dies (PR_SET_PDEATHSIG).
+coordinates). A slot whose supervisor died notices it by its parent pid changing (it polls once a
+second), drains its jobs and exits 0. Not by PR_SET_PDEATHSIG: the kernel sends that signal each
+time the slot is handed from one dying supervisor thread to the next, so after a kill -9 an idle
+slot, drained by the first SIGTERM and its handler already gone, was killed by the second (-15).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -42,7 +44,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import database
-from .._durations import parse_duration
+from .._durations import parse_duration, parse_lease
 from ..app import App
 from ..errors import InvalidOptionsError
 from ..queue import Queue
@@ -66,7 +68,6 @@ RESTART_CAP = 30.0
 # This many deaths in a row, each before HEALTHY_AFTER: the supervisor gives up (exit 1).
 CRASH_LOOP_LIMIT = 8
 REGISTRY_INTERVAL = 5.0
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +119,18 @@ def settings_for(
         raise InvalidOptionsError(
             f"--max-concurrent-tasks must be at least 1, got {max_concurrent_tasks}"
         )
-    lease_s = _seconds("lease", lease)
-    if lease_s <= 0:
-        raise InvalidOptionsError("--lease must be positive")
+    try:
+        lease_s = parse_lease(lease)
+    except ValueError as exc:
+        raise InvalidOptionsError(f"--lease: {exc}") from None
     dequeue_s = _seconds("dequeue-timeout", dequeue_timeout)
     if dequeue_s <= 0:
         raise InvalidOptionsError("--dequeue-timeout must be positive")
     grace_s = _seconds("grace", grace)
-    served = list(dict.fromkeys(q.strip() for q in (queues or app.declared_queues()) if q.strip()))
+    if queues is not None and not any(q.strip() for q in queues):
+        raise InvalidOptionsError(f"--queues names no queue: {list(queues)!r}")
+    served = list(dict.fromkeys(
+        q.strip() for q in (queues if queues is not None else app.declared_queues()) if q.strip()))
     if not served:
         raise InvalidOptionsError(
             f"app {app.name!r} declares no queues and none were given with --queues"
@@ -645,7 +650,6 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.channels.forget_in_child()
-        _set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != self.pid:  # the supervisor died before prctl took effect
             os._exit(0)
 
@@ -662,13 +666,6 @@ class Supervisor:
             draining=self._stopping,
         )
         return stats
-
-
-def _set_parent_death_signal(signum: int) -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # the slot's getppid() check remains
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
 
 
 __all__ = ["Supervisor", "WorkerSettings", "policy_drift", "run_worker", "settings_for"]

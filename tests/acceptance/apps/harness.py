@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,16 +19,19 @@ class Worker:
     """One supervisor process; its output goes to a file that failures print."""
 
     def __init__(self, database_url: str, app: str, log: Path, *args: str,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path = HERE,
+                 prefix: Sequence[str] = (), new_session: bool = False) -> None:
+        """`prefix` runs the worker under another command (`ip netns exec NS`); with
+        `new_session` it leads its own process group (so a test can kill -9 the group)."""
         self.log = log
         environment = {**os.environ, "WORKHORSE_DATABASE_URL": database_url,
                        "PYTHONUNBUFFERED": "1", **(env or {})}
         environment.pop("WORKHORSE_DEFAULT_CONCURRENCY_LIMIT", None)
         self._out = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workhorse", "worker", app, *args],
-            cwd=HERE, env=environment, stdout=self._out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            [*prefix, sys.executable, "-m", "workhorse", "worker", app, *args],
+            cwd=cwd, env=environment, stdout=self._out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=new_session,
         )
         self.pid = self.proc.pid
 
