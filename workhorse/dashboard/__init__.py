@@ -68,8 +68,11 @@ def serve(url: str, *, host: str, port: int, read_only: bool, token: str | None,
     """Serve the dashboard with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(url, read_only=read_only, token=token), host=host, port=port,
-                access_log=False, log_level="warning", **uvicorn_options)
+    from ._web import Server
+
+    config = uvicorn.Config(create_app(url, read_only=read_only, token=token), host=host,
+                            port=port, access_log=False, log_level="warning", **uvicorn_options)
+    Server(config).run()
 
 
 __all__ = ["TOKEN_ENV", "configured_token", "create_app", "is_loopback", "missing_extra", "serve"]

@@ -13,12 +13,15 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
+import uvicorn
 from jinja2 import Environment, PackageLoader, select_autoescape
 from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
@@ -94,12 +97,13 @@ class Dashboard:
         csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
         live = request.query_params.get("live") == "1" and page in LIVE_PAGES
         template = self.templates.get_template(f"_{page}.html" if live else f"{page}.html")
-        html = template.render(
-            request=request, page=page, read_only=self.read_only, csrf=csrf,
-            needs_login=self.token is not None, live_seconds=LIVE_SECONDS,
-            notice=request.query_params.get("done"), problem=request.query_params.get("error"),
-            **context,
-        )
+        values = {
+            "request": request, "page": page, "read_only": self.read_only, "csrf": csrf,
+            "needs_login": self.token is not None, "live_seconds": LIVE_SECONDS,
+            "notice": request.query_params.get("done"),
+            "problem": request.query_params.get("error"),
+        }
+        html = template.render({**values, **context})
         response = HTMLResponse(html, status_code=status_code)
         if request.cookies.get(CSRF_COOKIE) != csrf:
             response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/")
@@ -399,6 +403,24 @@ def build(url: str, *, read_only: bool, token: str | None) -> Starlette:
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      middleware=[Middleware(Guard, dashboard=dashboard)])
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, but SIGTERM or SIGINT end it with exit code 0 once it has shut down
+    (uvicorn re-raises the signal, so the process would die by it)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _redirect_with(target: str, **params: str) -> RedirectResponse:
