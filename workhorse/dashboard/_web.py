@@ -45,6 +45,9 @@ CSRF_COOKIE = "workhorse_csrf"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 LIVE_SECONDS = 2
+# Job ids are bigint; one retry or cancel takes at most this many.
+MAX_ID = 2**63 - 1
+MAX_IDS = 10_000
 # The pages with a live region (`_<page>.html`, re-fetched with `?live=1`).
 LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules"}
 # Pages anyone may fetch: the login form and its assets.
@@ -265,7 +268,7 @@ def build(url: str, *, read_only: bool, token: str | None) -> Starlette:
         if status is not None and status not in {s.value for s in JobStatus}:
             raise _Refused(400, f"unknown status {status!r}")
         raw_id = (params.get("id") or "").strip()
-        if raw_id and not raw_id.isdigit():
+        if raw_id and (not raw_id.isdigit() or int(raw_id) > MAX_ID):
             raise _Refused(400, f"a job id is a number, got {raw_id!r}")
         chosen = _data.JobFilter(
             queue=params.get("queue") or None, status=status, task=params.get("task") or None,
@@ -276,7 +279,8 @@ def build(url: str, *, read_only: bool, token: str | None) -> Starlette:
                 "here": f"/jobs?{query}" if query else "/jobs"}
 
     def job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        found = _data.job(conn, int(request.path_params["job_id"]))
+        job_id = int(request.path_params["job_id"])
+        found = _data.job(conn, job_id) if job_id <= MAX_ID else None
         if found is None:
             raise _Refused(404, f"no job {request.path_params['job_id']}")
         return {"job": found}
@@ -337,6 +341,8 @@ def build(url: str, *, read_only: bool, token: str | None) -> Starlette:
             return PlainTextResponse("job ids are numbers", 400)
         if not ids:
             return _redirect_with(back, error="no job chosen")
+        if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
+            return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
         if verb == "retry":
             done = q.retry_jobs(ids)
             message = f"retried {len(done)} of {len(ids)}"
