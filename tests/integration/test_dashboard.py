@@ -19,11 +19,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
 
-from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops, _sql
-from workhorse.cli import main as cli
 from workhorse.dashboard import _data as data
 from workhorse.dashboard import create_app, is_loopback
 from workhorse.types import ThroughputMinute
@@ -289,13 +287,17 @@ def test_loopback_addresses():
     assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "192.168.1.4", "example.com"])
 
 
-def test_cli_refuses_a_non_loopback_bind_without_a_token(database_url, monkeypatch):
-    monkeypatch.delenv("WORKHORSE_DASHBOARD_TOKEN", raising=False)
-    result = CliRunner().invoke(cli, ["--database-url", database_url, "dashboard",
-                                      "--host", "0.0.0.0"])
-    assert result.exit_code == 1
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "WORKHORSE_DASHBOARD_TOKEN" in lines[0], result.output
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_cli_refuses_a_non_loopback_bind_without_a_token(database_url, host):
+    env = {k: v for k, v in os.environ.items() if k != "WORKHORSE_DASHBOARD_TOKEN"}
+    # A process with a timeout: without the refusal it would serve (and never return).
+    done = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "dashboard",
+         "--host", host, "--port", "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "WORKHORSE_DASHBOARD_TOKEN" in lines[0], done.stderr
+    assert done.stdout == ""
 
 
 def test_cli_names_the_extra_when_it_is_missing(database_url):
