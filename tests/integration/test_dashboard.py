@@ -376,3 +376,15 @@ def test_the_overview_and_queue_reads_never_scan_the_job_history(database_url):
     plans = [text for text in plans if depth not in text]
     scans = [text for text in plans if re.search(r"Seq Scan on jobs", text)]
     assert scans == [], scans[0][:3000] if scans else ""
+
+
+def test_the_chart_survives_a_dashboard_restart(database_url, conn):
+    with TestClient(create_app(database_url)) as first:
+        assert "no counts recorded yet" in first.get("/").text
+    # A supervisor's tick writes the history; the dashboard keeps nothing of its own.
+    _ops.execute(conn, _ops.record_throughput({"claimed": 600, "succeeded": 540, "failed": 60}))
+    for _ in range(2):  # two dashboard processes' lifetimes: the same history
+        with TestClient(create_app(database_url)) as client:
+            caption = re.search(r"<figcaption>(.*?)</figcaption>", client.get("/").text, re.S)
+            assert caption is not None and "no counts recorded yet" not in caption.group(1)
+            assert "claims 0.00/s" not in caption.group(1)
