@@ -388,3 +388,22 @@ def test_the_chart_survives_a_dashboard_restart(database_url, conn):
             caption = re.search(r"<figcaption>(.*?)</figcaption>", client.get("/").text, re.S)
             assert caption is not None and "no counts recorded yet" not in caption.group(1)
             assert "claims 0.00/s" not in caption.group(1)
+
+
+def test_without_a_token_it_answers_loopback_host_names_only(database_url):
+    with TestClient(create_app(database_url, local_only=True),
+                    base_url="http://127.0.0.1:8642") as client:
+        assert client.get("/").status_code == 200
+        for host in ("localhost:8642", "[::1]:8642", "127.0.0.1"):
+            assert client.get("/", headers={"host": host}).status_code == 200, host
+        # DNS rebinding: another site's name pointed at 127.0.0.1.
+        for host in ("evil.example", "evil.example:8642", "10.0.0.1:8642"):
+            assert client.get("/", headers={"host": host}).status_code == 421, host
+            assert client.post("/queue/pause", data={"queue": "q"},
+                               headers={"host": host}).status_code == 421
+
+
+def test_a_bearer_header_skips_csrf_only_when_it_is_the_token(client, seeded, conn):
+    response = client.post("/queue/pause", data={"queue": "api"},
+                           headers={"Authorization": "Bearer anything"})
+    assert response.status_code == 403 and _control(conn, "api") is None

@@ -55,12 +55,15 @@ def configured_token() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
-def create_app(url: str, *, read_only: bool = False, token: str | None = None) -> Starlette:
+def create_app(url: str, *, read_only: bool = False, token: str | None = None,
+               local_only: bool = False) -> Starlette:
     """The dashboard as an ASGI application on the database at `url`. With `token`, every page
-    needs it (a login cookie or a bearer header); `read_only` hides and refuses every action."""
+    needs it (a login cookie or a bearer header); `read_only` hides and refuses every action;
+    `local_only` answers only requests addressed to a loopback host name (what `serve` sets
+    when no token guards it)."""
     from ._web import build
 
-    return build(url, read_only=read_only, token=token)
+    return build(url, read_only=read_only, token=token, local_only=local_only)
 
 
 def serve(url: str, *, host: str, port: int, read_only: bool, token: str | None,
@@ -70,7 +73,8 @@ def serve(url: str, *, host: str, port: int, read_only: bool, token: str | None,
 
     from ._web import Server
 
-    config = uvicorn.Config(create_app(url, read_only=read_only, token=token), host=host,
+    app = create_app(url, read_only=read_only, token=token, local_only=token is None)
+    config = uvicorn.Config(app, host=host,
                             port=port, access_log=False, log_level="warning", **uvicorn_options)
     Server(config).run()
 

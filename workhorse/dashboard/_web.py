@@ -38,7 +38,7 @@ from .._durations import parse_duration
 from ..errors import WorkhorseError, first_line
 from ..queue import Queue
 from ..types import JobStatus
-from . import _data
+from . import _data, is_loopback
 
 SESSION_COOKIE = "workhorse_session"
 CSRF_COOKIE = "workhorse_csrf"
@@ -79,8 +79,10 @@ def _local_path(target: str | None, default: str = "/") -> str:
 
 
 class Dashboard:
-    def __init__(self, url: str, *, read_only: bool, token: str | None) -> None:
+    def __init__(self, url: str, *, read_only: bool, token: str | None,
+                 local_only: bool = False) -> None:
         self.url = url
+        self.local_only = local_only
         self.read_only = read_only
         self.token = token
         self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False,
@@ -126,8 +128,9 @@ class Dashboard:
         """The POSTed form, once its CSRF token matched the cookie's (a bearer-authenticated
         client sends no cookie a browser would add on its own, so it needs none)."""
         form = await request.form()
-        if request.headers.get("authorization", "").lower().startswith("bearer "):
-            return form
+        if self.token is not None and request.headers.get("authorization", "").lower(
+                ).startswith("bearer "):
+            return form  # the Guard checked the token already
         sent = form.get(CSRF_FIELD)
         sent = sent if isinstance(sent, str) else request.headers.get(CSRF_HEADER)
         if not _same(sent, request.cookies.get(CSRF_COOKIE)):
@@ -154,7 +157,12 @@ class Guard(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         path = request.url.path
         response: Response
-        if not path.startswith(PUBLIC_PREFIXES) and not self.dashboard.authenticated(request):
+        if self.dashboard.local_only and not is_loopback(_host_name(request)):
+            # Served on loopback without a token: a page from another site whose name was
+            # pointed at 127.0.0.1 (DNS rebinding) must not read or act on it.
+            response = PlainTextResponse("this dashboard answers to a loopback host name only",
+                                         421)
+        elif not path.startswith(PUBLIC_PREFIXES) and not self.dashboard.authenticated(request):
             if request.method == "GET" and "authorization" not in request.headers and (
                     "hx-request" not in request.headers):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
@@ -178,6 +186,14 @@ class Guard(BaseHTTPMiddleware):
         else:
             response.headers["Cache-Control"] = "no-store"
         return response
+
+
+def _host_name(request: Request) -> str:
+    """The Host header's name, without its port (`[::1]:8642` -> `::1`)."""
+    host = request.headers.get("host", "")
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 # ---- template filters ----------------------------------------------------------------------
@@ -238,8 +254,8 @@ _DONE = {"pause": "paused", "resume": "resumed", "override": "override set",
          "clear-override": "override cleared"}
 
 
-def build(url: str, *, read_only: bool, token: str | None) -> Starlette:
-    dashboard = Dashboard(url, read_only=read_only, token=token)
+def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> Starlette:
+    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only)
 
     def page(name: str, reader: Callable[[Request, psycopg.Connection[Any]], dict[str, Any]]
              ) -> Callable[[Request], Awaitable[Response]]:
