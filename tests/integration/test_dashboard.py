@@ -118,6 +118,8 @@ def test_queue_page_lists_the_saturated_keys_by_backlog(client, seeded):
                       r'<td class="num">(\d+)\+?</td>', html)
     # EVIL keeps its active job; tenant-b's one failed, so only EVIL is at its limit.
     assert keys == [("&lt;script&gt;alert(1)&lt;/script&gt;", "1", "3")]
+    running = re.findall(r'<tr data-job="(\d+)">', html)
+    assert [int(i) for i in running] == [j for j in seeded["active"] if j != seeded["failed"]]
 
 
 def test_actions_need_the_csrf_token(client, seeded, conn):

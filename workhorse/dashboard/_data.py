@@ -24,6 +24,7 @@ CHART_MINUTES = 60
 CHART_WIDTH = 600
 CHART_HEIGHT = 140
 JOBS_PAGE = 100
+RUNNING_SHOWN = 20
 # The three throughput series the chart draws, with the counter each one reads.
 SERIES = (("claims", "claimed"), ("completions", "succeeded"), ("failures", "failed"))
 
@@ -61,6 +62,7 @@ class QueuePage:
     policy: ConcurrencyPolicy | None
     saturated: list[KeyPressure]
     rate_limited: list[KeyPressure]
+    running: list[Job]
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         policy=next((p for p in policies if p.queue == queue), None),
         saturated=_ops.execute(conn, _ops.saturated_keys(queue)),
         rate_limited=_ops.execute(conn, _ops.rate_limited_keys(queue)),
+        running=_ops.execute(conn, _ops.list_jobs(queue=queue, status="active",
+                                                  limit=RUNNING_SHOWN)),
     )
 
 
