@@ -94,7 +94,9 @@ def test_every_page_renders_from_the_database(client, seeded):
 
 def test_overview_is_server_rendered_with_every_governed_queue_and_its_limits(client, seeded):
     html = client.get("/").text
-    rows = dict(re.findall(r'<tr data-queue="([^"]+)">(.*?)</tr>', html, re.S))
+    rows = dict(re.findall(r'<tr data-queue="([^"]+)"[^>]*>(.*?)</tr>', html, re.S))
+    assert 'data-queue="api" data-max-active="4" data-max-active-per-key="1"' in html
+    assert 'data-rate-limit="100/m" data-rate-limit-per-key="2/m"' in html
     assert set(rows) == {"api", "mail"}
     assert "1 / 4" in rows["api"]           # active against max_active (one of two failed)
     assert "100/m" in rows["mail"] and "2/m per key" in rows["mail"]
