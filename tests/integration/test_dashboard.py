@@ -291,6 +291,7 @@ def test_loopback_addresses():
     assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "192.168.1.4", "example.com"])
 
 
+@pytest.mark.slow  # its own processes; the server version does not matter: pass 1 only
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
 def test_cli_refuses_a_non_loopback_bind_without_a_token(database_url, host):
     env = {k: v for k, v in os.environ.items() if k != "WORKHORSE_DASHBOARD_TOKEN"}
@@ -304,6 +305,7 @@ def test_cli_refuses_a_non_loopback_bind_without_a_token(database_url, host):
     assert done.stdout == ""
 
 
+@pytest.mark.slow  # its own processes; the server version does not matter: pass 1 only
 def test_cli_names_the_extra_when_it_is_missing(database_url):
     code = ("import sys; sys.modules['starlette'] = None\n"
             "from workhorse.cli import main\n"
@@ -315,6 +317,7 @@ def test_cli_names_the_extra_when_it_is_missing(database_url):
     assert len(lines) == 1 and "pip install 'workhorse[dashboard]'" in lines[0], done.stderr
 
 
+@pytest.mark.slow  # its own processes; the server version does not matter: pass 1 only
 def test_cli_serves_on_loopback_and_stops_on_sigterm(database_url, tmp_path):
     import httpx
 
