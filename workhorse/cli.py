@@ -851,6 +851,35 @@ def db_url() -> None:
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; a non-loopback one needs WORKHORSE_DASHBOARD_TOKEN.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
+@click.option("--read-only", is_flag=True, help="Hide and refuse every action.")
+@click.pass_context
+@handle_errors
+def dashboard(ctx: click.Context, host: str, port: int, read_only: bool) -> None:
+    """Serve the web dashboard: queues against their limits, jobs, workers, throughput."""
+    from . import dashboard as web  # light: the extra's modules load only when serving
+
+    missing = web.missing_extra()
+    if missing:
+        _fail(f"the dashboard needs its extra ({', '.join(missing)} missing): "
+              f"{web.INSTALL_HINT}")
+    token = web.configured_token()
+    if token is None and not web.is_loopback(host):
+        _fail(f"refusing to bind {host} (not a loopback address) without a token: set "
+              f"{web.TOKEN_ENV}, which the dashboard then requires")
+    url = _url(ctx)
+    database.ensure_schema(url)
+    mode = " (read-only)" if read_only else ""
+    guard = " (token required)" if token else ""
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"workhorse dashboard{mode}{guard} on http://{shown}:{port} for "
+                  f"{database.mask(url)}", highlight=False, soft_wrap=True)
+    web.serve(url, host=host, port=port, read_only=read_only, token=token)
+
+
+@main.command()
 @click.option("--jobs", "job_count", type=click.IntRange(1, 100_000), default=300,
               show_default=True, help="How many jobs to enqueue.")
 @click.option("--slots", type=click.IntRange(min=1), default=4, show_default=True)

@@ -607,6 +607,33 @@ class FiringPass:
     next_due_in: float | None
     now: datetime
     broken: list[tuple[str, str]] = field(default_factory=list)
+@dataclass(frozen=True, slots=True)
+class ThroughputMinute:
+    """One minute of fleet counters (what every supervisor counted in it), for the dashboard's
+    throughput chart; `seconds` is how much of the minute has passed (60 for a whole one)."""
+
+    minute: datetime
+    claimed: int
+    succeeded: int
+    failed: int
+    retried: int
+    held: int
+    canceled: int
+    seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPressure:
+    """A key held back in one queue: at its per-key limit (`active` of `limit`, with `backlog`
+    ready jobs behind it, `capped` when there are more than counted) or out of its per-key rate
+    (`used` starts of `limit` in the window)."""
+
+    key: str
+    active: int = 0
+    backlog: int = 0
+    capped: bool = False
+    used: int = 0
+    limit: int | None = None
 
 
 def asdict(value: Any) -> dict[str, Any]:

@@ -43,6 +43,8 @@ class Registry:
         self.stats = stats
         self.id: int | None = None
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
+        # The counters already added to the throughput history (the dashboard's chart).
+        self._counted = dict.fromkeys(_ops.THROUGHPUT_FIELDS, 0)
 
     def _insert(self, conn: psycopg.Connection[Any]) -> None:
         self.id = _ops.execute(conn, _ops.register_worker(
@@ -56,6 +58,7 @@ class Registry:
 
     def tick(self, conn: psycopg.Connection[Any]) -> None:
         self._publish_health(conn)
+        self._record_throughput(conn)
         self._prune(conn)
         self._housekeeping(conn)
         if self.id is None:
@@ -99,7 +102,23 @@ class Registry:
         except psycopg.Error as exc:
             log.warning("could not read health for the concurrency gauges: %s", exc)
 
+    def _record_throughput(self, conn: psycopg.Connection[Any]) -> None:
+        """Add what this supervisor counted since the last tick to the per-minute history; a
+        failed write is retried with the next tick's deltas (nothing is counted twice)."""
+        totals = self.stats()
+        current = {name: int(totals.get(name, 0)) for name in _ops.THROUGHPUT_FIELDS}
+        deltas = {name: current[name] - self._counted[name] for name in current}
+        if not any(value > 0 for value in deltas.values()):
+            return
+        try:
+            _ops.execute(conn, _ops.record_throughput(deltas))
+        except psycopg.Error as exc:
+            log.warning("could not record throughput: %s", first_line(exc))
+            return
+        self._counted = current
+
     def unregister(self, conn: psycopg.Connection[Any]) -> None:
+        self._record_throughput(conn)
         if self.id is not None:
             _ops.execute(conn, _ops.unregister_worker(self.id))
             self.id = None

@@ -1,10 +1,16 @@
 -- Every queue with live jobs, a policy or a control: live depth by status (each status counted
 -- through its partial index; finished history is not counted per queue), and the limits in force.
+-- One branch per live status: `status IN (...)` matches none of the partial indexes, and with a
+-- million finished jobs it was a sequential scan of the whole table.
 WITH depth AS (
-    SELECT j.queue, j.status, count(*)::bigint AS n
-    FROM workhorse.jobs j
-    WHERE j.status IN ('scheduled', 'ready', 'active')
-    GROUP BY j.queue, j.status
+    SELECT j.queue, 'scheduled'::text AS status, count(*)::bigint AS n
+    FROM workhorse.jobs j WHERE j.status = 'scheduled' GROUP BY j.queue
+    UNION ALL
+    SELECT j.queue, 'ready', count(*)::bigint
+    FROM workhorse.jobs j WHERE j.status = 'ready' GROUP BY j.queue
+    UNION ALL
+    SELECT j.queue, 'active', count(*)::bigint
+    FROM workhorse.jobs j WHERE j.status = 'active' GROUP BY j.queue
     UNION ALL
     SELECT j.queue, j.status, count(*)::bigint
     FROM workhorse.jobs j

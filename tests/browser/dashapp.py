@@ -1,0 +1,29 @@
+"""The browser tests' app: a budgeted API queue whose jobs hold their slots (so keys stay
+saturated), a task that always fails with markup in its message, and a rate-limited mailer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import workhorse
+
+app = workhorse.App("dashapp")
+
+EVIL_KEY = "<script>window.pwned = 1</script>"
+
+
+@app.task(queue="api", max_active=3, max_active_per_key=1,
+          concurrency_key=lambda tenant, n: tenant)
+async def call_api(tenant: str, n: int) -> None:
+    await asyncio.sleep(60)  # holds its budget for the whole test
+
+
+@app.task(queue="flaky", max_attempts=1)
+def explode(n: int) -> None:
+    raise ValueError(f"<script>window.pwned = {n}</script> upstream said no")
+
+
+@app.task(queue="mail", rate_limit="600/m", rate_limit_per_key="1/m",
+          concurrency_key=lambda to: to)
+def send_mail(to: str) -> dict[str, str]:
+    return {"sent": to}
