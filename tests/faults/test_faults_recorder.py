@@ -28,7 +28,6 @@ def _status(conn: psycopg.Connection[Any], ids: list[int]) -> set[str]:
                                        (ids,))}
 
 
-@pytest.mark.xfail(strict=True, reason="bug A, lead fixes in recorder")
 def test_a_completion_committed_before_the_connection_broke_counts_as_succeeded(
     database_url: str, conn: psycopg.Connection[Any]
 ) -> None:

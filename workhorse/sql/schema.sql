@@ -551,8 +551,16 @@ BEGIN
             RETURNING j.id, j.fence, j.queue, j.status
         ), ended AS (
             SELECT workhorse._ended_v1(array_agg(d.id)) AS n FROM done d
+        ), resent AS (
+            -- The statement's snapshot: rows `done` updates are still active here.
+            SELECT j.id, j.fence, j.queue, j.status
+            FROM unnest(p_ids, p_fences) AS b(id, fence)
+            JOIN workhorse.jobs j ON j.id = b.id AND j.fence = b.fence
+            WHERE j.status IN ('succeeded', 'canceled')
         )
-        SELECT done.id, done.fence, done.queue, done.status FROM done, ended;
+        SELECT done.id, done.fence, done.queue, done.status FROM done, ended
+        UNION ALL
+        SELECT resent.id, resent.fence, resent.queue, resent.status FROM resent;
 END
 $function$;
 
@@ -1139,6 +1147,26 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.complete_v2(p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[])
+ RETURNS TABLE(id bigint, fence bigint, status text)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN QUERY
+        WITH done AS (
+            SELECT r.id, r.fence, r.queue, r.status
+            FROM workhorse._record_successes_v1(
+                p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r
+        ), woken AS (
+            SELECT count(workhorse._wake_v1(g.queue)) AS n
+            FROM (SELECT DISTINCT d.queue FROM done d) AS g
+            WHERE EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = g.queue)
+               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = g.queue)
+        )
+        SELECT done.id, done.fence, done.status FROM done, woken;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.enqueue_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[])
  RETURNS TABLE(id bigint)
  LANGUAGE plpgsql
@@ -1251,6 +1279,23 @@ BEGIN
     END IF;
     IF v_status IN ('failed', 'held', 'canceled') THEN
         PERFORM workhorse._ended_v1(ARRAY[p_id]);
+    END IF;
+    RETURN v_status;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.fail_v2(p_id bigint, p_fence bigint, p_error text, p_retry_at timestamp with time zone, p_retention text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_status text;
+BEGIN
+    v_status := workhorse.fail_v1(p_id, p_fence, p_error, p_retry_at, p_retention);
+    IF v_status IS NULL THEN
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status <> 'active'
+          AND j.error = p_error::jsonb;
     END IF;
     RETURN v_status;
 END
@@ -1609,6 +1654,13 @@ BEGIN
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
     RETURNING j.status, j.queue INTO v_status, v_queue;
+    IF v_status IS NULL THEN
+        -- A resend of a snooze already recorded (the connection broke before the reply): the
+        -- job waits under the same fence (only a claim changes it).
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('scheduled', 'canceled');
+        RETURN v_status;
+    END IF;
     IF v_status IS NOT NULL
        AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
             OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN

@@ -4,6 +4,9 @@
 -- result discarded; the expiry is fixed now from the batch's retention documents (`p_retentions`,
 -- each job pointing at its own through `p_retention_ix`, NULL when there is one). Result waiters
 -- are told. Returns the (id, fence) pairs accepted, with their queue and the status each ended in.
+-- A success already recorded under its fence (a resend: the connection broke after the commit,
+-- before the reply) is accepted again with the status it ended in, and changes nothing: the
+-- fence changes at every claim, so that row can only have been ended by this very outcome.
 CREATE FUNCTION workhorse._record_successes_v1(
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
     p_retentions text[])
@@ -31,7 +34,15 @@ BEGIN
             RETURNING j.id, j.fence, j.queue, j.status
         ), ended AS (
             SELECT workhorse._ended_v1(array_agg(d.id)) AS n FROM done d
+        ), resent AS (
+            -- The statement's snapshot: rows `done` updates are still active here.
+            SELECT j.id, j.fence, j.queue, j.status
+            FROM unnest(p_ids, p_fences) AS b(id, fence)
+            JOIN workhorse.jobs j ON j.id = b.id AND j.fence = b.fence
+            WHERE j.status IN ('succeeded', 'canceled')
         )
-        SELECT done.id, done.fence, done.queue, done.status FROM done, ended;
+        SELECT done.id, done.fence, done.queue, done.status FROM done, ended
+        UNION ALL
+        SELECT resent.id, resent.fence, resent.queue, resent.status FROM resent;
 END
 $$;

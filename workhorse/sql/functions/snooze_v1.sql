@@ -23,6 +23,13 @@ BEGIN
         lease_until = NULL
     WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
     RETURNING j.status, j.queue INTO v_status, v_queue;
+    IF v_status IS NULL THEN
+        -- A resend of a snooze already recorded (the connection broke before the reply): the
+        -- job waits under the same fence (only a claim changes it).
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('scheduled', 'canceled');
+        RETURN v_status;
+    END IF;
     IF v_status IS NOT NULL
        AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
             OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
