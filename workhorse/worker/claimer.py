@@ -47,6 +47,7 @@ class QueueState:
     relayed: bool = False  # a governed hint came to this slot alone: pass it on if room is left
     rides: int = 0  # governed claims that carried successes, since the last one that took none
     replace_only: bool = False  # this round: dry, claimed only for the successes that ride
+    claim_sent: float = 0.0  # monotonic: when the latest claim was sent (its leases start later)
 
 
 class Claimer:
@@ -194,6 +195,7 @@ class Claimer:
                 hints = state.hints
                 relayed, state.relayed = state.relayed, False
                 self.statements += 1
+                state.claim_sent = time.monotonic()
                 if successes:
                     assert recorder is not None
                     if state.governed:

@@ -53,6 +53,12 @@ class Execution:
     retention: str = _ops.DEFAULT_RETENTION_JSON  # how long the job is kept once it ends
     cancel_requested: bool = False  # an operator asked; the job ends canceled when it stops
     began: float = 0.0  # perf_counter when the slot started its handler
+    # monotonic: when the claim was sent, then each renewal sent (the lease lasts at least
+    # `lease` from there), so a job whose lease may have run out unseen is never started
+    renewed: float = 0.0
+
+    def lease_may_have_expired(self, now: float) -> bool:
+        return now - self.renewed >= self.lease
 
     @property
     def job_id(self) -> int:

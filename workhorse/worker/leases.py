@@ -132,6 +132,7 @@ class LeaseKeeper:
         if not snapshot:
             return
         leases = [(r.job_id, r.fence, r.lease) for r in snapshot]
+        sent = time.monotonic()  # a lease renewed now lasts from here, at the latest
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
@@ -147,6 +148,9 @@ class LeaseKeeper:
                 self._conn = None
             return
         self.renewed += len(held)
+        for running in snapshot:
+            if running.job_id in held and hasattr(running, "renewed"):
+                running.renewed = sent
         lost = [(job_id, fence) for job_id, fence, _ in leases if job_id not in held]
         if lost:
             self.on_lost(lost)

@@ -384,6 +384,7 @@ class Slot:
         running = self._running
         for job in claimed:
             execution = self.executor.prepare(job, state.governed)
+            execution.renewed = state.claim_sent
             running[job.id] = execution
             if self._in_flight < self.config.concurrency or state.governed:
                 self._launch(execution)
@@ -396,6 +397,10 @@ class Slot:
         group's per-task cancel scopes, or a wrapping coroutine, cost more than a no-op
         handler). Lost leases cancel the task (see _mark_lost)."""
         job = execution.job
+        if execution.lease_may_have_expired(time.monotonic()):
+            # Claimed (or last renewed) a whole lease ago, unseen: the slot was frozen or the
+            # reply was that late. Another claim may own the job now: it must not run here.
+            execution.lost = True
         self._in_flight += 1
         self._started_this_round += 1
         waited = (datetime.now(UTC) - max(job.run_at, job.enqueued_at)).total_seconds()
@@ -418,7 +423,10 @@ class Slot:
             else:
                 outcome = handler.result()
         job = execution.job
-        self._running.pop(job.id, None)
+        if outcome is None:
+            self._running.pop(job.id, None)
+        # else: its lease is renewed until the recorder has recorded the outcome (a slow flush
+        # or a reconnect must not let it run out); _recorded lets it go.
         took = time.perf_counter() - execution.began
         self._pace = took if self._pace is None else 0.9 * self._pace + 0.1 * took
         if outcome is not None:
@@ -501,8 +509,12 @@ class Slot:
     def _recorded(self, recorded: list[Recorded], reused: bool) -> None:
         freed: set[str] = set()
         counts = [0] * len(_shared.STAT_FIELDS)  # one shared-memory write per field, not per job
+        running = self._running
         for outcome, status in recorded:
-            self._release(outcome.execution)
+            execution = outcome.execution
+            if running.get(execution.job_id) is execution:
+                del running[execution.job_id]
+            self._release(execution)
             if status is None:
                 counts[_shared.STALE] += 1
             else:
