@@ -38,6 +38,10 @@ RECONNECT = 1.0
 # With nobody waiting this long, the thread closes its connection and ends (the next waiter
 # starts it again).
 IDLE_EXIT = 5.0
+# The LISTEN probe's wait here: a waiter's first poll comes after it. A false "no" only means
+# polling; and once the probe said no, this waiter does not ask again (the thread restarts after
+# every idle spell).
+PROBE_TIMEOUT = 1.0
 
 _Wake = Callable[[], None]
 
@@ -55,6 +59,7 @@ class ResultWaiter:
         self._kick = threading.Event()
         # Whether the last connect found LISTEN working (None: not connected yet).
         self.listening: bool | None = None
+        self._unheard = False  # a probe came back empty: poll from now on
 
     # ---- waiters -------------------------------------------------------------------------------
 
@@ -133,20 +138,28 @@ class ResultWaiter:
                                          application_name="workhorse-results",
                                          prepare_threshold=None)
                 try:
+                    if self._unheard:
+                        raise _NoListen
                     listener = poller if self.listen_url == self.url else psycopg.connect(
                         self.listen_url, autocommit=True, connect_timeout=10,
                         application_name="workhorse-results-listen", prepare_threshold=None)
-                    if _listen.listen_works(listener, self._notify_probe):
+                    if _listen.listen_works(listener, self._notify_probe, PROBE_TIMEOUT):
                         _ops.execute(listener, _ops.listen_results())
                         self._listening(True, "")
                     else:
                         self._listening(False, "no notification arrives (PgBouncer in "
                                         "transaction mode?)")
+                        self._unheard = True
                         if listener is not poller:
                             listener.close()
                         listener = None
+                except _NoListen:
+                    listener = None
                 except psycopg.Error as exc:
                     self._listening(False, f"cannot LISTEN ({first_line(exc)})")
+                    if listener is not None and listener is not poller:
+                        with contextlib.suppress(Exception):
+                            listener.close()
                     listener = None
                 if self._serve(poller, listener):
                     return
@@ -199,6 +212,10 @@ class ResultWaiter:
                 for notify in listener.notifies(timeout=0.0):
                     ended.update(_ids(notify.payload))
                 self._resolve(ended)
+
+
+class _NoListen(Exception):
+    """This waiter already knows LISTEN does not work on its URL."""
 
 
 def _ids(payload: str) -> set[int]:
