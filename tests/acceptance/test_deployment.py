@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Not about the database server: one CI pass is enough.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deployment.md"
 
