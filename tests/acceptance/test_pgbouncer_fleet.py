@@ -79,5 +79,7 @@ def test_a_fleet_through_pgbouncer_keeps_the_budget(database_url, pgbouncer_url,
     assert len(runs) == JOBS + 1
     assert {t: n for t, n in runs.items() if n > 1} == {}
     assert scalar(conn, "SELECT count(*) FROM workhorse.workers") == 0
-    # No server session was left holding an advisory lock (a session-level one would be).
-    assert scalar(conn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+    # No server session of this database was left holding an advisory lock (a session-level
+    # one would be; pg_locks is server-wide, and other tests run beside this one).
+    assert scalar(conn, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                        "WHERE l.locktype = 'advisory' AND d.datname = current_database()") == 0
