@@ -1,7 +1,7 @@
 """Worker throughput: drain N no-op jobs with the real worker, and pgqueuer beside it.
 
     .venv/bin/python benchmarks/bench_worker.py [--database-url URL] [--jobs 50000]
-        [--slots N] [--concurrency M] [--repeat R] [--skip-pgqueuer]
+        [--slots N] [--concurrency M] [--repeat R] [--skip-pgqueuer] [--pgbouncer]
 
 Each case runs in the scratch database `wh_bench_worker` on the chosen server:
   ungoverned   N jobs in a queue without a policy
@@ -17,6 +17,11 @@ file is also the app module: an async no-op task). Before each run the queue is 
 N / (last finished_at - first started_at), both from the jobs' own rows, so the worker's start-up
 is not counted but every claim and every completion is. pgqueuer's figure is N over the time from
 its first handler call to the end of its drain (which flushes its completion buffer).
+
+`--pgbouncer` also runs each workhorse case through PgBouncer in transaction mode (Debian's
+`pgbouncer`, started on a free port in front of the same server by tests/pgbouncer_server.py,
+default_pool_size 20), with no workhorse setting: the worker cannot LISTEN there and polls for
+wake-ups. The table then has a "through pgbouncer" row per case and the ratio to direct.
 
 Prints figures; asserts nothing.
 """
@@ -36,6 +41,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import _common as c
 
@@ -82,11 +88,13 @@ def fill(conn: psycopg.Connection[Any], queue: str, jobs: int, keyed: bool) -> N
 
 
 def run_workhorse(
-    url: str, queue: str, jobs: int, slots: int, concurrency: int, keyed: bool
+    url: str, queue: str, jobs: int, slots: int, concurrency: int, keyed: bool,
+    worker_url: str | None = None,
 ) -> dict[str, float]:
+    """Fill on `url` (direct), run the worker on `worker_url` (default: `url`)."""
     with psycopg.connect(url, autocommit=True) as conn:
         fill(conn, queue, jobs, keyed)
-        env = {**os.environ, "WORKHORSE_DATABASE_URL": url}
+        env = {**os.environ, "WORKHORSE_DATABASE_URL": worker_url or url}
         started = time.monotonic()
         worker = subprocess.Popen(
             [
@@ -229,7 +237,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per case; the best is shown")
     parser.add_argument("--skip-pgqueuer", action="store_true")
     parser.add_argument("--only", choices=("ungoverned", "governed", "pgqueuer"), default=None)
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="also run each workhorse case through PgBouncer (transaction mode)")
     args = parser.parse_args()
+    bouncer = None
+    if args.pgbouncer:
+        import tempfile
+
+        from pgbouncer_server import PgBouncer
+
+        bouncer = PgBouncer(c.resolve_server_url(args.database_url)[0],
+                            Path(tempfile.mkdtemp(prefix="bench-pgbouncer-")), pool_size=20)
+        bouncer.start()
+    try:
+        _main(args, bouncer)
+    finally:
+        if bouncer is not None:
+            bouncer.stop()
+
+
+def _main(args: argparse.Namespace, bouncer: Any) -> None:
 
     server_url, source = c.resolve_server_url(args.database_url)
     printer = c.Printer(args.format)
@@ -270,6 +297,20 @@ def main() -> None:
                 f"{best['span']:.2f}",
                 f"{note}; {int(best['succeeded'])} succeeded",
             )
+            if bouncer is not None:
+                pooled: dict[str, float] | None = None
+                for _ in range(args.repeat):
+                    result = run_workhorse(url, queue, args.jobs, args.slots, args.concurrency,
+                                           keyed, worker_url=bouncer.url_for(url))
+                    if pooled is None or result["rate"] > pooled["rate"]:
+                        pooled = result
+                assert pooled is not None
+                table.add(
+                    f"workhorse {name} through pgbouncer",
+                    c.rate(pooled["rate"]),
+                    f"{pooled['span']:.2f}",
+                    f"transaction mode, pool 20; {pooled['rate'] / best['rate']:.2f} of direct",
+                )
         if not args.skip_pgqueuer and args.only in (None, "pgqueuer"):
             try:
                 import pgqueuer  # noqa: F401

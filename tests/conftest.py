@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from pgbouncer_server import PgBouncer, binary
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from workhorse import _sql
@@ -92,3 +96,24 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never read the developer's own workhorse settings by accident."""
     for name in ("WORKHORSE_DATABASE_URL", "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
+    """PgBouncer 1.18 in transaction mode in front of the test server, for this test session.
+    Its directory is under /tmp (not pytest's 0700 one): as root it runs as another user."""
+    if binary() is None:
+        pytest.skip("pgbouncer is not installed (apt-get install -y pgbouncer; .ci/run does)")
+    workdir = tempfile.mkdtemp(prefix="workhorse-pgbouncer-")
+    bouncer = PgBouncer(server_url, Path(workdir)).start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def pgbouncer_url(pgbouncer: PgBouncer, database_url: str) -> str:
+    """The test's fresh database, through PgBouncer in transaction mode."""
+    return pgbouncer.url_for(database_url)

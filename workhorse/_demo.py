@@ -110,6 +110,25 @@ def _demo_runs(first_id: int) -> _ops.Operation[list[tuple[str, str | None, Any]
     return [(queue, key, result) for queue, key, result in rows]
 
 
+def _demo_cleanup(first_id: int) -> _ops.Operation[int]:
+    rows = yield _sql.statement("cleanup", "demo"), {"first_id": first_id, "queues": DEMO_QUEUES}
+    return int(rows[0][0])
+
+
+def _clean_up(url: str, first_id: int | None, console: Console) -> None:
+    """Remove this run's jobs and the demo's policies: the database is the user's."""
+    from .queue import Queue
+
+    try:
+        with database.connect(url, autocommit=True) as conn:
+            removed = _ops.execute(conn, _demo_cleanup(first_id)) if first_id is not None else 0
+            Queue(conn).sync_concurrency_policies(app.name, [], prune=True)
+        console.print(f"[dim]removed the demo's {removed} jobs and the policies of "
+                      f"{app.name!r}[/]")
+    except Exception as exc:  # the demo's result stands; say what is left
+        console.print(f"[yellow]could not remove the demo's jobs and policies: {exc}[/]")
+
+
 def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrency: int,
              console: Console) -> int:
     from . import embedded
@@ -133,7 +152,10 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
             calls.append(build_report.call((rng.choice(TENANTS),)))
         else:
             calls.append(send_mail.call(({"tenant": rng.choice(TENANTS), "n": n},)))
-    handles = app.enqueue_many(calls)
+    try:
+        handles = app.enqueue_many(calls)
+    finally:
+        app.close()
     first_id = handles[0].id
     console.print(f"enqueued {len(handles)} jobs across {len(TENANTS)} tenants")
 
@@ -180,6 +202,7 @@ def run_demo(database_url: str | None, *, job_count: int, slots: int, concurrenc
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+        _clean_up(url, first_id, console)
         if embedded_before is False:
             embedded.stop()
 

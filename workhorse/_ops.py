@@ -129,13 +129,21 @@ def error_document(exc: BaseException) -> dict[str, Any]:
 # ---- drivers ------------------------------------------------------------------------------------
 
 
+# `prepare=False` on every statement: psycopg would otherwise prepare a statement on its fifth
+# execution, and a server-side prepared statement belongs to one server session, which PgBouncer
+# in transaction mode does not give us (the next transaction may run on another server
+# connection: "prepared statement ... does not exist", or DuplicatePreparedStatement). Our
+# statements are short calls of plpgsql functions, which cache their own plans per session, so
+# preparing the outer call saves little (benchmarks: within noise on a direct connection).
+
+
 def drive(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
     """Run `operation` on `conn`, statement by statement; psycopg errors pass through."""
     try:
         statement, params = next(operation)
         while True:
             with conn.cursor() as cur:
-                cur.execute(statement, params)
+                cur.execute(statement, params, prepare=False)
                 rows = cur.fetchall() if cur.description is not None else []
             statement, params = operation.send(rows)
     except StopIteration as stop:
@@ -147,7 +155,7 @@ async def drive_async(conn: psycopg.AsyncConnection[Any], operation: Operation[T
         statement, params = next(operation)
         while True:
             async with conn.cursor() as cur:
-                await cur.execute(statement, params)
+                await cur.execute(statement, params, prepare=False)
                 rows = await cur.fetchall() if cur.description is not None else []
             statement, params = operation.send(rows)
     except StopIteration as stop:
@@ -671,6 +679,28 @@ def listen() -> Operation[None]:
     yield _sql.statement("listen"), ()
 
 
+def listen_probe() -> Operation[None]:
+    yield _sql.statement("listen_probe"), ()
+
+
+def notify_probe(token: str) -> Operation[None]:
+    yield _sql.statement("notify_probe"), (token,)
+
+
+def unlisten_probe() -> Operation[None]:
+    yield _sql.statement("unlisten_probe"), ()
+
+
+def unlisten_all() -> Operation[None]:
+    yield _sql.statement("unlisten_all"), ()
+
+
+def ready_queues(queues: Sequence[str]) -> Operation[set[str]]:
+    """Which of `queues` have a ready job (the polled wake-ups, where LISTEN cannot work)."""
+    rows = yield _sql.statement("ready_queues"), (list(queues),)
+    return {row[0] for row in rows}
+
+
 def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime | None, datetime]]]:
     """Per queue: governed?, the earliest moment a job may become claimable without a NOTIFY,
     and the database clock."""
@@ -709,13 +739,10 @@ def top_counters() -> Operation[tuple[int, int, int]]:
 
 
 def try_lock_housekeeping() -> Operation[bool]:
-    """One supervisor at a time does the fleet's housekeeping: False when another one is."""
+    """One supervisor at a time does the fleet's housekeeping: False when another one is. A
+    transaction-scoped lock: run it inside the transaction that does the housekeeping."""
     rows = yield _sql.statement("housekeeping_try_lock"), (HOUSEKEEPING_LOCK,)
     return bool(rows and rows[0][0])
-
-
-def unlock_housekeeping() -> Operation[None]:
-    yield _sql.statement("housekeeping_unlock"), (HOUSEKEEPING_LOCK,)
 
 
 def vacuum_admission_tables() -> Operation[None]:

@@ -5,8 +5,11 @@ The thread LISTENs on the results channel (`listen_results_v1()`; complete, fail
 expired last lease NOTIFY the ids of jobs that reached a resting status) and, every
 `POLL_INTERVAL`, asks which of the waited-for jobs are resting, in one statement: the fallback
 for where LISTEN does not work (PgBouncer in transaction mode) or a notification was missed.
-`WORKHORSE_LISTEN_URL`, when set, is where it LISTENs. A waiter holds no connection while it
-waits: it registers its job id here and sleeps on an event (or an asyncio future).
+`WORKHORSE_LISTEN_URL`, when set, is where it LISTENs. Before relying on LISTEN it checks that a
+notification really arrives (`_listen.listen_works`): behind PgBouncer in transaction mode none
+ever does, and it then only polls (a result is seen at most POLL_INTERVAL after it is stored).
+A waiter holds no connection while it waits: it registers its job id here and sleeps on an
+event (or an asyncio future).
 """
 
 from __future__ import annotations
@@ -22,18 +25,23 @@ from typing import Any
 
 import psycopg
 
-from . import _ops
+from . import _listen, _ops
+from .database import mask
 from .errors import first_line
 
 log = logging.getLogger("workhorse.results")
 
-ENV_LISTEN_URL = "WORKHORSE_LISTEN_URL"
+ENV_LISTEN_URL = _listen.ENV_LISTEN_URL
 # How often waited-for jobs are looked up when no notification came (the poll fallback).
 POLL_INTERVAL = 0.5
 RECONNECT = 1.0
 # With nobody waiting this long, the thread closes its connection and ends (the next waiter
 # starts it again).
 IDLE_EXIT = 5.0
+# The LISTEN probe's wait here: a waiter's first poll comes after it. A false "no" only means
+# polling; and once the probe said no, this waiter does not ask again (the thread restarts after
+# every idle spell).
+PROBE_TIMEOUT = 1.0
 
 _Wake = Callable[[], None]
 
@@ -49,6 +57,9 @@ class ResultWaiter:
         self._waiting: dict[int, list[_Wake]] = {}
         self._thread: threading.Thread | None = None
         self._kick = threading.Event()
+        # Whether the last connect found LISTEN working (None: not connected yet).
+        self.listening: bool | None = None
+        self._unheard = False  # a probe came back empty: poll from now on
 
     # ---- waiters -------------------------------------------------------------------------------
 
@@ -124,15 +135,31 @@ class ResultWaiter:
             poller: psycopg.Connection[Any] | None = None
             try:
                 poller = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
-                                         application_name="workhorse-results")
+                                         application_name="workhorse-results",
+                                         prepare_threshold=None)
                 try:
+                    if self._unheard:
+                        raise _NoListen
                     listener = poller if self.listen_url == self.url else psycopg.connect(
                         self.listen_url, autocommit=True, connect_timeout=10,
-                        application_name="workhorse-results-listen")
-                    _ops.execute(listener, _ops.listen_results())
+                        application_name="workhorse-results-listen", prepare_threshold=None)
+                    if _listen.listen_works(listener, self._notify_probe, PROBE_TIMEOUT):
+                        _ops.execute(listener, _ops.listen_results())
+                        self._listening(True, "")
+                    else:
+                        self._listening(False, "no notification arrives (PgBouncer in "
+                                        "transaction mode?)")
+                        self._unheard = True
+                        if listener is not poller:
+                            listener.close()
+                        listener = None
+                except _NoListen:
+                    listener = None
                 except psycopg.Error as exc:
-                    log.warning("results: cannot LISTEN (%s); polling every %.1fs",
-                                first_line(exc), POLL_INTERVAL)
+                    self._listening(False, f"cannot LISTEN ({first_line(exc)})")
+                    if listener is not None and listener is not poller:
+                        with contextlib.suppress(Exception):
+                            listener.close()
                     listener = None
                 if self._serve(poller, listener):
                     return
@@ -143,6 +170,19 @@ class ResultWaiter:
                 for conn in {id(c): c for c in (listener, poller) if c is not None}.values():
                     with contextlib.suppress(Exception):
                         conn.close()
+
+    def _notify_probe(self, token: str) -> None:
+        with psycopg.connect(self.listen_url, autocommit=True, connect_timeout=10,
+                             application_name="workhorse-results-probe",
+                             prepare_threshold=None) as probe:
+            _listen.notify_probe(probe, token)
+
+    def _listening(self, works: bool, why: str) -> None:
+        if not works and self.listening is not False:
+            log.warning("results: LISTEN on %s: %s; polling every %.1fs. Set %s to the server "
+                        "or a session-mode pooler for instant results", mask(self.listen_url),
+                        why, POLL_INTERVAL, ENV_LISTEN_URL)
+        self.listening = works
 
     def _serve(self, poller: psycopg.Connection[Any], listener: psycopg.Connection[Any] | None
                ) -> bool:
@@ -172,6 +212,10 @@ class ResultWaiter:
                 for notify in listener.notifies(timeout=0.0):
                     ended.update(_ids(notify.payload))
                 self._resolve(ended)
+
+
+class _NoListen(Exception):
+    """This waiter already knows LISTEN does not work on its URL."""
 
 
 def _ids(payload: str) -> set[int]:

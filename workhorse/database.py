@@ -55,7 +55,10 @@ def mask(url: str) -> str:
 
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A connection, or DatabaseError with one clear line."""
+    """A connection, or DatabaseError with one clear line. Never prepares statements by itself
+    (`prepare_threshold=None`): a prepared statement lives in one server session, which
+    PgBouncer in transaction mode does not keep for us."""
+    kwargs.setdefault("prepare_threshold", None)
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.OperationalError as exc:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue
 
-def test_demo_runs_a_fleet_and_reports_no_limit_exceeded(database_url: str) -> None:
+
+def test_demo_runs_a_fleet_and_reports_no_limit_exceeded(database_url: str, conn) -> None:
+    # The user's own data, which the demo must leave alone.
+    queue = Queue(conn)
+    mine = queue.enqueue("mine.task", {}, EnqueueOptions(queue="mine"))
+    queue.sync_concurrency_policies("mine", [ConcurrencyPolicyDefinition("mine", max_active=1)])
     done = subprocess.run(
         [sys.executable, "-m", "workhorse", "--database-url", database_url, "demo",
          "--jobs", "80", "--slots", "2", "--concurrency", "4"],
@@ -18,3 +24,7 @@ def test_demo_runs_a_fleet_and_reports_no_limit_exceeded(database_url: str) -> N
     # The final table names both demo queues with the peak that actually happened.
     assert "demo-mail" in done.stdout and "demo-reports" in done.stdout
     assert "NO" not in done.stdout.split("highest concurrency")[-1]
+    # It cleaned up after itself: its jobs and policies are gone, the user's are not.
+    assert conn.execute("SELECT id FROM workhorse.jobs").fetchall() == [(mine,)]
+    assert [p.namespace for p in queue.list_concurrency_policies()] == ["mine"]
+    assert conn.execute("SELECT count(*) FROM workhorse.key_heads").fetchone() == (0,)

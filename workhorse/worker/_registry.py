@@ -84,14 +84,14 @@ class Registry:
             return
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
         try:
-            if not _ops.execute(conn, _ops.try_lock_housekeeping()):
-                return
-            try:
-                # Expired overrides cleared, old rate-limit start buckets pruned, then VACUUM.
+            # Expired overrides cleared and old rate-limit start buckets pruned under a
+            # transaction-scoped lock (no session state: PgBouncer in transaction mode), then
+            # VACUUM, which cannot run in a transaction and skips a table being vacuumed.
+            with conn.transaction():
+                if not _ops.execute(conn, _ops.try_lock_housekeeping()):
+                    return
                 _ops.execute(conn, _ops.housekeeping())
-                _ops.execute(conn, _ops.vacuum_admission_tables())
-            finally:
-                _ops.execute(conn, _ops.unlock_housekeeping())
+            _ops.execute(conn, _ops.vacuum_admission_tables())
         except psycopg.Error as exc:  # e.g. not the tables' owner: autovacuum still runs
             log.warning("could not vacuum the admission tables: %s", exc)
 

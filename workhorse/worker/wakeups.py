@@ -14,6 +14,14 @@ Slot side, `WakeupReceiver` reads its end of a datagram socketpair. Messages are
 Notifications are only hints: a slot also polls every `--dequeue-timeout`, so nothing depends
 on them for correctness, and a full socket buffer simply drops a hint.
 
+Where LISTEN cannot work (PgBouncer in transaction mode: LISTEN "succeeds" and nothing ever
+arrives), the listener finds out on every connect with a probe (`_listen.listen_works`) and then
+polls instead: every POLL_WAKEUPS seconds it asks which served queues have ready jobs
+(`ready_queues.sql`, one index probe per queue) and hints those, so a job enqueued into an idle
+fleet starts within about POLL_WAKEUPS, never only at the next `--dequeue-timeout`.
+`WORKHORSE_LISTEN_URL` moves the LISTEN to another URL (the server itself, or PgBouncer in
+session mode) while every other statement keeps the main one.
+
 A hint for a governed queue (usually "capacity was freed") goes to ONE slot, not all: every
 claimer of a governed queue takes its admission lock exclusively, and N slots woken for one
 freed place would make N-1 empty claims in a row. The slot that got the hint passes it on
@@ -37,7 +45,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from .. import _ops
+from .. import _listen, _ops
 from ..database import mask
 from ..errors import first_line
 from ._reconnect import Reconnect
@@ -52,6 +60,8 @@ _SEP = b"\x00"
 # Re-read the timer at least this often, and at most this often after NOTIFYs.
 DUE_REFRESH = 1.0
 DUE_REFRESH_MIN = 0.2
+# Without LISTEN: how often the served queues are polled for ready jobs (the wake-up latency).
+POLL_WAKEUPS = 0.5
 
 
 def encode(kind: bytes, names: Iterable[str]) -> bytes:
@@ -162,8 +172,13 @@ class Listener:
         on_tick: Callable[[psycopg.Connection[Any]], None] | None = None,
         on_stop: Callable[[psycopg.Connection[Any]], None] | None = None,
         on_timer: Callable[[psycopg.Connection[Any]], float] | None = None,
+        listen_url: str | None = None,
     ) -> None:
         self.url = url
+        self.listen_url = listen_url or _listen.listen_url(url)
+        # True: notifications arrive (LISTEN); False: the probe failed and wake-ups poll;
+        # None: not connected yet.
+        self.listening: bool | None = None
         self.queues = list(queues)
         self._served = set(queues)
         self.channels = channels
@@ -178,7 +193,6 @@ class Listener:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="workhorse-listen", daemon=True)
         self.connected = threading.Event()
-        self._fd = -1
         # Backend pids of our slots' outcome connections (replaced whole; read by this thread).
         self.own_backends: frozenset[int] = frozenset()
 
@@ -191,36 +205,72 @@ class Listener:
 
     # ---- the thread ------------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, url: str, name: str = "workhorse-supervisor") -> psycopg.Connection[Any]:
+        # Under the lock that forking takes: a slot forked meanwhile knows to close its copy.
         with self.fds.lock:
-            conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=10,
-                application_name="workhorse-supervisor",
-            )
-            self._fd = conn.fileno()
-            self.fds.fds.add(self._fd)
+            conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                   application_name=name, prepare_threshold=None)
+            self.fds.fds.add(conn.fileno())
         return conn
 
     def _close(self, conn: psycopg.Connection[Any]) -> None:
         with self.fds.lock:
-            self.fds.fds.discard(self._fd)
-            self._fd = -1
+            with contextlib.suppress(Exception):  # a broken connection has no fileno
+                self.fds.fds.discard(conn.fileno())
             conn.close()
+
+    def _notify_probe(self, token: str) -> None:
+        probe = self._connect(self.listen_url, "workhorse-supervisor-probe")
+        try:
+            _listen.notify_probe(probe, token)
+        finally:
+            self._close(probe)
+
+    def _start_listening(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
+        """The connection that LISTENs (`conn` itself, or one to WORKHORSE_LISTEN_URL), or None
+        when the probe shows that LISTEN cannot work there: then wake-ups poll."""
+        listener = conn if self.listen_url == self.url else self._connect(
+            self.listen_url, "workhorse-supervisor-listen")
+        try:
+            works = _listen.listen_works(listener, self._notify_probe)
+            if works:
+                _ops.execute(listener, _ops.listen())
+        except BaseException:
+            if listener is not conn:
+                with contextlib.suppress(Exception):
+                    self._close(listener)
+            raise
+        if self.listening is not works:
+            if works:
+                log.info("wake-ups: LISTEN on %s", mask(self.listen_url))
+            else:
+                log.warning(
+                    "wake-ups: LISTEN on %s delivers no notifications (PgBouncer in "
+                    "transaction mode?); polling for ready jobs every %.1fs instead. Set %s to "
+                    "the server or a session-mode pooler for instant wake-ups",
+                    mask(self.listen_url), POLL_WAKEUPS, _listen.ENV_LISTEN_URL)
+        self.listening = works
+        if works:
+            return listener
+        if listener is not conn:
+            self._close(listener)
+        return None
 
     def _run(self) -> None:
         reconnect = Reconnect()
         while not self._stop.is_set():
             conn: psycopg.Connection[Any] | None = None
+            listener: psycopg.Connection[Any] | None = None
             try:
-                conn = self._connect()
-                _ops.execute(conn, _ops.listen())
+                conn = self._connect(self.url)
+                listener = self._start_listening(conn)
                 if self.on_connect is not None:
                     self.on_connect(conn)
                 self.connected.set()
                 # Anything sent while we were not listening is lost: tell every slot to look.
                 self.channels.broadcast(encode(HINT, self.queues))
                 reconnect.succeeded()
-                self._serve(conn)
+                self._serve(conn, listener)
             except psycopg.Error as exc:
                 delay = reconnect.failed()
                 log.warning("listener: %s (%s); reconnecting in %.1fs", first_line(exc),
@@ -237,19 +287,36 @@ class Listener:
                             self.on_stop(conn)
                     with contextlib.suppress(Exception):  # closing a broken connection
                         self._close(conn)
+                if listener is not None and listener is not conn:
+                    with contextlib.suppress(Exception):
+                        self._close(listener)
 
-    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+    def _serve(self, conn: psycopg.Connection[Any],
+               listener: psycopg.Connection[Any] | None) -> None:
+        """Relay notifications from `listener` (None: poll `conn` for ready queues instead)
+        and run the timer and `on_tick` on `conn`."""
         next_tick = time.monotonic() + self.tick_interval
         next_due = 0.0  # read the timer now
         last_due_read = 0.0
         next_timer = 0.0 if self.on_timer is not None else float("inf")
+        next_poll = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            timeout = max(0.0, min(next_tick, next_due, next_timer, now + 0.5) - now)
-            notified = list(conn.notifies(timeout=timeout, stop_after=1))
+            if listener is None:
+                if now >= next_poll:
+                    ready = _ops.execute(conn, _ops.ready_queues(self.queues))
+                    if ready:
+                        self.hint(ready)
+                    next_poll = now + POLL_WAKEUPS
+                timeout = max(0.0, min(next_tick, next_due, next_timer, next_poll) - now)
+                self._stop.wait(timeout)
+                notified = []
+            else:
+                timeout = max(0.0, min(next_tick, next_due, next_timer, now + 0.5) - now)
+                notified = list(listener.notifies(timeout=timeout, stop_after=1))
             if notified:
                 # A burst (one NOTIFY per completed batch) collapses into one message per slot.
-                notified.extend(conn.notifies(timeout=0.0))
+                notified.extend(listener.notifies(timeout=0.0) if listener else ())
                 own, governed = self.own_backends, self.governed
                 served = {
                     n.payload for n in notified

@@ -39,7 +39,9 @@ _local = threading.local()
 
 
 def url() -> str:
-    return os.environ["WORKHORSE_DATABASE_URL"]
+    # PROBE_DATABASE_URL: the server itself, when the worker goes through PgBouncer (which
+    # refuses the `options` startup parameter that FAST needs).
+    return os.environ.get("PROBE_DATABASE_URL") or os.environ["WORKHORSE_DATABASE_URL"]
 
 
 async def aconn() -> psycopg.AsyncConnection[Any]:

@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""The example shop's manage.py: `python manage.py migrate --run-syncdb`, `python manage.py
+place_orders`. The worker is the plain CLI: `workhorse worker shop.worker:app`."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

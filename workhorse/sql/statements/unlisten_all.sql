@@ -1,0 +1,2 @@
+-- After a failed probe: leave no LISTEN behind on whatever server connection got it.
+UNLISTEN *

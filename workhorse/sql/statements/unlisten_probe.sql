@@ -1,0 +1,1 @@
+UNLISTEN workhorse_listen_probe
