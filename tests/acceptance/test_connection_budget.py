@@ -66,7 +66,9 @@ def test_connections_per_supervisor_and_per_slot(database_url, conn, tmp_path):
     per_slot = (sum(slot_roles.values()) + leases) / SLOTS
     print(f"measured: supervisor {supervisor}, per slot {per_slot} ({dict(peak)})")
     assert supervisor == PER_SUPERVISOR, dict(peak)
-    assert per_slot == PER_SLOT, dict(peak)
+    # The outcomes connection opens only when an outcome cannot ride on a claim (a failure, a
+    # drain, a rate-limited queue): plan for 3, often 2 are open.
+    assert 2 <= per_slot <= PER_SLOT, dict(peak)
     text = DOC.read_text()
     assert f"| per supervisor | {PER_SUPERVISOR} |" in text
     assert f"| per slot | {PER_SLOT} |" in text

@@ -27,6 +27,10 @@ HEARTBEAT = LEASE / 3
 RECOVERY_BOUND = LEASE + 10.0
 
 
+# How long before a kill an execution may have ended with its outcome still unrecorded.
+UNRECORDED_WINDOW = 0.5
+
+
 def test_kill_9_of_a_supervisor_process_group(cluster, tmp_path):
     s = Scenario(cluster, tmp_path, "kill -9 of a supervisor's process group")
     s.enqueue(JOBS)
@@ -52,8 +56,12 @@ def test_kill_9_of_a_supervisor_process_group(cluster, tmp_path):
     row, seen, found = s.check(limits(), ends=ends, recovery_s=rerun - killed_at)
     assert_sound(row, seen, found, s.logs())
     assert victim.proc.returncode == -signal.SIGKILL and codes[1] == 0, s.logs()
-    # Only the killed executions ran twice, and not before their lease ran out.
-    assert set(found.duplicates) <= {e.token for e in interrupted}
+    # Only the killed executions ran twice, and not before their lease ran out; or one that had
+    # just ended, its outcome not yet committed (it rides on the slot's next claim, a round trip
+    # away): at-least-once, the same as a handler killed a moment earlier.
+    unrecorded = {e.token for e in executions.values() if e.pid in slots and e.end is not None
+                  and killed_at - UNRECORDED_WINDOW <= e.end <= killed_at}
+    assert set(found.duplicates) <= {e.token for e in interrupted} | unrecorded
     assert row.recovery_s is not None and LEASE - HEARTBEAT <= row.recovery_s < RECOVERY_BOUND
 
 
