@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,7 @@ def run_workhorse(
         fill(conn, queue, jobs, keyed)
         env = {**os.environ, "WORKHORSE_DATABASE_URL": worker_url or url}
         started = time.monotonic()
+        log_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the process, below)
         worker = subprocess.Popen(
             [
                 sys.executable,
@@ -117,7 +119,9 @@ def run_workhorse(
             cwd=HERE,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            # A file, not a pipe nobody reads: at --log-level info the worker writes a line per
+            # finished job, and a full pipe would stall it.
+            stderr=log_file,
         )
         try:
             deadline = started + max(120.0, jobs / 200)
@@ -130,7 +134,8 @@ def run_workhorse(
                 if left is not None and left[0] == 0:
                     break
                 if worker.poll() is not None or time.monotonic() > deadline:
-                    err = worker.stderr.read().decode() if worker.stderr else ""
+                    log_file.seek(0)
+                    err = log_file.read().decode(errors="replace")[-5000:]
                     raise SystemExit(f"the worker stopped or stalled ({left} left):\n{err}")
             wall = time.monotonic() - started
         finally:
@@ -140,6 +145,7 @@ def run_workhorse(
                 worker.wait(30)
             except subprocess.TimeoutExpired:
                 worker.kill()
+            log_file.close()
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
             "extract(epoch FROM max(finished_at) - min(started_at)), max(attempts) "
