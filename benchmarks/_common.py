@@ -344,3 +344,17 @@ class Printer:
 
 def stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def asyncpg_params(url: str) -> dict[str, Any]:
+    """asyncpg wants keywords (or a URL), not a libpq key=value string (for pgqueuer beside us)."""
+    info = conninfo_to_dict(url)
+    params: dict[str, Any] = {
+        "host": info.get("host"),
+        "user": info.get("user"),
+        "password": info.get("password"),
+        "database": info.get("dbname"),
+    }
+    if info.get("port"):
+        params["port"] = int(str(info["port"]))
+    return {k: v for k, v in params.items() if v is not None}

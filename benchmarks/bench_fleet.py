@@ -427,21 +427,6 @@ def incomplete(result: Drain) -> str:
 # ---- pgqueuer -----------------------------------------------------------------------------------
 
 
-def _asyncpg_params(url: str) -> dict[str, Any]:
-    """asyncpg wants keywords (or a URL), not a libpq key=value string."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    info = conninfo_to_dict(url)
-    params: dict[str, Any] = {
-        "host": info.get("host"),
-        "user": info.get("user"),
-        "password": info.get("password"),
-        "database": info.get("dbname"),
-    }
-    if info.get("port"):
-        params["port"] = int(str(info["port"]))
-    return {k: v for k, v in params.items() if v is not None}
-
 
 @dataclass
 class PgqDrain:
@@ -461,7 +446,7 @@ async def _pgqueuer(
     from pgqueuer.queries import Queries
     from pgqueuer.types import QueueExecutionMode
 
-    params = _asyncpg_params(url)
+    params = c.asyncpg_params(url)
     admin = await asyncpg.connect(**params)
     queries = Queries(AsyncpgDriver(admin))
     if not await queries.schema_is_installed():

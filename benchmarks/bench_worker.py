@@ -173,7 +173,7 @@ async def _pgqueuer(url: str, jobs: int, dequeuers: int, batch: int) -> dict[str
     from pgqueuer.queries import Queries
     from pgqueuer.types import QueueExecutionMode
 
-    params = _asyncpg_params(url)
+    params = c.asyncpg_params(url)
     admin = await asyncpg.connect(**params)
     queries = Queries(AsyncpgDriver(admin))
     if not await queries.schema_is_installed():
@@ -208,21 +208,6 @@ async def _pgqueuer(url: str, jobs: int, dequeuers: int, batch: int) -> dict[str
     span = end - first[0]
     return {"rate": done / span, "span": span, "succeeded": done}
 
-
-def _asyncpg_params(url: str) -> dict[str, Any]:
-    """asyncpg wants keywords (or a URL), not a libpq key=value string."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    info = conninfo_to_dict(url)
-    params: dict[str, Any] = {
-        "host": info.get("host"),
-        "user": info.get("user"),
-        "password": info.get("password"),
-        "database": info.get("dbname"),
-    }
-    if info.get("port"):
-        params["port"] = int(info["port"])
-    return {k: v for k, v in params.items() if v is not None}
 
 
 def run_pgqueuer(url: str, jobs: int, dequeuers: int = 5, batch: int = 10) -> dict[str, float]:
