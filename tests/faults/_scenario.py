@@ -111,6 +111,23 @@ class Scenario:
                                      f"after {timeout}s\n{self.logs()}")
             time.sleep(0.05)
 
+    def wait_busy(self, pids: set[int] | None = None, fresh: float = 0.005,
+                  timeout: float = 20.0) -> int:
+        """A pid (of `pids`) whose handler started within the last `fresh` seconds: a fault
+        injected now finds it running (handlers take 20 ms or more), so that it holds capacity
+        and the fault's recovery can be measured. Returns that pid."""
+        def busy() -> int | None:
+            now = time.monotonic()
+            return next((e.pid for e in _journal.running_at(
+                _journal.read(self.journal).values(), now, pids) if now - e.start <= fresh), None)
+        deadline = time.monotonic() + timeout
+        while (pid := busy()) is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.fault}: no handler started in {pids} for "
+                                     f"{timeout}s\n{self.logs()}")
+            time.sleep(0.001)
+        return pid
+
     def succeeded(self) -> int:
         return int(query(self.url, "SELECT count(*) FROM workhorse.jobs "
                          "WHERE status = 'succeeded'")[0][0])

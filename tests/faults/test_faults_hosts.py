@@ -64,11 +64,7 @@ def test_a_cut_link_gives_its_capacity_back_at_lease_expiry(hosts, linked_cluste
         other_slots = set(other.wait_for_slots(2))
         s.wait_finished(JOBS // 8)
         # Cut while the host is running jobs, so that it holds capacity.
-        for _ in range(100):
-            if _journal.running_at(_journal.read(s.journal).values(), time.monotonic(),
-                                   cut_slots):
-                break
-            time.sleep(0.01)
+        s.wait_busy(cut_slots)
         cut_host.cut()
         cut_at = time.monotonic()
         time.sleep(2 * LEASE)

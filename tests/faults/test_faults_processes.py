@@ -40,6 +40,7 @@ def test_kill_9_of_a_supervisor_process_group(cluster, tmp_path):
         slots = set(victim.wait_for_slots(2))
         survivor.wait_for_slots(2)
         s.wait_finished(JOBS // 4)
+        s.wait_busy(slots)  # it holds capacity when it dies
         killed_at = time.monotonic()
         os.killpg(victim.pid, signal.SIGKILL)
         victim.proc.wait(10)
@@ -51,6 +52,7 @@ def test_kill_9_of_a_supervisor_process_group(cluster, tmp_path):
     executions = _journal.read(s.journal)
     # A killed handler stops running when it is killed (its lease still holds its capacity).
     ends = {e.run: killed_at for e in executions.values() if e.pid in slots and e.end is None}
+    assert interrupted, "the killed group ran nothing at the kill: the test proves nothing"
     rerun = _journal.rerun_after(executions.values(), [e.token for e in interrupted], killed_at)
     assert rerun is not None, "an interrupted job never ran again"
     row, seen, found = s.check(limits(), ends=ends, recovery_s=rerun - killed_at)
@@ -105,9 +107,7 @@ def test_sigstop_of_a_slot_past_its_lease_then_sigcont(cluster, tmp_path):
         pids = worker.wait_for_slots(2)
         s.wait_finished(JOBS // 4)
         # Freeze a slot that is running jobs right now.
-        frozen = wait_for(lambda: next(iter(
-            e.pid for e in _journal.running_at(_journal.read(s.journal).values(),
-                                               time.monotonic())), None), 10, "a busy slot")
+        frozen = s.wait_busy(set(pids))
         other = next(p for p in pids if p != frozen)
         os.kill(frozen, signal.SIGSTOP)
         stopped_at = time.monotonic()
