@@ -13,7 +13,9 @@ import pytest
 
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue
 from workhorse.types import ClaimedJob
-from workhorse.worker.claimer import Claimer, QueueState
+from workhorse.worker.claimer import FAIR_SHARE_LAP, FAIR_SHARE_YIELD, Claimer, QueueState
+from workhorse.worker.executor import Execution, Outcome
+from workhorse.worker.recorder import OutcomeRecorder
 
 Started = list[tuple[str, list[int]]]
 
@@ -452,20 +454,58 @@ def test_a_rate_limit_sleeps_the_queue_until_its_next_start(
         [state] = claimer.queues
         # Dry, and due again when the rate allows the next start: a minute from now, give or
         # take the start bucket's width (1/100 of the period, rounded up: never too early).
-        assert state.dry_since is not None and state.rate_due is not None
-        assert before + 59 < state.rate_due <= after + 60.6
+        assert state.dry_since is not None and state.due_at is not None
+        assert before + 59 < state.due_at <= after + 60.6
         assert claimer.eligible(after) == []
         # No poll meanwhile: even past the governed poll interval, it stays asleep.
         claimer.saturation_poll = 0.001
         assert claimer.eligible(after + 30) == []
         assert 29 < claimer.idle_timeout(after + 30) <= 30.6
-        assert claimer.eligible(state.rate_due) == [state]
-        assert state.rate_due is None and state.dry_since is None
+        assert claimer.eligible(state.due_at) == [state]
+        assert state.due_at is None and state.dry_since is None
         # A hint (a policy change, say) wakes it at once.
-        state.rate_due = after + 60
+        state.due_at = after + 60
         claimer.hinted(["r"])
         assert claimer.eligible(after) == [state]
 
     _run(database_url, body)
     assert started == [("r", ids[:2])]
     assert sorted(j.id for j in queue.list_jobs(status="active")) == ids[:2]
+
+
+def test_a_fair_share_lap_yields_for_a_moment_not_until_a_hint(
+    database_url: str, queue: Queue
+) -> None:
+    """Every FAIR_SHARE_LAP-th claim that carries successes of a governed queue takes none (its
+    places go back to the fleet), and the queue is worth a claim again FAIR_SHARE_YIELD later
+    with no hint: without LISTEN (PgBouncer) none would come but the slow poll's."""
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=100)])
+    _fill(queue, "g", 3 * FAIR_SHARE_LAP)
+    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
+                               ride=["g"])
+    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"])
+    taken: list[int] = []
+
+    async def body(aconn: psycopg.AsyncConnection[Any]) -> None:
+        (g,) = claimer.queues
+
+        def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
+            for job in claimed:  # each ends at once; its success rides on the next claim
+                recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
+
+        assert await claimer.claim(aconn, [g], 1, start, recorder=recorder) == 1
+        for _ in range(FAIR_SHARE_LAP):
+            before = time.monotonic()
+            assert claimer.eligible(before, recorder.riding()) == [g]
+            taken.append(await claimer.claim(aconn, [g], 1, start, recorder=recorder,
+                                             governed_limit=1))
+        assert taken == [1] * (FAIR_SHARE_LAP - 1) + [0]
+        assert recorder.riding() == {}
+        after = time.monotonic()
+        assert claimer.eligible(after) == []  # the others' turn
+        assert 0 < claimer.idle_timeout(after) <= FAIR_SHARE_YIELD
+        assert claimer.eligible(before + FAIR_SHARE_YIELD + 0.001) == [g]  # no hint needed
+        assert await claimer.claim(aconn, [g], 1, start, recorder=recorder) == 1
+
+    _run(database_url, body)
+    assert len(queue.list_jobs(queue="g", status="succeeded")) == FAIR_SHARE_LAP

@@ -34,6 +34,10 @@ SATURATION_POLL = 1.0
 # its places go back to the fleet (claim_v3 wakes the other claimers), so that a budget smaller
 # than one slot's concurrency still spreads over every slot and supervisor serving the queue.
 FAIR_SHARE_LAP = 8
+# How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
+# bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
+# the 0.5 s poll's, and every lap would idle the slot that long (1k jobs/s where 10k ran).
+FAIR_SHARE_YIELD = 0.01
 
 
 @dataclass(eq=False)
@@ -42,7 +46,9 @@ class QueueState:
     dry_since: float | None = None  # monotonic; None: worth a claim
     hints: int = 0  # bumped by every hint, so a claim can tell a hint raced it
     local_due: float | None = None  # monotonic; a retry this slot scheduled
-    rate_due: float | None = None  # monotonic; when a rate limit allows the next start
+    # monotonic; no claim before then: a rate limit's next allowed start, or a fair-share lap's
+    # yield. A hint clears it.
+    due_at: float | None = None
     governed: bool = False
     relayed: bool = False  # a governed hint came to this slot alone: pass it on if room is left
     rides: int = 0  # governed claims that carried successes, since the last one that took none
@@ -80,7 +86,7 @@ class Claimer:
             if state is not None:
                 state.hints += 1
                 state.dry_since = None
-                state.rate_due = None
+                state.due_at = None
                 if state.governed:
                     state.relayed = True
 
@@ -124,12 +130,12 @@ class Claimer:
         out = []
         for state in queues[start:] + queues[:start]:
             state.replace_only = False
-            if state.rate_due is not None:
-                # Out of starts: nothing to claim before the next allowed one (a hint, such as
-                # a policy change, clears this); no poll meanwhile.
-                if state.rate_due > now:
+            if state.due_at is not None:
+                # Out of starts, or yielding a lap: nothing to claim before then (a hint, such
+                # as a policy change, clears this); no poll meanwhile.
+                if state.due_at > now:
                     continue
-                state.rate_due = None
+                state.due_at = None
                 state.dry_since = None
             if state.dry_since is not None:
                 if state.local_due is not None and state.local_due <= now:
@@ -153,8 +159,8 @@ class Claimer:
         """How long to sleep when no queue is eligible: until the first one will be."""
         soonest = self.dequeue_timeout
         for state in self.queues:
-            if state.rate_due is not None:
-                soonest = min(soonest, state.rate_due - now)
+            if state.due_at is not None:
+                soonest = min(soonest, state.due_at - now)
                 continue
             if state.dry_since is not None:
                 soonest = min(soonest, state.dry_since + self._poll_interval(state) - now)
@@ -203,7 +209,9 @@ class Claimer:
                         if state.rides >= FAIR_SHARE_LAP:
                             state.rides = 0
                             need = 0
-                            state.dry_since = time.monotonic()  # others first; a hint ends it
+                            # Others first, for a moment; a hint ends it sooner.
+                            state.dry_since = time.monotonic()
+                            state.due_at = state.dry_since + FAIR_SHARE_YIELD
                         elif state.replace_only:
                             need = min(need, len(successes))
                     try:
@@ -223,7 +231,7 @@ class Claimer:
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()
-                    state.rate_due = state.dry_since + next_start
+                    state.due_at = state.dry_since + next_start
                 elif len(claimed) < need and state.hints == hints:
                     state.dry_since = time.monotonic()
                 elif relayed and len(claimed) >= need and self.pass_on is not None:
