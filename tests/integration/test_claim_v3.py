@@ -153,7 +153,9 @@ def test_claim_v3_says_what_each_job_was_scheduled_for(conn, queue):
 
     ids = _fill(queue, "u", 3)
     occurrence = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
-    conn.execute("UPDATE workhorse.jobs SET scheduled_for = %s WHERE id = %s", (occurrence, ids[0]))
+    # As fire_schedules_v1 leaves a job: its meta names the schedule, scheduled_for is set.
+    conn.execute("UPDATE workhorse.jobs SET scheduled_for = %s, meta = '{\"schedule\": \"s\"}'"
+                 " WHERE id = %s", (occurrence, ids[0]))
     conn.execute("UPDATE workhorse.jobs SET attempts = 1 WHERE id = %s", (ids[2],))  # a retry
     claimed, _, _ = _ops.execute(conn, _ops.complete_and_claim("u", 3, 30, []))
     by_id = {job.id: job for job in claimed}

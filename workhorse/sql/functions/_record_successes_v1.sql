@@ -17,7 +17,15 @@ SET enable_bitmapscan = off
 AS $$
 DECLARE
     v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
+    v_succeeded timestamptz[];  -- each retention document's expiry for a success, and for a
+    v_canceled timestamptz[];   -- cancel: worked out once a batch, not once a job
+    v_done integer;
 BEGIN
+    SELECT array_agg(workhorse._expiry_v1('succeeded', r.doc::jsonb, v_at) ORDER BY r.n),
+           array_agg(workhorse._expiry_v1('canceled', r.doc::jsonb, v_at) ORDER BY r.n)
+    INTO v_succeeded, v_canceled
+    FROM unnest(p_retentions) WITH ORDINALITY AS r(doc, n);
+
     RETURN QUERY
         WITH done AS (
             UPDATE workhorse.jobs j
@@ -25,24 +33,28 @@ BEGIN
                               ELSE 'canceled' END,
                 result = CASE WHEN j.cancel_requested_at IS NULL THEN b.result::jsonb END,
                 finished_at = v_at,
-                expires_at = workhorse._expiry_v1(
-                    CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'canceled' END,
-                    p_retentions[COALESCE(b.ix, 1)]::jsonb, v_at),
+                expires_at = CASE WHEN j.cancel_requested_at IS NULL
+                                  THEN v_succeeded[COALESCE(b.ix, 1)]
+                                  ELSE v_canceled[COALESCE(b.ix, 1)] END,
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
             WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
             RETURNING j.id, j.fence, j.queue, j.status
         ), ended AS (
             SELECT workhorse._ended_v1(array_agg(d.id)) AS n FROM done d
-        ), resent AS (
-            -- The statement's snapshot: rows `done` updates are still active here.
+        )
+        SELECT done.id, done.fence, done.queue, done.status FROM done, ended;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+
+    IF v_done < cardinality(p_ids) THEN
+        -- Some were not active under their fence: stale, or resent. A resend ended earlier
+        -- (another finished_at); those ended just now are not reported twice.
+        RETURN QUERY
             SELECT j.id, j.fence, j.queue, j.status
             FROM unnest(p_ids, p_fences) AS b(id, fence)
             JOIN workhorse.jobs j ON j.id = b.id AND j.fence = b.fence
             WHERE j.status IN ('succeeded', 'canceled')
-        )
-        SELECT done.id, done.fence, done.queue, done.status FROM done, ended
-        UNION ALL
-        SELECT resent.id, resent.fence, resent.queue, resent.status FROM resent;
+              AND j.finished_at IS DISTINCT FROM v_at;
+    END IF;
 END
 $$;
