@@ -546,7 +546,15 @@ def complete_and_claim(
     _check_claim(queue, limit)
     rows = yield _sql.statement("complete_and_claim"), (
         queue, limit, lease_seconds(lease), *_success_columns(successes))
-    return _claimed(rows)
+    jobs, next_start, exceptions = _claimed(rows)
+    # claim_v3 names only the successes that did not end `succeeded`.
+    accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
+    for key, status in exceptions.items():
+        if status is None:
+            del accepted[key]
+        else:
+            accepted[key] = status
+    return jobs, next_start, accepted
 
 
 def _check_claim(queue: str, limit: int) -> None:
@@ -557,17 +565,18 @@ def _check_claim(queue: str, limit: int) -> None:
 
 def _claimed(
     rows: list[Any],
-) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]:
-    """Claim rows: jobs, the marker row's next start, and (from claim_v3) the successes'
-    (id, fence) -> status rows, which have a status (column 15) and no task."""
+) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus | None]]:
+    """Claim rows: jobs, the marker row's next start, and (from claim_v3) the successes that
+    did not end succeeded: (id, fence) -> status (None: stale), from rows that have a status
+    (column 15) and no task."""
     jobs = []
     next_start = None
-    accepted: dict[tuple[int, int], JobStatus] = {}
+    exceptions: dict[tuple[int, int], JobStatus | None] = {}
     for row in rows:
         if row[0] is None:  # no job: the rate limit's next allowed start
             next_start = float(row[14])
-        elif row[1] is None:  # a success recorded
-            accepted[(row[0], row[8])] = JobStatus(row[15])
+        elif row[1] is None:  # a success that was not accepted as one
+            exceptions[(row[0], row[8])] = None if row[15] == "stale" else JobStatus(row[15])
         else:
             jobs.append(ClaimedJob(
                 id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None,
@@ -576,7 +585,7 @@ def _claimed(
                 meta=row[12] or {}, started_at=row[13],
                 scheduled_for=row[16] if len(row) > 16 else None,
             ))
-    return jobs, next_start, accepted
+    return jobs, next_start, exceptions
 
 
 def _success_columns(outcomes: Sequence[tuple[int, int, str, str]]) -> tuple[Any, ...]:

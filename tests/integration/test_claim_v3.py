@@ -162,3 +162,23 @@ def test_claim_v3_says_what_each_job_was_scheduled_for(conn, queue):
     assert by_id[ids[0]].scheduled_for == occurrence  # a schedule's occurrence
     assert by_id[ids[1]].scheduled_for == by_id[ids[1]].run_at  # a first attempt: its run_at
     assert by_id[ids[2]].scheduled_for is None  # a retry moved run_at; the first is not kept
+
+
+def test_claim_v3_names_only_the_successes_that_did_not_end_succeeded(conn, queue):
+    """The statement itself: no row per accepted success (they would cost more than the claim
+    they ride on), one per canceled or stale one; `complete_and_claim` fills in the rest."""
+    _fill(queue, "u", 4)
+    first = queue.claim("u", 3, 30)
+
+    def success_rows(jobs: list[ClaimedJob]) -> list[tuple[Any, ...]]:
+        rows = conn.execute(
+            "SELECT id, fence, status FROM workhorse.claim_v3('u', 0, 30, %s, %s, %s, %s, %s)"
+            " WHERE status IS NOT NULL", _ops._success_columns(_successes(jobs))).fetchall()
+        return sorted(rows)
+
+    assert success_rows(first[:1]) == []  # accepted: nothing said
+    conn.execute("UPDATE workhorse.jobs SET cancel_requested_at = now() WHERE id = %s",
+                 (first[1].id,))
+    stale = dataclasses.replace(first[2], fence=first[2].fence + 1000)
+    assert success_rows([first[1], stale]) == [
+        (first[1].id, first[1].fence, "canceled"), (stale.id, stale.fence, "stale")]

@@ -281,7 +281,10 @@ class Slot:
                 continue
             free = self._free()
             ahead = self._ahead_room()
-            if free <= 0 and ahead < max(1, self.config.prefetch // 2):
+            # With no free place, a claim only to fill the ahead buffer waits until it would be
+            # a batch worth a round trip: half the prefetch, and half the slot's concurrency
+            # (at -c 128 a top-up of a few jobs made claims 40% smaller and no job sooner).
+            if free <= 0 and ahead < max(1, self.config.prefetch // 2, self._coalesce_at):
                 await self._wake.wait()
                 continue
             if 0 < free < self._coalesce_at and self._handlers and not ahead:

@@ -5,9 +5,13 @@
 -- overrides included.
 --
 -- The successes (`p_ids`/`p_fences`/`p_results`/`p_retention_ix`/`p_retentions`, as for
--- complete_v1) come back first, as rows whose `status` is set (succeeded or canceled; a stale one
--- has no row); then claim_v2's rows (`status` NULL), each with the instant it was scheduled for:
--- its schedule's occurrence, else its run_at on a first attempt (a retry moved run_at; NULL).
+-- complete_v1) are recorded first. Only the exceptions come back, as rows whose `status` is set:
+-- when every success was accepted as `succeeded` (the usual case) there is no such row, and a
+-- row per success would cost more than the claim it rides on; otherwise every success that did
+-- not end `succeeded` has one: `canceled` (its cancel was requested while it ran) or `stale`
+-- (its fence was rejected). Then claim_v2's rows (`status` NULL), each with the instant it was
+-- scheduled for: its schedule's occurrence, else its run_at on a first attempt (a retry moved
+-- run_at; NULL).
 -- A governed queue's claimers are woken only when this claim took fewer jobs than it freed.
 CREATE FUNCTION workhorse.claim_v3(
     p_queue text, p_limit integer, p_lease double precision,
@@ -27,6 +31,9 @@ DECLARE
     v_governed boolean;
     v_freed integer := 0;
     v_claimed integer;
+    v_accepted bigint[];
+    v_fences bigint[];
+    v_statuses text[];
 BEGIN
     IF p_ids IS NOT NULL AND cardinality(p_ids) > 0 THEN
         -- A governed queue's lock first, as claim_v2 will take it: our jobs' row locks must not
@@ -37,14 +44,23 @@ BEGIN
         IF v_governed THEN
             PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
         END IF;
-        RETURN QUERY
-            SELECT r.id, NULL::text, r.queue, NULL::text, NULL::smallint, NULL::jsonb,
-                   NULL::integer, NULL::integer, r.fence, NULL::timestamptz, NULL::timestamptz,
-                   NULL::timestamptz, NULL::jsonb, NULL::timestamptz, NULL::integer,
-                   NULL::double precision, r.status, NULL::timestamptz
-            FROM workhorse._record_successes_v1(
-                p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
-        GET DIAGNOSTICS v_freed = ROW_COUNT;
+        SELECT COALESCE(array_agg(r.id), '{}'), array_agg(r.fence), array_agg(r.status)
+        INTO v_accepted, v_fences, v_statuses
+        FROM workhorse._record_successes_v1(
+            p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
+        v_freed := cardinality(v_accepted);
+        IF v_freed < cardinality(p_ids) OR NOT 'succeeded' = ALL(v_statuses) THEN
+            RETURN QUERY
+                SELECT b.id, NULL::text, p_queue, NULL::text, NULL::smallint, NULL::jsonb,
+                       NULL::integer, NULL::integer, b.fence, NULL::timestamptz,
+                       NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+                       NULL::integer, NULL::double precision, COALESCE(a.status, 'stale'),
+                       NULL::timestamptz
+                FROM unnest(p_ids, p_fences) AS b(id, fence)
+                LEFT JOIN unnest(v_accepted, v_fences, v_statuses) AS a(id, fence, status)
+                    ON a.id = b.id AND a.fence = b.fence
+                WHERE a.status IS DISTINCT FROM 'succeeded';
+        END IF;
     END IF;
 
     RETURN QUERY
