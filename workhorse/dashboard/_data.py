@@ -13,6 +13,7 @@ from ..queue import Queue
 from ..types import (
     ConcurrencyPolicy,
     Job,
+    JobPage,
     KeyPressure,
     PolicyHealth,
     QueueSummary,
@@ -72,9 +73,12 @@ class JobFilter:
     task: str | None = None
     key: str | None = None
     id: int | None = None
+    before: int | None = None    # ids below this one: the page after a full one
 
-    def query(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    def query(self, **changes: Any) -> dict[str, Any]:
+        """The filter as URL parameters, with `changes` applied (None removes one)."""
+        chosen = {**self.__dict__, **changes}
+        return {k: v for k, v in chosen.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -147,13 +151,13 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
     )
 
 
-def jobs(conn: psycopg.Connection[Any], chosen: JobFilter) -> list[Job]:
+def jobs(conn: psycopg.Connection[Any], chosen: JobFilter) -> JobPage:
     if chosen.id is not None:
         job = _ops.execute(conn, _ops.get_job(chosen.id))
-        return [job] if job is not None else []
-    return _ops.execute(conn, _ops.list_jobs(
+        return JobPage([job] if job is not None else [])
+    return _ops.execute(conn, _ops.browse_jobs(
         queue=chosen.queue, status=chosen.status, key=chosen.key, task=chosen.task,
-        limit=JOBS_PAGE,
+        before=chosen.before, limit=JOBS_PAGE,
     ))
 
 
