@@ -300,11 +300,12 @@ def browse_jobs(
     task: str | None = None,
     before: int | None = None,
     limit: int = 100,
-    window: int = BROWSE_WINDOW,
+    window: int | None = None,
 ) -> Operation[JobPage]:
     """The dashboard's job list: the newest matches with an id below `before` (None: any), at most
-    `limit`, each read bounded whatever the filters (see JobPage). Unlike `list_jobs`, exact only
-    for the statuses with an index; that is what keeps a page fast on a big history."""
+    `limit`, each read bounded whatever the filters (see JobPage): `window` ids (default
+    BROWSE_WINDOW) of the primary key, and the rows of the indexed statuses. Unlike `list_jobs`,
+    exact only for the statuses with an index; that is what keeps a page fast on a long history."""
     if status is not None:
         try:
             status = JobStatus(status).value
@@ -314,6 +315,7 @@ def browse_jobs(
         raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
     if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
         raise InvalidOptionsError(f"before must be a job id, got {before!r}")
+    window = BROWSE_WINDOW if window is None else window
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise InvalidOptionsError(f"window must be a positive int, got {window!r}")
     bounds = yield _sql.statement("job_id_bounds"), ()
