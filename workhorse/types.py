@@ -638,3 +638,16 @@ class KeyPressure:
 
 def asdict(value: Any) -> dict[str, Any]:
     return dataclasses.asdict(value)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of the dashboard's job list: the newest matches below an id, newest first.
+
+    Every status but succeeded is searched to the oldest job (each through its partial index);
+    succeeded jobs, the bulk of history with no index of their own, only within a window of job
+    ids below the page's start. `unsearched_below` is that window's floor when the page is not
+    full and succeeded jobs below it could still match (None: nothing was left unsearched)."""
+
+    jobs: list[Job]
+    unsearched_below: int | None = None

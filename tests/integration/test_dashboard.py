@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -21,11 +22,12 @@ pytest.importorskip("jinja2")
 
 from starlette.testclient import TestClient
 
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops, _sql
+from workhorse import App, ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops, _sql
 from workhorse.dashboard import _data as data
 from workhorse.dashboard import create_app, is_loopback
 from workhorse.types import ThroughputMinute
 from workhorse.worker._registry import Registry
+from workhorse.worker.scheduler import Scheduler
 
 EVIL = "<script>alert(1)</script>"
 TOKEN = "s3cret-token"
@@ -234,11 +236,184 @@ def test_a_token_is_required_by_cookie_or_bearer_header(database_url, seeded, co
         assert client.get("/", follow_redirects=False).status_code == 303
 
 
-def test_schedules_page_says_no_schedules_without_the_table(client, conn):
-    present = conn.execute("SELECT to_regclass('workhorse.schedules') IS NOT NULL").fetchone()[0]
-    html = client.get("/schedules").text
-    if not present:
-        assert "No schedules." in html
+def _schedule_cells(html: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """name -> {"next"/"last": (title, text), "next_class": ...} from the schedules table."""
+    found = {}
+    for name, row in re.findall(r'<tr data-schedule="([^"]+)">(.*?)</tr>', html, re.S):
+        cells = {}
+        for kind, extra, title, text in re.findall(
+                r'<td class="(next|last)( missed)?" title="([^"]*)">(.*?)</td>', row, re.S):
+            cells[kind] = (title, text.strip())
+            cells[f"{kind}_class"] = (kind + extra, "")
+        found[name] = cells
+    return found
+
+
+def test_schedules_page_shows_an_apps_schedules_with_their_next_and_last_runs(
+        database_url, client, conn):
+    """An app's @app.periodic schedules, synced and fired through the scheduler's real pass: the
+    page gives each one's next occurrence (in the future, the stored instant in the tooltip),
+    its latest firing once it has fired, and says when an occurrence was missed."""
+    assert "No schedules." in client.get("/schedules").text
+    app = App("clock", database_url)
+
+    @app.periodic(every="30s", name="refresh", queue="refresh")
+    def refresh() -> None: ...
+
+    @app.periodic(cron="0 3 * * *", tz="Europe/Oslo", name="nightly")
+    def nightly() -> None: ...
+
+    app.schedule(refresh, cron="*/5 * * * *", name="five-minutely")
+    try:
+        app.sync()
+        stored = {s.name: s for s in Queue(conn).list_schedules()}
+        cells = _schedule_cells(client.get("/schedules").text)
+        assert set(cells) == {"refresh", "nightly", "five-minutely"}
+        for name, schedule in stored.items():
+            title, text = cells[name]["next"]
+            assert title == schedule.next_run_at.astimezone(UTC).strftime(
+                "%Y-%m-%d %H:%M:%S UTC"), name
+            assert text.startswith("in ") or text in ("now", "due now"), (name, text)
+            assert cells[name]["last"] == ("", "never"), name
+        assert "<code>every 30s</code>" in client.get("/schedules").text
+        assert re.search(r"<code>0 3 \* \* \*</code> <small>Europe/Oslo</small>",
+                         client.get("/schedules").text)
+        assert stored["nightly"].next_run_at.astimezone(ZoneInfo("Europe/Oslo")).hour == 3
+
+        # The refresh occurrence 30 s back is due: the pass fires it and moves on.
+        conn.execute("UPDATE workhorse.schedules SET next_run_at = next_run_at - interval '30 s'"
+                     " WHERE name = 'refresh'")
+        due = Queue(conn).list_schedules("clock")
+        fired_for = next(s.next_run_at for s in due if s.name == "refresh")
+        assert [at for _, at, _ in Scheduler("clock").fire(conn).fired] == [fired_for]
+        after = {s.name: s for s in Queue(conn).list_schedules()}
+        assert after["refresh"].last_run_at == fired_for
+        cells = _schedule_cells(client.get("/schedules").text)
+        title, text = cells["refresh"]["last"]
+        assert title == fired_for.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        assert text.endswith(" ago") or text == "now", text
+        assert cells["refresh"]["next"][1].startswith("in ") or cells["refresh"]["next"][1] == "now"
+        assert cells["nightly"]["last"] == ("", "never")
+
+        # Every supervisor down for 10 minutes: that occurrence is missed, not "next".
+        conn.execute("UPDATE workhorse.schedules SET next_run_at = now() - interval '10 min'"
+                     " WHERE name = 'five-minutely'")
+        cells = _schedule_cells(client.get("/schedules").text)
+        assert cells["five-minutely"]["next"][1] == "missed: due 10m ago"
+        assert cells["five-minutely"]["next_class"][0] == "next missed"
+        assert "catch_up=latest" in cells["five-minutely"]["next"][0]
+        assert cells["refresh"]["next_class"][0] == "next"
+    finally:
+        app.close()
+
+
+# ---- the job list ---------------------------------------------------------------------------
+
+STATUSES = ("scheduled", "ready", "active", "succeeded", "failed", "held", "canceled")
+
+
+def _history(conn: Any, n: int = 400) -> list[tuple[int, str, str, str, str]]:
+    """`n` jobs, mostly succeeded, with every other status scattered over the ids (old ones
+    included), over two queues, five keys (and keyless) and three tasks; returns them as
+    (id, queue, status, key, task)."""
+    def status(i: int) -> str:
+        for every, name in ((97, "active"), (71, "scheduled"), (61, "canceled"), (53, "held"),
+                            (41, "ready"), (37, "failed")):
+            if i % every == 0:
+                return name
+        return "succeeded"
+
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO workhorse.jobs (task, queue, ckey, payload, status) VALUES"
+            " (%s, %s, %s, '{}', %s)",
+            [(f"t{i % 3}", "ab"[i % 2], "" if i % 7 == 0 else f"k{i % 5}", status(i))
+             for i in range(1, n + 1)])
+    return conn.execute("SELECT id, queue, status, ckey, task FROM workhorse.jobs"
+                        " ORDER BY id DESC").fetchall()
+
+
+def _expected(rows: list[Any], chosen: dict[str, Any], before: int | None, window: int,
+              limit: int) -> tuple[list[int], int | None]:
+    """What the job list promises (see JobPage), computed from every row."""
+    def matches(row: Any) -> bool:
+        return all(value is None or row[column] == value for column, value in (
+            (1, chosen["queue"]), (2, chosen["status"]), (3, chosen["key"]),
+            (4, chosen["task"])))
+
+    ids = [row[0] for row in rows]
+    hi = max(ids) + 1 if before is None else min(before, max(ids) + 1)
+    lo = max(hi - window, min(ids))
+    found = [row for row in rows if row[0] < hi and matches(row)]
+    recent = [row[0] for row in found if row[0] >= lo]
+    if len(recent) >= limit or lo <= min(ids):
+        return recent[:limit], None
+    older = [row[0] for row in found if row[0] < lo and row[2] != "succeeded"]
+    return ((recent + older)[:limit],
+            lo if chosen["status"] in (None, "succeeded") else None)
+
+
+def test_the_job_list_reads_a_window_of_history_and_every_indexed_status_beyond_it(conn):
+    """Under every combination of filters: the newest matches within the window of ids, then
+    the older jobs of every status but succeeded, and the floor of the window when succeeded
+    jobs below it were left unsearched; with a window over everything, what list_jobs says."""
+    rows = _history(conn)
+    conn.execute("ANALYZE workhorse.jobs")
+    newest = rows[0][0]
+    combinations = 0
+    for queue in (None, "a", "b"):
+        for status in (None, *STATUSES):
+            for key in (None, "k1", "nope"):
+                for task in (None, "t2"):
+                    chosen = {"queue": queue, "status": status, "key": key, "task": task}
+                    for before, window, limit in ((None, 60, 10), (newest - 100, 60, 10),
+                                                  (None, 30, 100), (None, 10_000, 50)):
+                        page = _ops.execute(conn, _ops.browse_jobs(
+                            **chosen, before=before, window=window, limit=limit))
+                        ids, unsearched = _expected(rows, chosen, before, window, limit)
+                        assert ([j.id for j in page.jobs], page.unsearched_below) == (
+                            ids, unsearched), (chosen, before, window, limit)
+                    everything = _ops.execute(conn, _ops.list_jobs(**chosen, limit=50))
+                    assert page.jobs == everything and page.unsearched_below is None
+                    combinations += 1
+    assert combinations == 3 * 8 * 3 * 2
+
+
+def test_the_jobs_page_pages_and_offers_the_succeeded_jobs_it_did_not_search(
+        conn, client, monkeypatch):
+    rows = _history(conn, 300)
+    monkeypatch.setattr(_ops, "BROWSE_WINDOW", 40)
+    oldest_k1 = min(row[0] for row in rows if row[3] == "k1" and row[2] == "succeeded")
+    html = client.get("/jobs?key=k1").text
+    shown = [int(i) for i in re.findall(r'<tr data-job="(\d+)"', html)]
+    assert shown and oldest_k1 not in shown
+    link = re.search(r'<p class="quiet searched" id="unsearched">.*?<a href="([^"]+)">', html,
+                     re.S)
+    assert link is not None and 'id="older"' not in html  # not full: no next page
+    # Following "search older succeeded jobs" window by window reaches the oldest one.
+    seen = set(shown)
+    target = link.group(1).replace("&amp;", "&")
+    for _ in range(20):
+        assert "status=succeeded" in target and "key=k1" in target
+        page = client.get(target).text
+        seen.update(int(i) for i in re.findall(r'<tr data-job="(\d+)"', page))
+        more = re.search(r'id="unsearched">.*?<a href="([^"]+)">', page, re.S)
+        if more is None:
+            break
+        target = more.group(1).replace("&amp;", "&")
+    assert oldest_k1 in seen
+    assert seen >= {row[0] for row in rows if row[3] == "k1" and row[2] == "succeeded"}
+    # A full page links to the next one, which starts below its last job.
+    monkeypatch.setattr(_ops, "BROWSE_WINDOW", 100_000)
+    first = client.get("/jobs").text
+    ids = [int(i) for i in re.findall(r'<tr data-job="(\d+)"', first)]
+    assert len(ids) == data.JOBS_PAGE
+    older = re.search(r'<a href="([^"]+)" rel="next" id="older">', first)
+    assert older is not None and f"before={ids[-1]}" in older.group(1)
+    second = client.get(older.group(1).replace("&amp;", "&")).text
+    assert [int(i) for i in re.findall(r'<tr data-job="(\d+)"', second)] == [
+        row[0] for row in rows][data.JOBS_PAGE:2 * data.JOBS_PAGE]
+    assert client.get("/jobs?before=x").status_code == 400
 
 
 def test_throughput_history_is_kept_per_minute_and_read_back(conn):

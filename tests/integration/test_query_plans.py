@@ -7,6 +7,7 @@ the functions force, with real parameters), at NOTICE level so that the client r
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops
 
 ERROR = {"type": "E", "message": "m", "traceback": None}
 Plans = Callable[[Callable[[], Any]], list[str]]
@@ -150,3 +151,71 @@ def test_rate_limited_claim_plans_use_indexes(explained: Any) -> None:
         ("queue-rated", ("rate_starts_pkey",)),
     ):
         _check(plans(lambda queue=queue: q.claim(queue, 10, 30)), expect=expect)
+
+
+def _history_rows_read(texts: list[str]) -> int:
+    """The rows that the plans (EXPLAIN ANALYZE output) read through the primary key of `jobs`:
+    those each such scan returned plus those its filter threw away, over every loop."""
+    total = 0
+    for text in texts:
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if not re.search(r"Scan( Backward)? using jobs_pkey on jobs", line) or (
+                    "(never executed)" in line):
+                continue
+            # PostgreSQL 18 prints average rows with two decimals ("rows=1.00").
+            actual = re.search(r"actual time=\S+ rows=([\d.]+) loops=(\d+)", line)
+            assert actual, line
+            removed = 0
+            for detail in lines[i + 1:]:
+                if "->" in detail:
+                    break
+                found = re.search(r"Rows Removed by Filter: (\d+)", detail)
+                removed += int(found.group(1)) if found else 0
+            total += round((float(actual.group(1)) + removed) * int(actual.group(2)))
+    return total
+
+
+def test_the_dashboards_job_list_reads_no_more_than_its_window_of_history(explained: Any) -> None:
+    """The dashboard's job list on a history much longer than its search window, under the
+    filters an operator picks (a key alone, with its queue, with each status, with a task; a
+    task alone; filters that match nothing): no sequential scan, no walk of the primary key
+    beyond the window, and the older live and failed jobs read through their partial indexes."""
+    pytest.importorskip("jinja2")
+    from workhorse.dashboard import _data as data
+
+    q, plans = explained
+    _fill(q)
+    # Below the window: the ready backlog of _fill, and failures of one task; then a history
+    # of other tasks that the planner, not knowing the two apart, expects the failures among.
+    q.conn.execute(
+        "INSERT INTO workhorse.jobs (task, queue, ckey, payload, status, finished_at)"
+        " SELECT 'flaky', 'per-key', 'k' || (g % 1000), '{}', 'failed', now()"
+        " FROM generate_series(1, 2000) g")
+    q.conn.execute(
+        "INSERT INTO workhorse.jobs (task, queue, ckey, payload, status, finished_at)"
+        " SELECT 't' || (g % 20), 'per-key', 'k' || (g % 1000), '{}', 'succeeded', now()"
+        " FROM generate_series(1, 60000) g")
+    q.conn.execute("ANALYZE workhorse.jobs")
+    window = 5_000
+    filters: list[dict[str, Any]] = [
+        {"key": "k7"}, {"queue": "per-key", "key": "k7"}, {"key": "no-such-key"},
+        {"key": "k7", "task": "t7"}, {"task": "t7"}, {"task": "no.such.task"},
+        {"queue": "free", "status": "failed"}, {"queue": "no-such-queue"},
+        {"status": "failed", "task": "t7"}, {"status": "ready", "task": "t7"},
+        *({"status": status.value, "key": "k7"} for status in JobStatus),
+        *({"queue": "per-key", "status": status.value, "key": "k7"} for status in JobStatus),
+    ]
+    q.conn.execute("SET auto_explain.log_analyze = on")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_ops, "BROWSE_WINDOW", window)
+        for chosen in filters:
+            texts = plans(lambda chosen=chosen: data.jobs(q.conn, data.JobFilter(**chosen)))
+            _check(texts)
+            read = _history_rows_read(texts)
+            # The window, the page's fetch by id, and the two ends of the key.
+            assert read <= window + data.JOBS_PAGE + 2, (
+                f"{chosen}: {read} rows read through the primary key:\n\n" + "\n\n".join(texts))
+        # Behind the window, a key's ready backlog and failures come from their own indexes.
+        texts = plans(lambda: data.jobs(q.conn, data.JobFilter(queue="per-key", key="k7")))
+        _check(texts, expect=("jobs_ready_key_idx", "jobs_held_failed_idx"))

@@ -9,10 +9,11 @@ from typing import Any
 import psycopg
 
 from .. import _ops
-from ..queue import Queue
+from .._occurrences import MISSED_AFTER
 from ..types import (
     ConcurrencyPolicy,
     Job,
+    JobPage,
     KeyPressure,
     PolicyHealth,
     QueueSummary,
@@ -72,20 +73,29 @@ class JobFilter:
     task: str | None = None
     key: str | None = None
     id: int | None = None
+    before: int | None = None    # ids below this one: the page after a full one
 
-    def query(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    def query(self, **changes: Any) -> dict[str, Any]:
+        """The filter as URL parameters, with `changes` applied (None removes one)."""
+        chosen = {**self.__dict__, **changes}
+        return {k: v for k, v in chosen.items() if v is not None}
 
 
 @dataclass(frozen=True)
 class ScheduleRow:
+    namespace: str
     name: str
     task: str
-    queue: str | None
+    queue: str
     spec: str
-    tz: str | None
-    next_run_at: datetime | None
+    tz: str
+    catch_up: str
+    next_run_at: datetime
     last_run_at: datetime | None
+    due: bool = False        # the next occurrence has come: a supervisor fires it within seconds
+    # ... and is more than MISSED_AFTER past: no supervisor of the app fired it, so it is missed
+    # (its catch_up decides what fires when one runs again).
+    overdue: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,13 +157,13 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
     )
 
 
-def jobs(conn: psycopg.Connection[Any], chosen: JobFilter) -> list[Job]:
+def jobs(conn: psycopg.Connection[Any], chosen: JobFilter) -> JobPage:
     if chosen.id is not None:
         job = _ops.execute(conn, _ops.get_job(chosen.id))
-        return [job] if job is not None else []
-    return _ops.execute(conn, _ops.list_jobs(
+        return JobPage([job] if job is not None else [])
+    return _ops.execute(conn, _ops.browse_jobs(
         queue=chosen.queue, status=chosen.status, key=chosen.key, task=chosen.task,
-        limit=JOBS_PAGE,
+        before=chosen.before, limit=JOBS_PAGE,
     ))
 
 
@@ -166,23 +176,18 @@ def workers(conn: psycopg.Connection[Any]) -> list[WorkerInfo]:
 
 
 def schedules(conn: psycopg.Connection[Any]) -> SchedulesPage:
-    """The schedules, when this schema has them and this workhorse can list them
-    (`Queue.list_schedules`, from the schedules work: read by attribute, so that this page
-    needs no change when it lands); otherwise an empty page that says so."""
+    """Every namespace's schedules, with the next occurrence each will fire and the latest it
+    fired; an empty page that says so on a schema without schedules."""
     if not _ops.execute(conn, _ops.schedules_present()):
         return SchedulesPage(available=False)
-    lister = getattr(Queue(conn), "list_schedules", None)
-    if lister is None:
-        return SchedulesPage(available=False)
-    rows = []
-    for schedule in lister():
-        spec = getattr(schedule, "cron", None) or (
-            f"every {schedule.every}" if getattr(schedule, "every", None) else "")
-        rows.append(ScheduleRow(
-            name=str(getattr(schedule, "name", "")), task=str(getattr(schedule, "task", "")),
-            queue=getattr(schedule, "queue", None), spec=str(spec),
-            tz=getattr(schedule, "tz", None),
-            next_run_at=getattr(schedule, "next_run_at", None),
-            last_run_at=getattr(schedule, "last_run_at", None),
-        ))
+    now = datetime.now(UTC)
+    rows = [
+        ScheduleRow(
+            namespace=s.namespace, name=s.name, task=s.task, queue=s.queue,
+            spec=s.cron if s.cron is not None else f"every {s.every}", tz=s.tz,
+            catch_up=s.catch_up, next_run_at=s.next_run_at, last_run_at=s.last_run_at,
+            due=s.next_run_at <= now, overdue=s.next_run_at < now - MISSED_AFTER,
+        )
+        for s in _ops.execute(conn, _ops.list_schedules())
+    ]
     return SchedulesPage(available=True, schedules=rows)

@@ -283,15 +283,20 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         status = params.get("status") or None
         if status is not None and status not in {s.value for s in JobStatus}:
             raise _Refused(400, f"unknown status {status!r}")
-        raw_id = (params.get("id") or "").strip()
-        if raw_id and (not raw_id.isdigit() or int(raw_id) > MAX_ID):
-            raise _Refused(400, f"a job id is a number, got {raw_id!r}")
+        found = {}
+        for name in ("id", "before"):
+            raw = (params.get(name) or "").strip()
+            if raw and (not raw.isdigit() or int(raw) > MAX_ID):
+                raise _Refused(400, f"{name} is a job id, a number, got {raw!r}")
+            found[name] = int(raw) if raw else None
         chosen = _data.JobFilter(
             queue=params.get("queue") or None, status=status, task=params.get("task") or None,
-            key=params.get("key") or None, id=int(raw_id) if raw_id else None,
+            key=params.get("key") or None, id=found["id"], before=found["before"],
         )
         query = urlencode(chosen.query())
-        return {"jobs": _data.jobs(conn, chosen), "chosen": chosen,
+        listed = _data.jobs(conn, chosen)
+        return {"jobs": listed.jobs, "unsearched_below": listed.unsearched_below,
+                "page_size": _data.JOBS_PAGE, "chosen": chosen,
                 "here": f"/jobs?{query}" if query else "/jobs"}
 
     def job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
