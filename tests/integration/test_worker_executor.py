@@ -16,6 +16,7 @@ import pytest
 
 from workhorse import App, EnqueueOptions, JobStatus, PayloadError, Queue
 from workhorse.types import ClaimedJob
+from workhorse.worker._threads import HandlerThreads
 from workhorse.worker.executor import Execution, Executor, Outcome, arguments, storable
 
 
@@ -122,7 +123,7 @@ def test_arguments() -> None:
             arguments(bad)
 
 
-def test_sync_handlers_are_bounded_by_the_limiter(queue: Queue) -> None:
+def test_sync_handlers_are_bounded_by_the_executors_threads(queue: Queue) -> None:
     app = App("exec")
     running = [0]
     peak = [0]
@@ -143,7 +144,7 @@ def test_sync_handlers_are_bounded_by_the_limiter(queue: Queue) -> None:
     assert sorted(job.id for job in claimed) == ids
 
     async def main() -> list[Outcome | None]:
-        executor = _executor(app, limiter=anyio.CapacityLimiter(1))
+        executor = _executor(app, threads=HandlerThreads(1))
         outcomes: list[Outcome | None] = [None] * len(claimed)
 
         async def one(index: int) -> None:

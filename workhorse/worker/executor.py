@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import anyio
 from opentelemetry import trace
 
 from .. import _ops, context, telemetry
@@ -37,6 +36,7 @@ from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
 from ..types import ClaimedJob
+from ._threads import HandlerThreads
 
 
 @dataclass(eq=False, slots=True)
@@ -119,7 +119,8 @@ def arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
 class Executor:
     """Runs claimed jobs of one app's tasks; `await executor.run(execution)` -> Outcome | None.
 
-    `limiter` bounds the threads that sync handlers run in (None: anyio's default limiter).
+    `threads` are the threads sync handlers run in (None: threads of its own, unbounded: the
+    caller bounds how many jobs it runs at once).
     """
 
     def __init__(
@@ -128,7 +129,7 @@ class Executor:
         *,
         app_name: str,
         default_lease: float,
-        limiter: anyio.CapacityLimiter | None = None,
+        threads: HandlerThreads | None = None,
         traced: bool | None = None,
         retention: str = _ops.DEFAULT_RETENTION_JSON,
         renew: Callable[[Execution], None] | None = None,
@@ -139,7 +140,7 @@ class Executor:
         self.retention = retention  # the app's, for jobs whose task it does not know
         self.app_name = app_name
         self.default_lease = default_lease
-        self.limiter = limiter
+        self.threads = threads if threads is not None else HandlerThreads()
         self.traced = tracing_enabled() if traced is None else traced
 
     def prepare(self, job: ClaimedJob, governed: bool = False) -> Execution:
@@ -237,9 +238,8 @@ class Executor:
                         "cancelled") from exc
             finally:
                 execution.handle = None
-        value = await anyio.to_thread.run_sync(
-            functools.partial(_call_sync, task.fn, args, kwargs, timeout), limiter=self.limiter
-        )
+        value = await self.threads.run(
+            functools.partial(_call_sync, task.fn, args, kwargs, timeout))
         if isinstance(value, _Raised):
             raise value.exc
         return value
@@ -276,7 +276,7 @@ def _call_sync(
 ) -> Any:
     """Runs in the worker thread. SystemExit and KeyboardInterrupt come back as values, so that a
     handler that raises them fails its job instead of escaping into the loop. A thread cannot be
-    stopped: past `timeout` (timed from here, when the limiter let it run) its result is
+    stopped: past `timeout` (timed from here, when a thread took it) its result is
     discarded and the attempt fails with JobTimeoutError, once it returns."""
     began = time.perf_counter()
     try:

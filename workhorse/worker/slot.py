@@ -3,7 +3,7 @@
 The slot wires three parts together and owns what is about processes:
   - the `Claimer` (claimer.py) decides when, from which queue and how much to claim;
   - the `Executor` (executor.py) runs each claimed job: async handlers on the loop, sync ones in
-    a thread (a limiter of size `concurrency`);
+    a thread (at most `concurrency` of them, _threads.py);
   - the `OutcomeRecorder` (recorder.py) batches completions and failures on a second connection.
 Leases are renewed by `LeaseKeeper` (leases.py) on a third connection, in its own thread; wake-ups
 arrive from the supervisor over a socketpair (wakeups.py).
@@ -46,6 +46,7 @@ from ..types import ClaimedJob, JobStatus
 from . import _shared
 from ._reconnect import Reconnect
 from ._shared import Budget, Stats
+from ._threads import HandlerThreads
 from .claimer import SATURATION_POLL, Claimer, QueueState
 from .executor import Execution, Executor, Outcome
 from .leases import LeaseKeeper
@@ -167,7 +168,7 @@ class Slot:
         self._wake = _Flag()
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
-            limiter=anyio.CapacityLimiter(self.config.concurrency),
+            threads=HandlerThreads(self.config.concurrency, f"workhorse-slot{self.index}"),
             retention=_ops.retention_json(self.app.retention), renew=self._renew_now,
         )
         self.recorder = OutcomeRecorder(
