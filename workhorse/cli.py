@@ -192,11 +192,10 @@ def _load(reference: str, ctx: click.Context) -> Any:
               help="Poll interval when no notification arrives.")
 @click.option("--grace", type=DURATION, default="30s", show_default=True,
               help="On SIGTERM/SIGINT, how long running jobs get to finish.")
-@click.option("--prefetch", type=click.IntRange(min=0, max=10_000), default=32,
-              show_default=True,
+@click.option("--prefetch", type=click.IntRange(min=0, max=10_000), default=None,
               help="Jobs of ungoverned queues a slot may claim ahead of a free place, as many "
-                   "as it starts within 50 ms at the measured pace (0: none). Governed queues "
-                   "never claim ahead.")
+                   "as it starts within 50 ms at the measured pace (0: none; default: 4 x "
+                   "--concurrency, at least 32). Governed queues never claim ahead.")
 @click.option("--sync", "sync_first", is_flag=True,
               help="Push the app's policies before starting.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
@@ -217,7 +216,7 @@ def worker(
     lease: float,
     dequeue_timeout: float,
     grace: float,
-    prefetch: int,
+    prefetch: int | None,
     sync_first: bool,
     log_level: str,
     log_format: str,

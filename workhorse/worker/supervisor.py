@@ -82,9 +82,18 @@ class WorkerSettings:
     prefetch: int = 0
 
 
-# Jobs of ungoverned queues a slot may claim ahead of a free place (slot.py's PREFETCH_WINDOW
-# decides how many of these it really takes, from the handlers' measured pace).
+# Jobs of ungoverned queues a slot may claim ahead of a free place, by default: Celery's prefetch
+# multiplier (4 a place), at least DEFAULT_PREFETCH (slot.py's PREFETCH_WINDOW decides how many of
+# these it really takes, from the handlers' measured pace). At -c 32 a cap of 32 kept claims at
+# 32 no-op jobs; 128 made them 80 and the slot 50% faster.
 DEFAULT_PREFETCH = 32
+PREFETCH_PER_PLACE = 4
+MAX_PREFETCH = 10_000
+
+
+def default_prefetch(concurrency: int) -> int:
+    return min(max(DEFAULT_PREFETCH, PREFETCH_PER_PLACE * concurrency), MAX_PREFETCH)
+
 
 
 def _seconds(name: str, value: float | str) -> float:
@@ -105,7 +114,7 @@ def settings_for(
     lease: float | str,
     dequeue_timeout: float | str,
     grace: float | str,
-    prefetch: int = DEFAULT_PREFETCH,
+    prefetch: int | None = None,
 ) -> WorkerSettings:
     """Validated settings; InvalidOptionsError names the flag at fault."""
     slot_count = slots if slots is not None else (os.cpu_count() or 1)
@@ -113,8 +122,12 @@ def settings_for(
         raise InvalidOptionsError(f"--slots must be at least 1, got {slot_count}")
     if concurrency < 1:
         raise InvalidOptionsError(f"--concurrency must be at least 1, got {concurrency}")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 10_000:
-        raise InvalidOptionsError(f"--prefetch must be an int in [0, 10000], got {prefetch!r}")
+    if prefetch is None:
+        prefetch = default_prefetch(concurrency)
+    if (isinstance(prefetch, bool) or not isinstance(prefetch, int)
+            or not 0 <= prefetch <= MAX_PREFETCH):
+        raise InvalidOptionsError(
+            f"--prefetch must be an int in [0, {MAX_PREFETCH}], got {prefetch!r}")
     if max_concurrent_tasks is not None and max_concurrent_tasks < 1:
         raise InvalidOptionsError(
             f"--max-concurrent-tasks must be at least 1, got {max_concurrent_tasks}"
@@ -154,7 +167,7 @@ def run_worker(
     lease: float = 30.0,
     dequeue_timeout: float = 30.0,
     grace: float = 30.0,
-    prefetch: int = DEFAULT_PREFETCH,
+    prefetch: int | None = None,
     sync: bool = False,
     app_reference: str = "",
     console: Console | None = None,
