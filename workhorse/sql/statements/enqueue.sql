@@ -1,4 +1,4 @@
 SELECT e.id FROM workhorse.enqueue_v1(
-    %s::text[], %s::text[], %s::text[], %s::smallint[], %s::text[],
-    %s::timestamptz[], %s::double precision[], %s::integer[], %s::text[], %s::text[],
-    %s::text[]) AS e
+    %b::text[], %b::text[], %b::text[], %b::smallint[], %b::text[],
+    %b::timestamptz[], %b::double precision[], %b::integer[], %b::text[], %b::text[],
+    %b::text[]) AS e
