@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from workhorse import PayloadError
+from workhorse._ops import load_json
 from workhorse.queue import PAYLOAD_LIMIT, encode_json, error_document
 
 
@@ -97,3 +98,12 @@ def test_error_document_shape() -> None:
     assert "missing" in document["message"]
     assert "raise KeyError" in document["traceback"]
     assert json.loads(encode_json(document, "error")) == document
+
+
+@pytest.mark.parametrize("value", [{}, {"args": [1, "é"], "kwargs": {"x": None}}, [], None, 1.5,
+                                   "text", {"": {}}])
+def test_the_workers_json_loader_reads_what_the_encoder_wrote(value: object) -> None:
+    text = encode_json(value)
+    for data in (text, text.encode(), bytearray(text.encode()), memoryview(text.encode())):
+        assert load_json(data) == value  # type: ignore[arg-type]
+    assert load_json(b"{}") is not load_json(b"{}")  # a fresh dict each time: callers may add to it

@@ -249,6 +249,7 @@ class Slot:
             application_name=f"workhorse-slot{self.index}-{role}",
         )
         conn.add_notice_handler(_log_server_warning)
+        _ops.use_fast_json(conn)
         return conn
 
     # ---- claiming --------------------------------------------------------------------------
