@@ -337,3 +337,42 @@ def test_run_at_and_delay_are_stored_as_due_times(queue: Queue) -> None:
 def test_far_delay_round_trips(queue: Queue) -> None:
     job = queue.get_job(queue.enqueue("t", {}, EnqueueOptions(delay=timedelta(days=365 * 200))))
     assert job is not None and job.run_at.year >= datetime.now(UTC).year + 199
+
+
+@pytest.mark.parametrize("options", [
+    EnqueueOptions(),
+    EnqueueOptions(queue="mail", concurrency_key="tenant-1", priority=-3, max_attempts=9),
+    EnqueueOptions(queue="later", run_at=datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)),
+    EnqueueOptions(queue="soon", delay=timedelta(minutes=5), priority=32767),
+])
+def test_a_batch_sharing_one_options_object_stores_what_one_object_per_job_does(
+    queue: Queue, conn: Any, options: EnqueueOptions
+) -> None:
+    """enqueue_many sends the options once when the batch shares one object (a statement of its
+    own): the jobs must be the same as with an equal copy per job (one value per job)."""
+    import dataclasses
+
+    def stored(ids: list[int]) -> list[tuple[Any, ...]]:
+        return conn.execute(
+            "SELECT task, queue, ckey, priority, payload, status, max_attempts, on_failure, meta,"
+            " idempotency_key, run_at - enqueued_at > interval '4 minutes',"
+            " CASE WHEN run_at > now() + interval '1 hour' THEN run_at END"
+            " FROM workhorse.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+
+    def batch(copies: bool) -> list[tuple[str, Any, EnqueueOptions]]:
+        return [(f"t{i % 2}", {"args": [i]}, dataclasses.replace(options) if copies else options)
+                for i in range(5)]
+
+    shared = queue.enqueue_many(batch(copies=False), on_failure=["fail", "hold"] * 2 + ["fail"])
+    apart = queue.enqueue_many(batch(copies=True), on_failure=["fail", "hold"] * 2 + ["fail"])
+    assert len(shared) == len(apart) == 5 and max(shared) < min(apart)
+    assert stored(shared) == stored(apart)
+
+
+def test_a_shared_idempotency_key_makes_one_job_for_the_whole_batch(queue: Queue) -> None:
+    options = EnqueueOptions(queue="q", idempotency_key="once")
+    ids = queue.enqueue_many([("t", {"args": [i]}, options) for i in range(3)])
+    assert len(set(ids)) == 1
+    assert queue.enqueue_many([("t", {"args": [9]}, EnqueueOptions(queue="q",
+                                                                    idempotency_key="once"))]) \
+        == ids[:1]
