@@ -31,14 +31,27 @@ class Budget:
 
     def __init__(self, limit: int, slots: int) -> None:
         self.limit = limit
+        self.slots = slots
+        self._share = -(-limit // slots)  # a slot's fair share, rounded up
         self._semaphore = _FORK.BoundedSemaphore(limit)
         self._held: Any = _FORK.RawArray("q", slots)
+        # Slots whose latest try got nothing: they poll for a token, while the slot whose job
+        # just ended asks again at once and would take every token back for ever.
+        self._wanting: Any = _FORK.RawArray("b", slots)
 
     def try_acquire(self, index: int, want: int) -> int:
+        """Up to `want` tokens, none while this slot holds its fair share and another slot is
+        waiting for one (so the cap is shared by the slots, not taken by the fastest)."""
+        if want <= 0:
+            return 0
+        if self._held[index] >= self._share and any(
+                self._wanting[other] for other in range(self.slots) if other != index):
+            return 0
         got = 0
         while got < want and self._semaphore.acquire(False):
             got += 1
             self._held[index] += 1
+        self._wanting[index] = 0 if got else 1
         return got
 
     def release(self, index: int, count: int = 1) -> None:
@@ -50,6 +63,7 @@ class Budget:
         """Give back what a dead slot held (supervisor only, after reaping it)."""
         count = max(int(self._held[index]), 0)
         self._held[index] = 0
+        self._wanting[index] = 0
         returned = 0
         for _ in range(count):
             try:

@@ -1,0 +1,36 @@
+"""Budget (worker/_shared.py): --max-concurrent-tasks tokens shared by a supervisor's slots."""
+
+from __future__ import annotations
+
+from workhorse.worker._shared import Budget
+
+
+def test_tokens_never_exceed_the_limit_and_come_back() -> None:
+    budget = Budget(3, 2)
+    assert budget.try_acquire(0, 5) == 3
+    assert budget.try_acquire(1, 1) == 0
+    budget.release(0, 2)
+    assert budget.try_acquire(1, 5) == 2
+    assert budget.reclaim(0) == 1 and budget.try_acquire(0, 5) == 1
+
+
+def test_a_slot_at_its_share_yields_to_a_slot_waiting_for_a_token() -> None:
+    """The slot whose job just ended asks again at once; one that got nothing polls. Without
+    this, the first slot takes every token back for ever (one slot ran all the jobs)."""
+    budget = Budget(3, 3)
+    assert budget.try_acquire(0, 4) == 3  # slot 0 started first: it holds them all
+    assert budget.try_acquire(1, 4) == 0  # slot 1 waits
+    budget.release(0)
+    assert budget.try_acquire(0, 4) == 0  # over its share of 1, with slot 1 waiting
+    assert budget.try_acquire(1, 4) == 1  # slot 1's poll gets it
+    budget.release(0)
+    assert budget.try_acquire(0, 4) == 1  # nobody waits any more: it may take it back
+
+
+def test_a_dead_slot_waits_for_nothing() -> None:
+    budget = Budget(2, 2)
+    assert budget.try_acquire(0, 2) == 2
+    assert budget.try_acquire(1, 1) == 0
+    budget.reclaim(1)
+    budget.release(0)
+    assert budget.try_acquire(0, 1) == 1
