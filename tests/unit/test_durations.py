@@ -78,3 +78,18 @@ def test_the_worker_refuses_a_queue_list_that_names_no_queue(queues: list[str]) 
     with pytest.raises(InvalidOptionsError, match="names no queue"):
         _settings(queues=queues)
     assert _settings(queues=None).queues == ("t",)
+
+
+@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, 32), (2, 32), (32, 512), (128, 2048),
+                                                       (1000, 10_000)])
+def test_the_default_prefetch_is_16_a_place_at_least_32_at_most_10000(
+    concurrency: int, prefetch: int
+) -> None:
+    assert _settings(concurrency=concurrency).prefetch == prefetch
+    assert _settings(concurrency=concurrency, prefetch=0).prefetch == 0  # an explicit one wins
+
+
+@pytest.mark.parametrize("prefetch", [-1, 10_001, True, 1.5])
+def test_the_worker_refuses_a_bad_prefetch(prefetch: Any) -> None:
+    with pytest.raises(InvalidOptionsError, match="--prefetch"):
+        _settings(prefetch=prefetch)
