@@ -308,6 +308,18 @@ def get_job(job_id: int) -> Operation[Job | None]:
     return _job_from_row(rows[0]) if rows else None
 
 
+def _list_filters(status: str | None, limit: object) -> str | None:
+    """A job list's status (as stored) and limit, checked: InvalidOptionsError otherwise."""
+    if status is not None:
+        try:
+            status = JobStatus(status).value
+        except ValueError:
+            raise InvalidOptionsError(f"unknown job status {status!r}") from None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
+    return status
+
+
 def list_jobs(
     *,
     queue: str | None = None,
@@ -317,13 +329,7 @@ def list_jobs(
     limit: int = 50,
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
-    if status is not None:
-        try:
-            status = JobStatus(status).value
-        except ValueError:
-            raise InvalidOptionsError(f"unknown job status {status!r}") from None
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
+    status = _list_filters(status, limit)
     rows = yield _sql.statement("list_jobs"), {
         "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
     }
@@ -350,13 +356,7 @@ def browse_jobs(
     `limit`, each read bounded whatever the filters (see JobPage): `window` ids (default
     BROWSE_WINDOW) of the primary key, and the rows of the indexed statuses. Unlike `list_jobs`,
     exact only for the statuses with an index; that is what keeps a page fast on a long history."""
-    if status is not None:
-        try:
-            status = JobStatus(status).value
-        except ValueError:
-            raise InvalidOptionsError(f"unknown job status {status!r}") from None
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
+    status = _list_filters(status, limit)
     if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
         raise InvalidOptionsError(f"before must be a job id, got {before!r}")
     window = BROWSE_WINDOW if window is None else window
