@@ -27,3 +27,9 @@ def explode(n: int) -> None:
           concurrency_key=lambda to: to)
 def send_mail(to: str) -> dict[str, str]:
     return {"sent": to}
+
+
+@app.periodic(cron="30 3 * * *", tz="Europe/Oslo", queue="nightly")
+def nightly_report() -> None:
+    """A real schedule for the Schedules page: synced by the worker's --sync, due at 03:30 Oslo
+    time, so it never fires during the test."""
