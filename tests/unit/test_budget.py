@@ -34,3 +34,18 @@ def test_a_dead_slot_waits_for_nothing() -> None:
     budget.reclaim(1)
     budget.release(0)
     assert budget.try_acquire(0, 1) == 1
+
+
+def test_a_slot_that_stopped_asking_stops_holding_the_others_back() -> None:
+    """Its queues ran dry: it no longer polls, so after WANT_FRESH the others may use the cap."""
+    import time
+
+    from workhorse.worker._shared import WANT_FRESH
+
+    budget = Budget(3, 3)
+    assert budget.try_acquire(0, 3) == 3
+    assert budget.try_acquire(1, 1) == 0  # slot 1 wanted one, once
+    budget.release(0)
+    assert budget.try_acquire(0, 1) == 0
+    time.sleep(WANT_FRESH + 0.02)
+    assert budget.try_acquire(0, 1) == 1

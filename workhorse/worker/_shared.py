@@ -8,6 +8,7 @@ SIGKILL could leave locked.
 from __future__ import annotations
 
 import multiprocessing
+import time
 from typing import Any
 
 _FORK = multiprocessing.get_context("fork")
@@ -17,6 +18,11 @@ STAT_FIELDS = ("claimed", "succeeded", "failed", "retried", "held", "lost", "sta
                "canceled", "released")
 CLAIMED, SUCCEEDED, FAILED, RETRIED, HELD, LOST, STALE, IN_FLIGHT, CANCELED, RELEASED = range(
     len(STAT_FIELDS))
+
+
+# How long a slot that got no token counts as waiting for one: it asks again every BUDGET_POLL
+# (20 ms, slot.py) while it has work.
+WANT_FRESH = 0.1
 
 
 class Budget:
@@ -35,23 +41,27 @@ class Budget:
         self._share = -(-limit // slots)  # a slot's fair share, rounded up
         self._semaphore = _FORK.BoundedSemaphore(limit)
         self._held: Any = _FORK.RawArray("q", slots)
-        # Slots whose latest try got nothing: they poll for a token, while the slot whose job
-        # just ended asks again at once and would take every token back for ever.
-        self._wanting: Any = _FORK.RawArray("b", slots)
+        # When each slot's latest try got nothing (CLOCK_MONOTONIC, one clock for every process;
+        # 0: it got some). Such a slot polls for a token, while the slot whose job just ended
+        # asks again at once and would take every token back for ever. A slot that stopped
+        # asking (its queues ran dry) stops counting as waiting after WANT_FRESH.
+        self._wanting: Any = _FORK.RawArray("d", slots)
 
     def try_acquire(self, index: int, want: int) -> int:
         """Up to `want` tokens, none while this slot holds its fair share and another slot is
         waiting for one (so the cap is shared by the slots, not taken by the fastest)."""
         if want <= 0:
             return 0
+        now = time.monotonic()
         if self._held[index] >= self._share and any(
-                self._wanting[other] for other in range(self.slots) if other != index):
+                now - self._wanting[other] < WANT_FRESH
+                for other in range(self.slots) if other != index):
             return 0
         got = 0
         while got < want and self._semaphore.acquire(False):
             got += 1
             self._held[index] += 1
-        self._wanting[index] = 0 if got else 1
+        self._wanting[index] = 0.0 if got else now
         return got
 
     def release(self, index: int, count: int = 1) -> None:
@@ -63,7 +73,7 @@ class Budget:
         """Give back what a dead slot held (supervisor only, after reaping it)."""
         count = max(int(self._held[index]), 0)
         self._held[index] = 0
-        self._wanting[index] = 0
+        self._wanting[index] = 0.0
         returned = 0
         for _ in range(count):
             try:
