@@ -62,12 +62,15 @@ def test_two_supervisors_never_exceed_the_fleet_budget(database_url, conn, tmp_p
 def test_max_concurrent_tasks_caps_the_whole_supervisor(database_url, conn, tmp_path):
     cap = 3
     probe.setup(conn, {"queue": cap})
-    with lifecycle.app.using(conn):
-        lifecycle.app.enqueue_many(lifecycle.capped.call((f"c{n}",)) for n in range(45))
     worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
                     "--slots", "3", "--concurrency", "4", "--max-concurrent-tasks", str(cap),
                     "--queues", "capped", "--dequeue-timeout", "5s")
     try:
+        # Every slot is up before the work arrives: under load a slot forked last could start
+        # after the first had run the whole backlog, and the test would prove nothing.
+        worker.wait_for_slots(3)
+        with lifecycle.app.using(conn):
+            lifecycle.app.enqueue_many(lifecycle.capped.call((f"c{n}",)) for n in range(45))
         wait_for(
             lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'succeeded'")
             == 45,
