@@ -81,7 +81,7 @@ class JobContext:
         renew: Callable[[], None] = _no_renewal,
     ) -> JobContext:
         """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
-        (claim_v3 says), else the job's `run_at` on a first attempt; None for a retried job that
+        (the claim says), else the job's `run_at` on a first attempt; None for a retried job that
         no schedule fired (its run_at moved, and its first one is not kept)."""
         return cls(
             id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,

@@ -276,10 +276,11 @@ def test_claim_v1_still_serves_v1_queues(queue: Queue) -> None:
 
 # ---- the heartbeat race --------------------------------------------------------------------
 
-# heartbeat_v1 as 0.1 shipped it: the lease check without the admission lock.
+# The heartbeat the worker calls (heartbeat_v2) as 0.1 shipped it: the lease check without the
+# admission lock.
 _UNLOCKED_HEARTBEAT = """
-DROP FUNCTION workhorse.heartbeat_v1(bigint[], bigint[], double precision[]);
-CREATE FUNCTION workhorse.heartbeat_v1(
+DROP FUNCTION workhorse.heartbeat_v2(bigint[], bigint[], double precision[]);
+CREATE FUNCTION workhorse.heartbeat_v2(
     p_ids bigint[], p_fences bigint[], p_leases double precision[])
 RETURNS TABLE (id bigint, cancel_requested boolean) LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

@@ -1,4 +1,4 @@
-"""claim_v3 (a slot's successes ride on its next claim) and release_v1 (jobs claimed ahead go back),
+"""claim_v3 (a slot's successes ride on its next claim) and release_v2 (jobs claimed ahead go back),
 in one process against the real database."""
 
 from __future__ import annotations

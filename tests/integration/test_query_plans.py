@@ -219,3 +219,63 @@ def test_the_dashboards_job_list_reads_no_more_than_its_window_of_history(explai
         # Behind the window, a key's ready backlog and failures come from their own indexes.
         texts = plans(lambda: data.jobs(q.conn, data.JobFilter(queue="per-key", key="k7")))
         _check(texts, expect=("jobs_ready_key_idx", "jobs_held_failed_idx"))
+
+
+def _reading_every_active_job(texts: list[str]) -> list[str]:
+    """The plans of statements that update jobs named by (id, fence) and read them through
+    jobs_active_idx: a scan of every active job of every queue, where a lookup by id would do."""
+    return [text for text in texts
+            if re.search(r"j\.fence = (b\.fence|p_fence)", text)
+            and "using jobs_active_idx" in text]
+
+
+def test_outcomes_look_jobs_up_by_id_however_few_active_jobs_the_statistics_show(
+    explained: Any,
+) -> None:
+    """After an ANALYZE of a backlog the statistics say almost no job is active. A statement
+    that updates jobs by (id, fence) and also says `status = 'active'` then implied
+    jobs_active_idx's predicate, and the planner read that whole index (2,000 active jobs here)
+    for a batch of 8. The versions the worker calls look the batch up by id."""
+    q, plans = explained
+    for _ in range(3):
+        q.enqueue_many([("t", {}, EnqueueOptions(queue="free"))] * 1000)
+    q.conn.execute("VACUUM ANALYZE workhorse.jobs")
+    jobs = q.claim("free", 2000, 30)
+    assert len(jobs) == 2000
+
+    def rows(sql: str, params: tuple[Any, ...]) -> Any:
+        return q.conn.execute(sql, params).fetchall()
+
+    ok = {
+        "complete_v3": lambda: q.complete_many([(j.id, j.fence, None) for j in jobs[:8]]),
+        "claim_v4": lambda: _ops.execute(q.conn, _ops.complete_and_claim(
+            "free", 1, 30, [(j.id, j.fence, "null", _ops.DEFAULT_RETENTION_JSON)
+                            for j in jobs[8:16]])),
+        "heartbeat_v2": lambda: q.heartbeat([(j.id, j.fence, 30.0) for j in jobs[16:24]]),
+        "fail_v3": lambda: q.fail(jobs[24].id, jobs[24].fence, ERROR),
+        "release_v2": lambda: _ops.execute(q.conn, _ops.release(
+            [(j.id, j.fence) for j in jobs[25:33]])),
+        "snooze_v2": lambda: _ops.execute(q.conn, _ops.snooze(
+            jobs[33].id, jobs[33].fence, 60.0, _ops.DEFAULT_RETENTION_JSON)),
+    }
+    for name, action in ok.items():
+        texts = plans(action)
+        assert any(re.search(r"j\.fence = (b\.fence|p_fence)", t) for t in texts), name
+        bad = _reading_every_active_job(texts)
+        assert not bad, name + ":\n" + "\n\n".join(bad)
+
+    # The checker catches the versions before, on the same database.
+    later = jobs[40:48]
+    ids, fences = [j.id for j in later], [j.fence for j in later]
+    old = {
+        "complete_v2": lambda: rows(
+            "SELECT * FROM workhorse.complete_v2(%s, %s, %s, NULL, %s)",
+            (ids, fences, ["null"] * 8, [_ops.DEFAULT_RETENTION_JSON])),
+        "heartbeat_v1": lambda: rows(
+            "SELECT * FROM workhorse.heartbeat_v1(%s, %s, %s)", (ids, fences, [30.0] * 8)),
+        "fail_v2": lambda: rows(
+            "SELECT workhorse.fail_v2(%s, %s, %s, NULL, %s)",
+            (ids[0], fences[0], '{"type": "E"}', _ops.DEFAULT_RETENTION_JSON)),
+    }
+    for name, action in old.items():
+        assert _reading_every_active_job(plans(action)), f"{name}: the checker saw nothing"

@@ -146,7 +146,7 @@ class Slot:
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
-        self._to_release: list[Execution] = []  # claimed ahead, to give back (release_v1)
+        self._to_release: list[Execution] = []  # claimed ahead, to give back (release_v2)
         self._pace: float | None = None  # seconds per job and place, a moving average
         self._handlers: set[asyncio.Task[Outcome | None]] = set()
         self._in_flight = 0
