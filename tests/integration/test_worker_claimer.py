@@ -509,3 +509,28 @@ def test_a_fair_share_lap_yields_for_a_moment_not_until_a_hint(
 
     _run(database_url, body)
     assert len(queue.list_jobs(queue="g", status="succeeded")) == FAIR_SHARE_LAP
+
+
+def test_a_governed_chunk_caps_each_governed_claim_and_keeps_the_queue_eligible(
+    database_url: str, queue: Queue
+) -> None:
+    """With `governed_chunk`, a governed queue gives at most that many jobs a claim, and a claim
+    that took the chunk is not short: the queue stays eligible, so the slot claims again for the
+    places still free. An ungoverned queue in the same round is not capped."""
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=20)])
+    governed = _fill(queue, "g", 12)
+    free = _fill(queue, "f", 12)
+    claimer = Claimer(["g", "f"], lease=30.0, dequeue_timeout=60.0, governed=["g"])
+    started: Started = []
+
+    async def body(aconn: psycopg.AsyncConnection[Any]) -> None:
+        eligible = claimer.eligible(time.monotonic())
+        assert _names(eligible) == ["g", "f"]
+        assert await claimer.claim(aconn, eligible, 20, _starter(started),
+                                   governed_chunk=5) == 5 + 12
+        assert "g" in _names(claimer.eligible(time.monotonic()))  # took its chunk: not dry
+        state = next(s for s in claimer.queues if s.name == "g")
+        assert await claimer.claim(aconn, [state], 20, _starter(started), governed_chunk=5) == 5
+
+    _run(database_url, body)
+    assert started == [("g", governed[:5]), ("f", free), ("g", governed[5:10])]

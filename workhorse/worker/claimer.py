@@ -178,6 +178,7 @@ class Claimer:
         stop: Callable[[], bool] = lambda: False,
         recorder: OutcomeRecorder | None = None,
         governed_limit: int | None = None,
+        governed_chunk: int | None = None,
     ) -> int:
         """One round: up to `want` jobs across `eligible`, in order; each queue's batch goes to
         `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
@@ -186,13 +187,17 @@ class Claimer:
         With a `recorder`, each queue's riding successes go with its claim (claim_v4), even when
         nothing more is wanted; on an error they go back to the recorder's flush.
         `governed_limit` caps what governed queues get (the rest of `want` is claimed ahead,
-        which only ungoverned queues may be: a job claimed ahead holds budget while it waits)."""
+        which only ungoverned queues may be: a job claimed ahead holds budget while it waits).
+        `governed_chunk` caps one governed queue's claim: a claim that takes it all is not short,
+        so the slot claims again for the places still free."""
         total = 0
         try:
             for state in eligible:
                 need = want - total
                 if state.governed and governed_limit is not None:
                     need = min(need, governed_limit - total)
+                if state.governed and governed_chunk is not None:
+                    need = min(need, governed_chunk)
                 successes = recorder.take_riding(state.name) if recorder is not None else []
                 if not successes and (need <= 0 or stop() or state.replace_only):
                     continue
