@@ -130,84 +130,49 @@ BEGIN
         v_hinted := v_hinted OR v_due;
     END IF;
 
-    IF NOT v_governed THEN
-        RETURN QUERY
-        WITH ready AS (
-            SELECT j.id, j.rank FROM workhorse.jobs j
-            WHERE j.queue = p_queue AND j.status = 'ready'
-            ORDER BY j.queue, j.rank, j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ), expired AS (
-            SELECT j.id, j.rank FROM workhorse.jobs j
-            WHERE v_expired AND j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
-            ORDER BY j.rank, j.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ), best AS (
-            SELECT * FROM ready UNION ALL SELECT * FROM expired
-            ORDER BY rank, id
-            LIMIT p_limit
-        ), activated AS (
-            -- `id = ANY(ARRAY(...))`, not a join: a join estimated at many rows hashes the jobs
-            -- table.
-            UPDATE workhorse.jobs j
-            SET status = 'active',
-                attempts = j.attempts + 1,
-                fence = nextval('workhorse.fence_seq'),
-                lease_until = clock_timestamp() + make_interval(secs => p_lease),
-                started_at = clock_timestamp()
-            WHERE j.id = ANY(ARRAY(SELECT b.id FROM best b))
-              AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
-            RETURNING j.*
-        )
-        SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
-               a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
-               NULL::double precision, NULL::text,
-               COALESCE(a.scheduled_for, CASE WHEN a.attempts = 1 THEN a.run_at END)
-        FROM activated a
-        ORDER BY a.rank, a.id;
-        RETURN;
-    END IF;
+    v_room := p_limit;
+    IF v_governed THEN
+        -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
+        -- lease ends.
+        SELECT COALESCE(sum(a.n), 0)::integer,
+               array_agg(a.ckey) FILTER (WHERE a.ckey <> ''),
+               array_agg(a.n) FILTER (WHERE a.ckey <> ''),
+               array_agg(a.ckey) FILTER (WHERE a.ckey <> '' AND a.n >= v_per_key)
+        INTO v_active, v_key_names, v_key_counts, v_saturated
+        FROM (
+            SELECT j.ckey, count(*)::integer AS n
+            FROM workhorse.jobs j
+            WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > v_now
+            GROUP BY j.ckey
+        ) AS a;
 
-    -- Capacity in use: unexpired leases only, so a dead worker's share is back once its lease ends.
-    SELECT COALESCE(sum(a.n), 0)::integer,
-           array_agg(a.ckey) FILTER (WHERE a.ckey <> ''),
-           array_agg(a.n) FILTER (WHERE a.ckey <> ''),
-           array_agg(a.ckey) FILTER (WHERE a.ckey <> '' AND a.n >= v_per_key)
-    INTO v_active, v_key_names, v_key_counts, v_saturated
-    FROM (
-        SELECT j.ckey, count(*)::integer AS n
-        FROM workhorse.jobs j
-        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > v_now
-        GROUP BY j.ckey
-    ) AS a;
-
-    v_room := CASE WHEN v_max IS NULL THEN p_limit ELSE LEAST(p_limit, v_max - v_active) END;
-    IF v_room <= 0 THEN
-        IF v_freed > 0 THEN
-            PERFORM workhorse._wake_v1(p_queue);
-        END IF;
-        RETURN;
-    END IF;
-    IF v_rate IS NOT NULL THEN
-        v_used := workhorse._rate_used_v2(p_queue, '', v_period, v_now);
-        IF v_used >= v_rate THEN
-            v_next := workhorse._rate_next_start_v2(p_queue, '', v_rate, v_period, v_now);
-            RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::smallint,
-                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
-                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
-                NULL::integer, v_next, NULL::text, NULL::timestamptz;
+        v_room := CASE WHEN v_max IS NULL THEN p_limit ELSE LEAST(p_limit, v_max - v_active) END;
+        IF v_room <= 0 THEN
             IF v_freed > 0 THEN
                 PERFORM workhorse._wake_v1(p_queue);
             END IF;
             RETURN;
         END IF;
-        v_room := LEAST(v_room, (v_rate - v_used)::integer);
+        IF v_rate IS NOT NULL THEN
+            v_used := workhorse._rate_used_v2(p_queue, '', v_period, v_now);
+            IF v_used >= v_rate THEN
+                v_next := workhorse._rate_next_start_v2(p_queue, '', v_rate, v_period, v_now);
+                RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text,
+                    NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                    NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                    NULL::timestamptz, NULL::integer, v_next, NULL::text, NULL::timestamptz;
+                IF v_freed > 0 THEN
+                    PERFORM workhorse._wake_v1(p_queue);
+                END IF;
+                RETURN;
+            END IF;
+            v_room := LEAST(v_room, (v_rate - v_used)::integer);
+        END IF;
     END IF;
 
-    IF v_per_key = 2147483647 AND v_rate_key IS NULL THEN
-        -- A queue-wide limit only: the row walk, as for an ungoverned queue but v_room long.
+    IF NOT v_governed OR (v_per_key = 2147483647 AND v_rate_key IS NULL) THEN
+        -- No policy, or a queue-wide limit only: the row walk (SKIP LOCKED, which ungoverned
+        -- claims need: they run side by side under the shared lock), v_room long.
         RETURN QUERY
         WITH ready AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
@@ -226,6 +191,8 @@ BEGIN
             ORDER BY rank, id
             LIMIT v_room
         ), activated AS (
+            -- `id = ANY(ARRAY(...))`, not a join: a join estimated at many rows hashes the jobs
+            -- table.
             UPDATE workhorse.jobs j
             SET status = 'active',
                 attempts = j.attempts + 1,
@@ -428,7 +395,7 @@ BEGIN
             NULL::integer, v_next, NULL::text, NULL::timestamptz;
     END IF;
 
-    IF v_freed > v_admitted THEN
+    IF v_governed AND v_freed > v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;
 END
