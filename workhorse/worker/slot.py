@@ -81,7 +81,6 @@ GOVERNED_CHUNK_MIN = 8
 GOVERNED_CLAIM_COST = 0.001
 
 
-
 def governed_chunk(concurrency: int, pace: float | None) -> int | None:
     """The most jobs one governed claim should take at `pace` (the handlers' moving-average
     seconds a job), or None for no cap: no job timed yet, or jobs so short that the slot's places
