@@ -66,9 +66,16 @@ def test_max_concurrent_tasks_caps_the_whole_supervisor(database_url, conn, tmp_
                     "--slots", "3", "--concurrency", "4", "--max-concurrent-tasks", str(cap),
                     "--queues", "capped", "--dequeue-timeout", "5s")
     try:
-        # Every slot is up before the work arrives: under load a slot forked last could start
-        # after the first had run the whole backlog, and the test would prove nothing.
+        # Every slot has made its first claim before the work arrives: under load a slot forked
+        # last could start after the first had run the whole backlog (three live processes are
+        # not enough: CI once saw one slot run all 45 jobs), and the test would prove nothing.
         worker.wait_for_slots(3)
+        wait_for(
+            lambda: scalar(conn, "SELECT count(DISTINCT application_name) FROM pg_stat_activity "
+                                 "WHERE datname = current_database() "
+                                 "AND application_name LIKE 'workhorse-slot%%-claim'") == 3,
+            20, "every slot's first claim", worker, interval=0.05,
+        )
         with lifecycle.app.using(conn):
             lifecycle.app.enqueue_many(lifecycle.capped.call((f"c{n}",)) for n in range(45))
         wait_for(
