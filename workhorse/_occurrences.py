@@ -150,10 +150,16 @@ class Timing:
     def _cron_forward(self, instant: datetime) -> Iterator[datetime]:
         assert self.cron is not None
         local = zone(self.tz)
+        start = instant.astimezone(UTC)
         for found in CronSim(self.cron, instant.astimezone(local)):
             if found.fold == 1 and found.replace(fold=0).utcoffset() != found.utcoffset():
                 continue  # the wall clock's second pass through a repeated hour: fired already
-            yield found.astimezone(UTC)
+            at = found.astimezone(UTC)
+            if at <= start:
+                # cronsim walks wall-clock time: started during the repeated hour's second pass,
+                # its first result can be that wall time's first pass, an hour back.
+                continue
+            yield at
 
     # ---- the firing rule -------------------------------------------------------------------
 

@@ -4,8 +4,11 @@ Every occurrence in the span gets exactly one job, with no gap."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from apps import scheduled
@@ -47,6 +50,23 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
         "SELECT scheduled_for, count(*), min(enqueued_at) "
         "FROM workhorse.jobs WHERE task = 'tick' GROUP BY scheduled_for "
         "ORDER BY scheduled_for").fetchall()
+    check_one_job_per_occurrence(rows)
+    # Each handler read its own occurrence through current_job(), as the job row has it.
+    read = conn.execute(
+        "SELECT scheduled_for, result #>> '{}' FROM workhorse.jobs "
+        "WHERE task = 'tick' AND status = 'succeeded'").fetchall()
+    assert len(read) >= RUN_FOR - 1
+    assert all(datetime.fromisoformat(text) == at for at, text in read), read
+    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status <> 'succeeded'") <= 1
+    # The schedule's queue is a queue like any other for the operator.
+    listed = json.loads(subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "queues", "--json"],
+        capture_output=True, text=True, check=True, timeout=60).stdout)
+    assert [row["queue"] for row in listed] == ["ticks"], listed
+
+
+def check_one_job_per_occurrence(rows: list[tuple[datetime, int, datetime]]) -> None:
+    """rows: (occurrence, jobs, first enqueued_at) by occurrence, ascending."""
     occurrences = [row[0] for row in rows]
     assert all(n == 1 for _, n, _ in rows), [r for r in rows if r[1] != 1]
     span = occurrences[-1] - occurrences[0]
@@ -58,4 +78,18 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
     first_pass = min(enqueued for _, _, enqueued in rows)
     lags = [(enqueued - at).total_seconds() for at, _, enqueued in rows if at > first_pass]
     assert len(lags) >= RUN_FOR - 1 and max(lags) < 2.0, lags
-    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status <> 'succeeded'") <= 1
+
+
+def test_the_occurrence_checker_fails_on_a_duplicate_a_gap_a_short_span_and_a_late_job() -> None:
+    start = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    good = [(start + timedelta(seconds=k), 1, start + timedelta(seconds=k, milliseconds=30))
+            for k in range(int(RUN_FOR) + 1)]
+    check_one_job_per_occurrence(good)
+    duplicate = [(at, 2 if k == 4 else n, e) for k, (at, n, e) in enumerate(good)]
+    gap = good[:5] + good[6:]
+    short = good[: int(RUN_FOR) - 2]
+    late = [(at, n, e + timedelta(seconds=3) if k == 6 else e)
+            for k, (at, n, e) in enumerate(good)]
+    for broken in (duplicate, gap, short, late):
+        with pytest.raises(AssertionError):
+            check_one_job_per_occurrence(broken)

@@ -272,6 +272,16 @@ def test_a_schedule_removed_by_sync_stops_at_once(conn: Any, queue: Queue) -> No
     assert jobs_of(conn, "gone") == [] and jobs_of(conn, "kept")
 
 
+def test_a_schedules_queue_is_listed_before_and_after_it_has_live_jobs(conn: Any,
+                                                                       queue: Queue) -> None:
+    queue.sync_schedules("a", [every("s", queue="reports")])
+    assert [q.queue for q in queue.list_queues()] == ["reports"]  # nothing fired yet
+    rewind(conn, "s", 20)
+    Scheduler("a").fire(conn)
+    assert [(q.queue, q.depth.get("ready")) for q in queue.list_queues()] == [
+        ("reports", len(jobs_of(conn, "s")))]  # the occurrences of the last 20 s
+
+
 def test_a_pass_fires_only_its_namespace(conn: Any, queue: Queue) -> None:
     queue.sync_schedules("a", [every("of-a")])
     queue.sync_schedules("b", [every("of-b")])

@@ -78,6 +78,30 @@ def test_fall_back_an_ambiguous_time_fires_once() -> None:
     assert len(set(half_hours)) == len(half_hours)
 
 
+def test_fall_back_evaluated_during_the_repeated_hour_never_goes_back() -> None:
+    # 01:00-02:00 UTC on 2026-10-25 is Oslo's second pass through 02:00-03:00 local. Asked
+    # from inside it, the next 02:30 is the next day's (today's fired at 00:30 UTC, first pass),
+    # never the earlier instant of the same wall time; a pass there enqueues nothing.
+    daily = cron("30 2 * * *", "Europe/Oslo")
+    for minute in range(0, 60, 7):
+        inside = utc(2026, 10, 25, 1, minute, 7)
+        assert daily.after(inside) == utc(2026, 10, 26, 1, 30), inside
+        assert daily.between(inside, inside + timedelta(hours=2)) == []
+        assert daily.due(utc(2026, 10, 26, 1, 30), inside, "latest") == (
+            [], utc(2026, 10, 26, 1, 30))
+    # The same in New York's repeated 01:00-02:00 (05:00-06:00 UTC on 2026-11-01).
+    new_york = cron("30 1 * * *", "America/New_York")
+    assert new_york.after(utc(2026, 11, 1, 6, 10)) == utc(2026, 11, 2, 6, 30)
+    # Every occurrence asked for, from anywhere in the transition day, lies after the instant.
+    for timing in (daily, cron("59 2 * * *", "Europe/Oslo"), cron("*/7 * * * *", "Europe/Oslo")):
+        for minute in range(0, 6 * 60, 11):
+            instant = utc(2026, 10, 24, 22) + timedelta(minutes=minute, seconds=3)
+            assert timing.after(instant) > instant
+            found = timing.between(instant, instant + timedelta(hours=1))
+            assert all(instant <= o <= instant + timedelta(hours=1) for o in found)
+            assert len(set(found)) == len(found)
+
+
 def test_cron_evaluates_in_its_zone() -> None:
     weekday_nine = cron("0 9 * * mon-fri", "Europe/Oslo")
     # Friday 2026-05-01 09:00 CEST is 07:00 UTC; the next is Monday 2026-05-04.

@@ -1,4 +1,4 @@
--- Every queue with live jobs, a policy or a control: live depth by status (each status counted
+-- Every queue with live jobs, a policy, a control or a schedule: live depth by status (each status counted
 -- through its partial index; finished history is not counted per queue), and the limits in force.
 -- One branch per live status: `status IN (...)` matches none of the partial indexes, and with a
 -- million finished jobs it was a sequential scan of the whole table.
@@ -20,6 +20,7 @@ WITH depth AS (
     SELECT d.queue FROM depth d
     UNION SELECT p.queue FROM workhorse.policies p
     UNION SELECT c.queue FROM workhorse.queue_controls c
+    UNION SELECT s.queue FROM workhorse.schedules s
 )
 SELECT q.queue,
        COALESCE((SELECT jsonb_object_agg(d.status, d.n) FROM depth d WHERE d.queue = q.queue),
