@@ -62,13 +62,41 @@ def test_a_sync_timeout_holds_its_place_until_the_thread_returns(database_url, c
         assert job is not None and job.status is JobStatus.FAILED, job
         assert job.error is not None and job.error["type"] == "JobTimeoutError", job.error
         assert job.result is None
+    assert _peak(tmp_path / "trace") == 1  # limit 1: the next start waited for the thread
+
+
+def test_a_sync_timeout_with_a_retry_left_retries_only_after_the_thread_returns(
+    database_url, conn, tmp_path
+):
+    """A 1 s lease and a 2.2 s overrun of a 0.2 s timeout, with a retry left: the lease is
+    renewed while the thread runs on (no other slot reclaims the job), and the retry starts
+    only once the thread has returned."""
+    Queue(conn).sync_concurrency_policies(context.app.name, context.app.policy_definitions())
+    with context.app.using(conn):
+        handle = context.overrun_retried.delay("r")
+    worker = _worker(database_url, tmp_path)
+    try:
+        wait_for(lambda: _all_done(conn, 1), 30, "the job to end", worker)
+    finally:
+        assert worker.stop() == 0, worker.output()
+    job = handle.job()
+    assert job is not None and job.status is JobStatus.FAILED and job.attempts == 2, job
+    assert job.error is not None and job.error["type"] == "JobTimeoutError", job.error
+    lines = (tmp_path / "trace").read_text().split()
+    assert [w for w in lines if w.startswith("r.")] == ["r.1", "r.1", "r.2", "r.2"], lines
+    assert _peak(tmp_path / "trace") == 1
+    assert "lost its lease" not in worker.output()
+
+
+def _peak(trace) -> int:
+    """The most handlers running at once, from the trace's start and end lines."""
     events = sorted((float(at), kind, token) for kind, token, at in
-                    (line.split() for line in (tmp_path / "trace").read_text().splitlines()))
+                    (line.split() for line in trace.read_text().splitlines()))
     running = peak = 0
     for _, kind, _ in events:
         running += 1 if kind == "start" else -1
         peak = max(peak, running)
-    assert peak == 1, events  # limit 1: the next start waited for the thread, not the timeout
+    return peak
 
 
 def test_a_snoozed_job_comes_back_without_using_an_attempt(database_url, conn, tmp_path):
@@ -111,3 +139,15 @@ def test_text_log_lines_name_the_job(database_url, conn, tmp_path):
         assert worker.stop() == 0, worker.output()
     [line] = [line for line in worker.output().splitlines() if f"id={ok.id} " in line]
     assert "succeeded" in line and "queue=context" in line and "attempt=1" in line, line
+    assert f"{context.whoami_sync.name} id={ok.id} " in line and " duration=" in line, line
+
+
+def test_log_level_warning_writes_no_job_lines(database_url, conn, tmp_path):
+    with context.app.using(conn):
+        ok = context.whoami_sync.delay(5)
+    worker = _worker(database_url, tmp_path, "--log-level", "warning")
+    try:
+        ok.get(timeout=30)
+    finally:
+        assert worker.stop() == 0, worker.output()
+    assert f"id={ok.id} " not in worker.output(), worker.output()

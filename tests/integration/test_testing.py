@@ -460,3 +460,54 @@ def test_executor_fails_an_attempt_past_its_timeout(make_app: AppFactory, kind: 
     assert job is not None and job.error is not None and job.result is None
     assert job.error["type"] == "JobTimeoutError"
     assert time.monotonic() - started < 3
+
+
+def test_a_sync_handler_that_raises_past_its_timeout_fails_with_the_timeout(
+    make_app: AppFactory,
+) -> None:
+    """Past the timeout, what the thread raised is discarded like what it would have returned:
+    the attempt failed at its timeout (the late exception stays in the traceback)."""
+    app = make_app("wiring")
+
+    @app.task(name="late_raise", timeout="100ms", max_attempts=1)
+    def late_raise() -> None:
+        time.sleep(0.3)
+        raise ValueError("raised after the timeout")
+
+    @app.task(name="early_raise", timeout="5s", max_attempts=1)
+    def early_raise() -> None:
+        raise ValueError("raised in time")
+
+    late, early = app.send_task("late_raise"), app.send_task("early_raise")
+    assert drain(app) == DrainReport(failed=2)
+    late_job, early_job = late.job(), early.job()
+    assert late_job is not None and late_job.error is not None
+    assert late_job.error["type"] == "JobTimeoutError", late_job.error
+    assert "raised after the timeout" in late_job.error["traceback"]
+    assert early_job is not None and early_job.error is not None
+    assert early_job.error["type"] == "ValueError"
+
+
+def test_a_snooze_frees_its_place_at_once(make_app: AppFactory) -> None:
+    """On a queue with room for one, a snoozed job stops counting at once: the next job runs in
+    the same drain, while the snoozed one waits out its delay with no attempt used."""
+    app = make_app("snoozing")
+    one = app.queue("one-place", max_active=1)
+
+    @app.task(name="waits", queue=one)
+    def waits() -> None:
+        from workhorse import Snooze
+
+        raise Snooze("1h")
+
+    @app.task(name="runs", queue=one)
+    def runs() -> int:
+        return 1
+
+    app.sync()
+    snoozed, ran = waits.delay(), runs.delay()
+    assert drain(app) == DrainReport(succeeded=1)
+    snoozed_job, ran_job = snoozed.job(), ran.job()
+    assert snoozed_job is not None and snoozed_job.status is JobStatus.SCHEDULED
+    assert snoozed_job.attempts == 0
+    assert ran_job is not None and ran_job.status is JobStatus.SUCCEEDED

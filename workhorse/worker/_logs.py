@@ -84,12 +84,21 @@ def succeeded(lines: list[tuple[str, int, str, int, float]]) -> None:
         return
     stamp = _timestamp(time.time())
     if _batch_format == "json":
+        # The same object _Json makes, written out directly: json.dumps of a whole document a
+        # job cost about 9 us, an eighth of a no-op job. JSON escapes a string character by
+        # character, so a message's escaped text is its parts' escaped texts joined; each name
+        # is escaped once a batch.
+        escaped: dict[str, str] = {}
+        for task, _, queue, _, _ in lines:
+            for name in (task, queue):
+                if name not in escaped:
+                    escaped[name] = json.dumps(name)[1:-1]
+        head = f'{{"ts": "{stamp}", "level": "info", "logger": "{jobs.name}", "message": "'
         text = "".join(
-            json.dumps({"ts": stamp, "level": "info", "logger": jobs.name,
-                        "message": f"{task} id={job_id} queue={queue} succeeded "
-                                   f"attempt={attempt} duration={duration:.3f}s",
-                        "task": task, "id": job_id, "queue": queue, "outcome": "succeeded",
-                        "attempt": attempt, "duration_s": round(duration, 6)}) + "\n"
+            f'{head}{escaped[task]} id={job_id} queue={escaped[queue]} succeeded '
+            f'attempt={attempt} duration={duration:.3f}s", "task": "{escaped[task]}", '
+            f'"id": {job_id}, "queue": "{escaped[queue]}", "outcome": "succeeded", '
+            f'"attempt": {attempt}, "duration_s": {round(duration, 6)!r}}}\n'
             for task, job_id, queue, attempt, duration in lines)
     else:
         text = "".join(

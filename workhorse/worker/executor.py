@@ -276,15 +276,23 @@ def _call_sync(
 ) -> Any:
     """Runs in the worker thread. SystemExit and KeyboardInterrupt come back as values, so that a
     handler that raises them fails its job instead of escaping into the loop. A thread cannot be
-    stopped: past `timeout` (timed from here, when a thread took it) its result is
-    discarded and the attempt fails with JobTimeoutError, once it returns."""
+    stopped: past `timeout` (timed from here, when a thread took it) what it returned or raised
+    is discarded and the attempt fails with JobTimeoutError, once it returns."""
     began = time.perf_counter()
+    raised: BaseException | None = None
     try:
         value = fn(*args, **kwargs)
-    except (SystemExit, KeyboardInterrupt) as exc:
-        return _Raised(exc)
+    except BaseException as exc:  # handed on below, unless the attempt had timed out
+        raised = exc
     if timeout is not None and (took := time.perf_counter() - began) > timeout:
-        return _Raised(JobTimeoutError(
+        error = JobTimeoutError(
             f"the attempt ran {took:.3g}s, past its timeout of {timeout:g}s; a sync handler "
-            "cannot be interrupted, so it ran to its end and its result was discarded"))
+            "cannot be interrupted, so it ran to its end and what it returned or raised was "
+            "discarded")
+        error.__cause__ = raised  # a late exception still shows in the traceback
+        return _Raised(error)
+    if raised is not None:
+        if isinstance(raised, (SystemExit, KeyboardInterrupt)):
+            return _Raised(raised)
+        raise raised
     return value

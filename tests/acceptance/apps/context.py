@@ -48,6 +48,18 @@ def overrun(token: str) -> str:
     return token
 
 
+@app.task(queue="serial-timeout-retry", max_active=1, timeout="200ms", max_attempts=2,
+          lease="1s", retry_backoff=0.1)
+def overrun_retried(token: str) -> str:
+    """Runs 2.2 s against a 0.2 s timeout, with a retry left and a 1 s lease: the retry must
+    wait for the thread, and the lease must be renewed while it overruns."""
+    attempt = current_job().attempt
+    _trace(f"start {token}.{attempt}")
+    time.sleep(2.2)
+    _trace(f"end {token}.{attempt}")
+    return token
+
+
 @app.task(queue="context")
 def snoozer(token: str) -> str:
     if current_job().attempt == 1 and not os.path.exists(f"{TRACE}.{token}"):
