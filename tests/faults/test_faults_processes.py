@@ -24,7 +24,7 @@ LEASE = 3.0
 HEARTBEAT = LEASE / 3
 # From a fault to the moment the work it interrupted has started again: the lease, plus time
 # for a claim to see it expired and for the workers to reconnect; measured: see the fault table.
-RECOVERY_BOUND = LEASE + 10.0
+RECOVERY_BOUND = LEASE + 5.0
 
 
 # How long before a kill an execution may have ended with its outcome still unrecorded.

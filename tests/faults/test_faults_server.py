@@ -14,7 +14,7 @@ from _scenario import Scenario, assert_sound, limits
 pytestmark = pytest.mark.slow
 
 JOBS = 400
-RECOVERY_BOUND = 15.0  # s from the fault to the first new start; measured: see the fault table
+RECOVERY_BOUND = 8.0  # s from the fault to the first new start; measured: see the fault table
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
