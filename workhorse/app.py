@@ -376,6 +376,12 @@ class App(Enqueuer):
             task_name = task_options.get("name") or self._default_task_name(function)
             if task_name in self.schedules:
                 raise InvalidScheduleError(f"schedule {task_name!r} is already declared")
+            if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+                raise InvalidScheduleError(f"args must be a list or tuple, got {args!r}")
+            try:  # the schedule's key too, before the task is registered
+                resolve_key(task_options.get("concurrency_key"), tuple(args), dict(kwargs or {}))
+            except InvalidOptionsError as exc:
+                raise InvalidScheduleError(f"schedule {task_name!r}: {exc}") from None
             task = self.task(**task_options)(function)
             self.schedule(task, cron=cron, every=every, tz=tz, args=args, kwargs=kwargs,
                           catch_up=catch_up, name=task.name)

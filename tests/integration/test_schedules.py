@@ -215,6 +215,8 @@ def test_app_refuses_schedules_for_tasks_it_does_not_declare(database_url: str,
 @pytest.mark.parametrize("fields", [
     {"cron": "* * 32 * *"}, {"every": "0s"}, {"every": "1s", "tz": "Nowhere/City"},
     {"every": "1s", "catch_up": "sometimes"}, {"every": "1s", "args": ("a", "b", "c")},
+    {"every": "1s", "args": ("eu",), "concurrency_key": lambda region: region["tenant"]},
+    {"every": "1s", "args": "eu"},
 ])
 def test_bad_declarations_raise_and_register_nothing(fields: dict[str, Any]) -> None:
     app = App("bad")
