@@ -1,5 +1,6 @@
--- Every queue with live jobs, a policy, a control or a schedule: live depth by status (each status counted
--- through its partial index; finished history is not counted per queue), and the limits in force.
+-- Every queue with live jobs, a policy, a control or a schedule: live depth by status (each
+-- status counted through its partial index; finished history is not counted per queue), and the
+-- limits in force.
 -- One branch per live status: `status IN (...)` matches none of the partial indexes, and with a
 -- million finished jobs it was a sequential scan of the whole table.
 WITH depth AS (
