@@ -661,7 +661,7 @@ def _check_claim(queue: str, limit: int) -> None:
 def _claimed(
     rows: list[Any],
 ) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus | None]]:
-    """Claim rows: jobs, the marker row's next start, and (from claim_v4) the successes that
+    """Claim rows: jobs, the marker row's next start, and (from claim_v5) the successes that
     did not end succeeded: (id, fence) -> status (None: stale), from rows that have a status
     (column 15) and no task."""
     jobs = []
@@ -684,7 +684,7 @@ def _claimed(
 
 
 def _success_columns(outcomes: Sequence[tuple[int, int, str, str]]) -> tuple[Any, ...]:
-    """complete_v3's and claim_v4's success arrays: ids, fences, results, and each distinct
+    """complete_v3's and claim_v5's success arrays: ids, fences, results, and each distinct
     retention document once, with per-job pointers only when there are several."""
     documents: dict[str, int] = {}
     pointers = [documents.setdefault(retention, len(documents) + 1)

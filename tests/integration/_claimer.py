@@ -5,7 +5,7 @@ Modes:
   complete, report the job to the overlap checker (see `CHECKER_SQL`). With `broken`, claim with
   the deliberately unlocked `broken_claim` function instead of the product's claim. With
   `claim_v3`, claim as the previous release's worker does (its jobs' successes ride on its next
-  claim_v3 call), for a rolling upgrade beside the product's claim_v4.
+  claim_v3 call), for a rolling upgrade beside the product's claim_v5.
 - `flip`: flip the queue's policy between values every few ms until the queue drains (or for
   `seconds`, ending on the first value), logging each change with the server clock taken while
   the sync holds the queue's admission lock.

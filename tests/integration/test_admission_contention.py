@@ -159,9 +159,9 @@ def test_budget_holds_with_8_processes(conn: Any, database_url: str) -> None:
     _all_succeeded_once(conn, ids, reports)
 
 
-def test_budget_holds_with_claim_v3_workers_beside_claim_v4(conn: Any, database_url: str) -> None:
+def test_budget_holds_with_claim_v3_workers_beside_claim_v5(conn: Any, database_url: str) -> None:
     """A rolling upgrade: four processes claim as the previous release's worker does (claim_v3,
-    each batch's successes riding on its next claim), four through this one's (claim_v4). Both
+    each batch's successes riding on its next claim), four through this one's (claim_v5). Both
     serialize on the same admission lock and count the same active jobs, so the limits hold."""
     ids = _setup(conn, jobs=2000, keys=20, policy=(5, 2))
     claimers = [
@@ -173,7 +173,7 @@ def test_budget_holds_with_claim_v3_workers_beside_claim_v4(conn: Any, database_
 
     queue_peak, key_peak, live_violations = _live(conn)
     replay = _replay(conn)
-    print(f"\n4 claim_v3 + 4 claim_v4 claimers: live overlap peak {queue_peak} (key {key_peak}), "
+    print(f"\n4 claim_v3 + 4 claim_v5 claimers: live overlap peak {queue_peak} (key {key_peak}), "
           f"{len(live_violations)} violations; replay over {replay.claims} claims: peak "
           f"{replay.max_active} (key {replay.max_key}), {len(replay.violations)} violations")
     assert live_violations == []

@@ -248,7 +248,7 @@ def test_outcomes_look_jobs_up_by_id_however_few_active_jobs_the_statistics_show
 
     ok = {
         "complete_v3": lambda: q.complete_many([(j.id, j.fence, None) for j in jobs[:8]]),
-        "claim_v4": lambda: _ops.execute(q.conn, _ops.complete_and_claim(
+        "claim_v5": lambda: _ops.execute(q.conn, _ops.complete_and_claim(
             "free", 1, 30, [(j.id, j.fence, "null", _ops.DEFAULT_RETENTION_JSON)
                             for j in jobs[8:16]])),
         "heartbeat_v2": lambda: q.heartbeat([(j.id, j.fence, 30.0) for j in jobs[16:24]]),

@@ -184,7 +184,7 @@ class Claimer:
         `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
         many were claimed; psycopg errors pass through.
 
-        With a `recorder`, each queue's riding successes go with its claim (claim_v4), even when
+        With a `recorder`, each queue's riding successes go with its claim (claim_v5), even when
         nothing more is wanted; on an error they go back to the recorder's flush.
         `governed_limit` caps what governed queues get (the rest of `want` is claimed ahead,
         which only ungoverned queues may be: a job claimed ahead holds budget while it waits).

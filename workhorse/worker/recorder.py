@@ -252,6 +252,6 @@ class OutcomeRecorder:
 
 
 def encoded(successes: list[Outcome]) -> list[tuple[int, int, str, str]]:
-    """Successes as complete_v3 and claim_v4 take them: (id, fence, result, retention)."""
+    """Successes as complete_v3 and claim_v5 take them: (id, fence, result, retention)."""
     return [(o.execution.job_id, o.execution.fence, o.result or "null", o.execution.retention)
             for o in successes]
