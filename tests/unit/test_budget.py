@@ -27,6 +27,17 @@ def test_a_slot_at_its_share_yields_to_a_slot_waiting_for_a_token() -> None:
     assert budget.try_acquire(0, 4) == 1  # nobody waits any more: it may take it back
 
 
+def test_a_slot_whose_jobs_all_ended_takes_only_its_share_while_another_waits() -> None:
+    """Its jobs started together and ended together: it holds no token when it asks again, and
+    would take the whole cap back before the waiting slot polls (one slot ran all 45 jobs)."""
+    budget = Budget(3, 3)
+    assert budget.try_acquire(0, 4) == 3
+    assert budget.try_acquire(1, 4) == 0  # slot 1 waits
+    budget.release(0, 3)  # slot 0's three jobs end at once
+    assert budget.try_acquire(0, 4) == 1  # its share, not all three
+    assert budget.try_acquire(1, 4) == 2  # slot 1's poll finds the rest
+
+
 def test_a_dead_slot_waits_for_nothing() -> None:
     budget = Budget(2, 2)
     assert budget.try_acquire(0, 2) == 2

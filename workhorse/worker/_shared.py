@@ -48,15 +48,18 @@ class Budget:
         self._wanting: Any = _FORK.RawArray("d", slots)
 
     def try_acquire(self, index: int, want: int) -> int:
-        """Up to `want` tokens, none while this slot holds its fair share and another slot is
-        waiting for one (so the cap is shared by the slots, not taken by the fastest)."""
+        """Up to `want` tokens; while another slot is waiting for one, only up to this slot's
+        fair share (so the cap is shared by the slots, not taken by the fastest). Up to, not
+        none beyond: a slot whose jobs all ended together holds none, and would otherwise take
+        the whole cap back before the waiting slots' next poll, every time."""
         if want <= 0:
             return 0
         now = time.monotonic()
-        if self._held[index] >= self._share and any(
-                now - self._wanting[other] < WANT_FRESH
-                for other in range(self.slots) if other != index):
-            return 0
+        if any(now - self._wanting[other] < WANT_FRESH
+               for other in range(self.slots) if other != index):
+            want = min(want, self._share - self._held[index])
+            if want <= 0:
+                return 0
         got = 0
         while got < want and self._semaphore.acquire(False):
             got += 1
