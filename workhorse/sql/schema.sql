@@ -662,6 +662,39 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._refresh_heads_v2(p_queue text, p_keys text[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
+        RETURN;
+    END IF;
+    WITH keys AS (
+        SELECT DISTINCT k AS ckey FROM unnest(p_keys) AS k WHERE k <> ''
+    ), heads AS (
+        SELECT keys.ckey, best.rank, best.id
+        FROM keys
+        LEFT JOIN LATERAL (
+            SELECT j.rank, j.id FROM workhorse.jobs j
+            WHERE j.queue = p_queue AND j.ckey = keys.ckey AND j.status = 'ready'
+            ORDER BY j.queue, j.ckey, j.rank, j.id
+            LIMIT 1
+        ) AS best ON true
+    ), dropped AS (
+        DELETE FROM workhorse.key_heads kh
+        USING heads
+        WHERE kh.queue = p_queue AND kh.ckey = heads.ckey AND heads.id IS NULL
+          AND kh.ckey = ANY(ARRAY(SELECT h.ckey FROM heads h WHERE h.id IS NULL))
+    )
+    INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
+    SELECT p_queue, heads.ckey, heads.rank, heads.id FROM heads WHERE heads.id IS NOT NULL
+    ON CONFLICT (queue, ckey) DO UPDATE
+        SET head_rank = excluded.head_rank, head_id = excluded.head_id
+        WHERE (kh.head_rank, kh.head_id) IS DISTINCT FROM (excluded.head_rank, excluded.head_id);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._unknown_to_v1_v1(p_queue text)
  RETURNS boolean
  LANGUAGE sql
@@ -1763,7 +1796,7 @@ BEGIN
                 DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
             )
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
-            PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
+            PERFORM workhorse._refresh_heads_v2(p_queue, v_examined);
         END IF;
 
         -- claim_v2's per-key statement, with the activation and the start records inline. The
@@ -1847,15 +1880,21 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
+                -- `ckey = ANY(ARRAY(...))` beside the join: without it the planner (estimating
+                -- one row for next_heads) walked every head of the queue and scanned next_heads
+                -- for each, a cost that grew with the queue's keys (27% of this statement at
+                -- 100 keys); with it the moved heads are looked up in key_heads_pkey.
                 UPDATE workhorse.key_heads kh
                 SET head_rank = nh.rank, head_id = nh.id
                 FROM next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
                 USING next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                    a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
@@ -1988,15 +2027,18 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
+                -- Moved heads looked up by key, as in the statement above.
                 UPDATE workhorse.key_heads kh
                 SET head_rank = nh.rank, head_id = nh.id
                 FROM next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
                 USING next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                    a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,

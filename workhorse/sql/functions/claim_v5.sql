@@ -1,10 +1,14 @@
--- Claim v5: claim_v4, admitting exactly what it admits, with a leaner per-key statement for the
--- common policy that has no rate limit: the rate-limit parts of claim_v4's statement (each head's
--- starts left, each candidate key's room, the start records) cost about 10% of a per-key claim
--- even when no rate limit is set. With a rate limit (queue-wide or per key) it runs claim_v4's
--- statement unchanged.
--- Measured on one connection (PG 15, record 32 + claim 32, max_active=64, per-key 4, 100 keys,
--- pg_stat_statements): the per-key statement 1341 -> 1218 µs, the whole call 1877 -> 1724 µs.
+-- Claim v5: claim_v4, admitting exactly what it admits, at less cost:
+--  * The moved key heads are looked up by key (key_heads_pkey). claim_v4's planner, estimating
+--    one row for the heads to move, walked every head of the queue and scanned the moved heads
+--    for each: a cost that grew with the queue's keys until the statistics flipped the plan.
+--    Per-key statement, record 32 + claim 32, pg_stat_statements: 1269 -> 921 µs at 100 keys,
+--    2307 -> 1007 µs at 300 keys, the same (about 760 µs) at 1,000 and 10,000. The hint
+--    refresh's heads to drop likewise (_refresh_heads_v2).
+--  * A leaner per-key statement when the queue has no rate limit: the rate parts of claim_v4's
+--    statement (each head's starts left, each candidate key's room, the start records) cost
+--    about 10% of a per-key claim even when no rate limit is set (1341 -> 1218 µs at 100 keys).
+-- With a rate limit, claim_v4's statement runs, with the first change only.
 --
 -- Arguments and rows are claim_v4's (see claim_v4.sql).
 CREATE FUNCTION workhorse.claim_v5(
@@ -214,7 +218,7 @@ BEGIN
                 DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
             )
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
-            PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
+            PERFORM workhorse._refresh_heads_v2(p_queue, v_examined);
         END IF;
 
         -- claim_v2's per-key statement, with the activation and the start records inline. The
@@ -298,15 +302,21 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
+                -- `ckey = ANY(ARRAY(...))` beside the join: without it the planner (estimating
+                -- one row for next_heads) walked every head of the queue and scanned next_heads
+                -- for each, a cost that grew with the queue's keys (27% of this statement at
+                -- 100 keys); with it the moved heads are looked up in key_heads_pkey.
                 UPDATE workhorse.key_heads kh
                 SET head_rank = nh.rank, head_id = nh.id
                 FROM next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
                 USING next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                    a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
@@ -439,15 +449,18 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
+                -- Moved heads looked up by key, as in the statement above.
                 UPDATE workhorse.key_heads kh
                 SET head_rank = nh.rank, head_id = nh.id
                 FROM next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
                 USING next_heads nh
                 WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                    a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
