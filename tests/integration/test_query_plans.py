@@ -299,7 +299,7 @@ def _heads_walked(texts: list[str]) -> list[str]:
 def test_a_claim_moves_key_heads_by_key_not_by_walking_the_queues_heads(explained: Any) -> None:
     """claim_v4 moved the heads it touched through a join that its planner, estimating one
     moved head, ran as a walk over every head of the queue (300 here) with a scan of the moved
-    heads for each: 2.3 ms a claim of 32 where 1.0 would do. The product's claim looks them up
+    heads for each: 2.3 ms a claim of 32 where 0.8 will do. The product's claim looks them up
     by key; the checker catches claim_v4 on the same queue."""
     q, plans = explained
     q.sync_concurrency_policies("plans", [ConcurrencyPolicyDefinition("heads", 64, 4)])
@@ -309,7 +309,8 @@ def test_a_claim_moves_key_heads_by_key_not_by_walking_the_queues_heads(explaine
     q.conn.execute("ANALYZE workhorse.key_heads")
 
     texts = plans(lambda: _ops.execute(q.conn, _ops.complete_and_claim("heads", 32, 30, [])))
-    assert any("Update on key_heads" in text for text in texts), "no head moved: vacuous"
+    assert any(re.search(r"(Insert|Update) on key_heads", text) for text in texts), \
+        "no head moved: vacuous"
     assert not _heads_walked(texts), "\n\n".join(_heads_walked(texts))
 
     old = plans(lambda: q.conn.execute(

@@ -1,10 +1,10 @@
 -- Claim v5: claim_v4, admitting exactly what it admits, at less cost:
---  * The moved key heads are looked up by key (key_heads_pkey). claim_v4's planner, estimating
---    one row for the heads to move, walked every head of the queue and scanned the moved heads
---    for each: a cost that grew with the queue's keys until the statistics flipped the plan.
---    Per-key statement, record 32 + claim 32, pg_stat_statements: 1269 -> 921 µs at 100 keys,
---    2307 -> 1007 µs at 300 keys, the same (about 760 µs) at 1,000 and 10,000. The hint
---    refresh's heads to drop likewise (_refresh_heads_v2).
+--  * The key heads it moves or drops are looked up by key (key_heads_pkey). claim_v4's planner,
+--    estimating one row for the heads to move, walked every head of the queue and scanned the
+--    moved heads for each: a cost that grew with the queue's keys until the statistics flipped
+--    the plan. Per-key statement, record 32 + claim 32, pg_stat_statements: 1269 -> 745 µs at
+--    100 keys, 2307 -> 817 µs at 300 keys. The hint refresh's heads to drop likewise
+--    (_refresh_heads_v2).
 --  * A leaner per-key statement when the queue has no rate limit: the rate parts of claim_v4's
 --    statement (each head's starts left, each candidate key's room, the start records) cost
 --    about 10% of a per-key claim even when no rate limit is set (1341 -> 1218 µs at 100 keys).
@@ -302,20 +302,20 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
-                -- `ckey = ANY(ARRAY(...))` beside the join: without it the planner (estimating
-                -- one row for next_heads) walked every head of the queue and scanned next_heads
-                -- for each, a cost that grew with the queue's keys (27% of this statement at
-                -- 100 keys); with it the moved heads are looked up in key_heads_pkey.
-                UPDATE workhorse.key_heads kh
-                SET head_rank = nh.rank, head_id = nh.id
-                FROM next_heads nh
-                WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
-                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
+                -- Heads moved by an upsert, each looked up in key_heads_pkey (it always exists:
+                -- heads change only under the admission lock), and dropped by key: claim_v4's
+                -- joins with next_heads, which the planner estimated at one row, walked every
+                -- head of the queue and scanned next_heads for each (a cost that grew with the
+                -- queue's keys: 900 -> 745 µs at 100 keys, 2307 -> 817 at 300, for 32 jobs).
+                INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
+                SELECT p_queue, nh.ckey, nh.rank, nh.id FROM next_heads nh
+                WHERE nh.id IS NOT NULL
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
+                ON CONFLICT (queue, ckey) DO UPDATE
+                    SET head_rank = excluded.head_rank, head_id = excluded.head_id
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
-                USING next_heads nh
-                WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                WHERE kh.queue = p_queue
                   AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
@@ -449,17 +449,16 @@ BEGIN
                     ORDER BY k.ckey, k.rank, k.id
                 ) AS nxt ON nxt.ckey = heads.ckey
             ), moved AS (
-                -- Moved heads looked up by key, as in the statement above.
-                UPDATE workhorse.key_heads kh
-                SET head_rank = nh.rank, head_id = nh.id
-                FROM next_heads nh
-                WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NOT NULL
-                  AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NOT NULL))
+                -- Moved and dropped by key, as in the statement above.
+                INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
+                SELECT p_queue, nh.ckey, nh.rank, nh.id FROM next_heads nh
+                WHERE nh.id IS NOT NULL
                   AND (nh.head_rank, nh.head_id) IS DISTINCT FROM (nh.rank, nh.id)
+                ON CONFLICT (queue, ckey) DO UPDATE
+                    SET head_rank = excluded.head_rank, head_id = excluded.head_id
             ), emptied AS (
                 DELETE FROM workhorse.key_heads kh
-                USING next_heads nh
-                WHERE kh.queue = p_queue AND kh.ckey = nh.ckey AND nh.id IS NULL
+                WHERE kh.queue = p_queue
                   AND kh.ckey = ANY(ARRAY(SELECT n.ckey FROM next_heads n WHERE n.id IS NULL))
             )
             SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
