@@ -683,8 +683,7 @@ BEGIN
         ) AS best ON true
     ), dropped AS (
         DELETE FROM workhorse.key_heads kh
-        USING heads
-        WHERE kh.queue = p_queue AND kh.ckey = heads.ckey AND heads.id IS NULL
+        WHERE kh.queue = p_queue
           AND kh.ckey = ANY(ARRAY(SELECT h.ckey FROM heads h WHERE h.id IS NULL))
     )
     INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
