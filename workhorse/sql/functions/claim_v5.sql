@@ -2,9 +2,9 @@
 --  * The key heads it moves or drops are looked up by key (key_heads_pkey). claim_v4's planner,
 --    estimating one row for the heads to move, walked every head of the queue and scanned the
 --    moved heads for each: a cost that grew with the queue's keys until the statistics flipped
---    the plan. Per-key statement, record 32 + claim 32, pg_stat_statements: 1269 -> 745 µs at
---    100 keys, 2307 -> 817 µs at 300 keys. The hint refresh's heads to drop likewise
---    (_refresh_heads_v2).
+--    the plan. Per-key statement, record 32 + claim 32, pg_stat_statements: 1268 -> 756 µs at
+--    100 keys, 2346 -> 742 µs at 300 keys, about the same at 1,000 (where the statistics already
+--    led to lookups). The hint refresh's heads to drop likewise (_refresh_heads_v2).
 --  * A leaner per-key statement when the queue has no rate limit: the rate parts of claim_v4's
 --    statement (each head's starts left, each candidate key's room, the start records) cost
 --    about 10% of a per-key claim even when no rate limit is set (1341 -> 1218 µs at 100 keys).
@@ -306,7 +306,7 @@ BEGIN
                 -- heads change only under the admission lock), and dropped by key: claim_v4's
                 -- joins with next_heads, which the planner estimated at one row, walked every
                 -- head of the queue and scanned next_heads for each (a cost that grew with the
-                -- queue's keys: 900 -> 745 µs at 100 keys, 2307 -> 817 at 300, for 32 jobs).
+                -- queue's keys; see the top of this file).
                 INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
                 SELECT p_queue, nh.ckey, nh.rank, nh.id FROM next_heads nh
                 WHERE nh.id IS NOT NULL
