@@ -48,10 +48,11 @@ class Budget:
         self._wanting: Any = _FORK.RawArray("d", slots)
 
     def try_acquire(self, index: int, want: int) -> int:
-        """Up to `want` tokens; while another slot is waiting for one, only up to this slot's
-        fair share (so the cap is shared by the slots, not taken by the fastest). Up to, not
-        none beyond: a slot whose jobs all ended together holds none, and would otherwise take
-        the whole cap back before the waiting slots' next poll, every time."""
+        """Up to `want` tokens; while another slot is waiting for one, only as many as bring
+        this slot to its fair share (so the cap is shared by the slots, not taken by the
+        fastest). The share caps how many, not only whether: a slot whose jobs all ended
+        together holds none, and would otherwise take the whole cap back before the waiting
+        slots' next poll, every time."""
         if want <= 0:
             return 0
         now = time.monotonic()
