@@ -12,6 +12,7 @@ Nothing here commits: the caller owns the connection and its transaction.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import traceback as traceback_module
 from collections.abc import Generator, Iterable, Sequence
@@ -65,6 +66,8 @@ Step = tuple[Any, Any]
 Operation = Generator[Step, Rows, T]
 
 PAYLOAD_LIMIT = 1024 * 1024
+# The feature level of this package's SQL API: its claim admits nothing from a queue above it.
+FEATURE_LEVEL = 1
 HEALTH_SAMPLE = 1000
 SCHEMA_LOCK = 0x776F726B686F7273  # "workhors": serializes concurrent schema installs
 HOUSEKEEPING_LOCK = 0x776B686B656570  # "wkhkeep": one vacuum of the admission tables at a time
@@ -278,7 +281,7 @@ _DEFAULT_OPTIONS = EnqueueOptions()
 
 
 def _or_null(column: list[Any]) -> list[Any] | None:
-    """A column of NULLs goes as one NULL array (enqueue_v1's multi-argument unnest pads it with
+    """A column of NULLs goes as one NULL array (the enqueue's multi-argument unnest pads it with
     NULLs): 10,000 NULLs dumped one by one cost a tenth of a 10k-job enqueue."""
     return column if any(value is not None for value in column) else None
 
@@ -553,7 +556,7 @@ def set_queue_control(
     rate_limit_per_key: str | None = None,
     expires_in: float | None = None,
 ) -> Operation[QueueControl]:
-    """Pause, resume, override or clear a queue's override (see set_queue_control_v1.sql)."""
+    """Pause, resume, override or clear a queue's override (set_queue_control.sql)."""
     check_name("queue", queue)
     for what, value in (("max_active", max_active), ("max_active_per_key", max_active_per_key)):
         if value is not None and (type(value) is not int or not 1 <= value <= 1_000_000):
@@ -642,7 +645,7 @@ def complete_and_claim(
     rows = yield _sql.statement("complete_and_claim"), (
         queue, limit, lease_seconds(lease), *_success_columns(successes))
     jobs, next_start, exceptions = _claimed(rows)
-    # claim_v3 names only the successes that did not end `succeeded`.
+    # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
     for key, status in exceptions.items():
         if status is None:
@@ -661,15 +664,19 @@ def _check_claim(queue: str, limit: int) -> None:
 def _claimed(
     rows: list[Any],
 ) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus | None]]:
-    """Claim rows: jobs, the marker row's next start, and (from claim_v5) the successes that
-    did not end succeeded: (id, fence) -> status (None: stale), from rows that have a status
-    (column 15) and no task."""
+    """Claim rows: jobs, the marker row's next start, and the successes that did not end
+    succeeded: (id, fence) -> status (None: stale), from rows that have a status (column 15)
+    and no task. A marker row with the status `feature_level` says that the queue needs a newer
+    claim than this package's: it admitted nothing, and the worker is told once per queue."""
     jobs = []
     next_start = None
     exceptions: dict[tuple[int, int], JobStatus | None] = {}
     for row in rows:
-        if row[0] is None:  # no job: the rate limit's next allowed start
-            next_start = float(row[14])
+        if row[0] is None:  # no job: a marker
+            if row[15] == "feature_level":
+                _warn_feature_level(row[2], row[6])
+            else:  # the rate limit's next allowed start
+                next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one
             exceptions[(row[0], row[8])] = None if row[15] == "stale" else JobStatus(row[15])
         else:
@@ -683,8 +690,20 @@ def _claimed(
     return jobs, next_start, exceptions
 
 
+# Queues already warned about in this process: the claim says so at every call.
+_too_new_warned: set[str] = set()
+
+
+def _warn_feature_level(queue: str, level: int) -> None:
+    if queue not in _too_new_warned:
+        _too_new_warned.add(queue)
+        logging.getLogger("workhorse.worker").warning(
+            "queue %r uses features of level %s, newer than this workhorse (%s) knows: this "
+            "worker claims nothing there; upgrade it (invariant 5)", queue, level, FEATURE_LEVEL)
+
+
 def _success_columns(outcomes: Sequence[tuple[int, int, str, str]]) -> tuple[Any, ...]:
-    """complete_v3's and claim_v5's success arrays: ids, fences, results, and each distinct
+    """The complete and claim statements' success arrays: ids, fences, results, and each distinct
     retention document once, with per-job pointers only when there are several."""
     documents: dict[str, int] = {}
     pointers = [documents.setdefault(retention, len(documents) + 1)
@@ -779,7 +798,7 @@ def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:
 
 
 def listen() -> Operation[None]:
-    """LISTEN on the wake-up channel (`notification_channel_v1()` names it, in SQL only)."""
+    """LISTEN on the wake-up channel (only SQL names it)."""
     yield _sql.statement("listen"), ()
 
 
@@ -892,7 +911,7 @@ def sync_schedules(
     definitions: Iterable[ScheduleDefinition],
     prune: bool,
 ) -> Operation[tuple[SyncReport, list[Schedule]]]:
-    """Desired state for `namespace`'s schedules (see sync_schedules_v1.sql); every definition
+    """Desired state for `namespace`'s schedules (sync_schedules.sql); every definition
     is checked before anything is sent."""
     check_name("namespace", namespace, InvalidScheduleError)
     definitions = list(definitions)
@@ -1048,20 +1067,35 @@ def schema_version() -> Operation[int]:
     return int(rows[-1][0]) if rows else 0
 
 
+_RESET = ("drop the `workhorse` schema (DROP SCHEMA workhorse CASCADE, which deletes every "
+          "job, policy and schedule in it) and install again")
+
+
 def _check_recorded(recorded: Rows) -> None:
-    """Every recorded migration must be one of ours, under the same name."""
-    ours = {version: name for version, name, _ in _sql.migrations()}
-    for version, name in recorded:
-        if version in ours and ours[version] != name:
+    """Every recorded migration must be the package's own: the same name and the same
+    checksum. A table without checksums was made by workhorse 0.1, which had no release."""
+    ours = {version: (name, _sql.checksum(text)) for version, name, text in _sql.migrations()}
+    for version, name, checksum in recorded:
+        if checksum is None:
             raise SchemaVersionError(
-                f"the database's schema migration {version} is {name!r}, not "
-                f"{ours[version]!r}: it was made by an unreleased workhorse layout; drop the "
-                "`workhorse` schema (DROP SCHEMA workhorse CASCADE) and install again"
+                "this database's workhorse schema was installed by workhorse 0.1, before the "
+                f"first release, and cannot be brought forward: {_RESET}"
+            )
+        if version not in ours:
+            continue  # newer than this package: refused by the caller
+        our_name, our_checksum = ours[version]
+        if name != our_name or checksum != our_checksum:
+            raise SchemaVersionError(
+                f"the database applied schema migration {version} as {name!r} with checksum "
+                f"{checksum[:12]}, but this workhorse ships {our_name!r} with checksum "
+                f"{our_checksum[:12]}: the migration was changed after it was applied (a "
+                f"development build?); {_RESET}"
             )
 
 
 def install_schema() -> Operation[int]:
-    """Bring the schema to the latest version; returns the version found before."""
+    """Bring the schema to the latest version; returns the version found before. Refuses a
+    database whose applied migrations differ from this package's, or that is newer."""
     latest = _sql.latest_version()
     rows = yield _sql.statement("schema_installed"), ()
     if rows[0][0]:
@@ -1074,14 +1108,14 @@ def install_schema() -> Operation[int]:
     yield _sql.statement("create_schema_version"), ()
     recorded = yield _sql.statement("schema_versions"), ()
     current = int(recorded[-1][0]) if recorded else 0
+    _check_recorded(recorded)
     if current > latest:
         raise SchemaVersionError(
             f"the database schema is at version {current}, newer than this workhorse "
             f"(version {latest}); upgrade workhorse"
         )
-    _check_recorded(recorded)
     for version, name, text in _sql.migrations():
         if version > current:
             yield text, None
-            yield _sql.statement("record_migration"), (version, name)
+            yield _sql.statement("record_migration"), (version, name, _sql.checksum(text))
     return current

@@ -1,7 +1,7 @@
 """Waiting for jobs to finish, for `JobHandle.get` and `wait`: one thread and one connection per
 process and database, however many waiters.
 
-The thread LISTENs on the results channel (`listen_results_v1()`; complete, fail, cancel and an
+The thread LISTENs on the results channel (`listen_results.sql`; complete, fail, cancel and an
 expired last lease NOTIFY the ids of jobs that reached a resting status) and, every
 `POLL_INTERVAL`, asks which of the waited-for jobs are resting, in one statement: the fallback
 for where LISTEN does not work (PgBouncer in transaction mode) or a notification was missed.

@@ -180,7 +180,7 @@ class Task(Generic[P, R]):
         self.on_failure = on_failure
         self.lease = lease
         self.retention = retention_seconds(None) if retention is None else dict(retention)
-        # What the worker hands the database when this task's job ends (see _expiry_v1.sql).
+        # What the worker hands the database when this task's job ends (the outcome's retention).
         self.retention_json = json.dumps(
             {status: seconds for status, seconds in self.retention.items() if seconds is not None})
         # Only these exception types retry (Retry always does); any other fails the job at once.

@@ -425,7 +425,7 @@ class ClaimedJob:
     meta: dict[str, Any]
     started_at: datetime | None = None
     # The schedule's occurrence, or the first run_at (None when a retry moved run_at and no
-    # schedule fired the job); only claim_v3 says.
+    # schedule fired the job); only the claim says.
     scheduled_for: datetime | None = None
 
 

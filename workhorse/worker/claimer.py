@@ -1,7 +1,7 @@
 """The claimer: when, from which queue, and how much to claim.
 
 Each round claims up to `want` jobs (the slot's free capacity), round-robin across the served
-queues, starting one queue further each round so that no queue starves another; one `claim_v1`
+queues, starting one queue further each round so that no queue starves another; one claim
 call per queue (it takes that one queue's admission lock), on an autocommit connection.
 
 A queue whose claim came back short is "dry" until a hint names it again or its poll interval
@@ -31,7 +31,7 @@ from .recorder import OutcomeRecorder, encoded
 SATURATION_POLL = 1.0
 # Successes that ride on a governed claim take back at most the places they free, so a slot
 # never grows its share that way; and every FAIR_SHARE_LAP-th such claim of a queue takes none:
-# its places go back to the fleet (claim_v3 wakes the other claimers), so that a budget smaller
+# its places go back to the fleet (the claim wakes the other claimers), so that a budget smaller
 # than one slot's concurrency still spreads over every slot and supervisor serving the queue.
 FAIR_SHARE_LAP = 8
 # How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
@@ -184,7 +184,7 @@ class Claimer:
         `start` as soon as it is claimed (so a later queue's error loses nothing). Returns how
         many were claimed; psycopg errors pass through.
 
-        With a `recorder`, each queue's riding successes go with its claim (claim_v5), even when
+        With a `recorder`, each queue's riding successes go with its claim, even when
         nothing more is wanted; on an error they go back to the recorder's flush.
         `governed_limit` caps what governed queues get (the rest of `want` is claimed ahead,
         which only ungoverned queues may be: a job claimed ahead holds budget while it waits).

@@ -1,8 +1,8 @@
 """The outcome recorder: batches completions and failures on its own connection.
 
-Successes go in one `complete_v1` call per flush: the batch is whatever finished while the
+Successes go in one `complete` statement per flush: the batch is whatever finished while the
 previous flush was in flight, so a busy slot pays one round trip for many jobs and an idle one
-pays no delay. Failures go one by one to `fail_v1`, with the retry time the executor chose.
+pays no delay. Failures go one by one to `fail`, with the retry time the executor chose.
 
 Successes of the queues named in `ride` do not wait for a flush: they ride on the slot's next
 claim of their queue (`take_riding`, then `counted` with what the claim recorded), which frees
@@ -252,6 +252,6 @@ class OutcomeRecorder:
 
 
 def encoded(successes: list[Outcome]) -> list[tuple[int, int, str, str]]:
-    """Successes as complete_v3 and claim_v5 take them: (id, fence, result, retention)."""
+    """Successes as the complete and claim statements take them: (id, fence, result, retention)."""
     return [(o.execution.job_id, o.execution.fence, o.result or "null", o.execution.retention)
             for o in successes]

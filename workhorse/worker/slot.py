@@ -112,7 +112,7 @@ class SlotConfig:
     heartbeat_interval: float
     flush_interval: float = 0.0
     saturation_poll: float = SATURATION_POLL
-    ride: bool = True  # successes ride on the next claim of their queue (claim_v3)
+    ride: bool = True  # successes ride on the next claim of their queue
     prefetch: int = 0  # at most this many jobs of ungoverned queues claimed ahead of a place
 
 
@@ -168,7 +168,7 @@ class Slot:
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
-        self._to_release: list[Execution] = []  # claimed ahead, to give back (release_v2)
+        self._to_release: list[Execution] = []  # claimed ahead, to give back
         self._pace: float | None = None  # seconds per job and place, a moving average
         self._handlers: set[asyncio.Task[Outcome | None]] = set()
         self._in_flight = 0

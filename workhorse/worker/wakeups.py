@@ -1,7 +1,7 @@
 """Wake-ups: one LISTEN connection per supervisor, relayed to its slots; polling is the fallback.
 
 Supervisor side, `Listener` is one thread with one connection. It LISTENs on the wake-up
-channel (`listen_v1()`: only SQL spells the channel's name), whose payload is a queue name, sent
+channel (`listen.sql`: only SQL spells the channel's name), whose payload is a queue name, sent
 on enqueue, on complete/fail in governed queues, and on a policy change; it relays the names of
 the queues this supervisor serves to every slot. The same connection runs a cheap timer query
 (`next_due.sql`): the earliest scheduled `run_at` and the earliest `lease_until` per queue,

@@ -1,12 +1,14 @@
--- Record successes, as complete_v1 does, without waking anyone: the caller decides whether the
--- capacity freed is worth a wake-up (claim_v3 reuses it at once). Accepted while the job is still
--- active under this fence; a job whose cancel was requested while it ran ends `canceled`, its
--- result discarded; the expiry is fixed now from the batch's retention documents (`p_retentions`,
--- each job pointing at its own through `p_retention_ix`, NULL when there is one). Result waiters
--- are told. Returns the (id, fence) pairs accepted, with their queue and the status each ended in.
--- A success already recorded under its fence (a resend: the connection broke after the commit,
--- before the reply) is accepted again with the status it ended in, and changes nothing: the
--- fence changes at every claim, so that row can only have been ended by this very outcome.
+-- Record successes without waking anyone: the caller decides whether the capacity freed is
+-- worth a wake-up (a claim reuses it). Accepted while the job is still active under this fence;
+-- a job whose cancel was requested while it ran ends `canceled`, its result discarded; the expiry
+-- is fixed now from the batch's retention documents (`p_retentions`, each job pointing at its
+-- own through `p_retention_ix`, NULL when there is one). Result waiters are told. Returns the
+-- (id, fence) pairs accepted, with their queue and the status each ended in. A success already
+-- recorded under its fence (a resend: the connection broke after the commit, before the reply)
+-- is accepted again with the status it ended in, and changes nothing: the fence changes at every
+-- claim, so that row can only have been ended by this very outcome. Jobs are looked up by id
+-- with `status IN ('active', '')`, however few active jobs the statistics show.
+-- Feature level 1: a job of a higher level is left alone, as if its fence were stale.
 CREATE FUNCTION workhorse._record_successes_v1(
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
     p_retentions text[])
@@ -38,7 +40,12 @@ BEGIN
                                   ELSE v_canceled[COALESCE(b.ix, 1)] END,
                 lease_until = NULL
             FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
-            WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
+            -- `IN ('active', '')`, not `= 'active'` (no job's status is ''): a clause that implies
+            -- jobs_active_idx's predicate lets the planner read that whole index (every active
+            -- job of every queue) whenever its statistics say few jobs are active, as they do
+            -- after an ANALYZE of a backlog; this way the batch's ids are looked up.
+            WHERE j.id = b.id AND j.fence = b.fence AND j.status IN ('active', '')
+              AND j.feature_level <= 1  -- this function's feature level
             RETURNING j.id, j.fence, j.queue, j.status
         ), ended AS (
             SELECT workhorse._ended_v1(array_agg(d.id)) AS n FROM done d

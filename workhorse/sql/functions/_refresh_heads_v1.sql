@@ -1,4 +1,8 @@
--- Set each key's head to its best ready job, or drop the head when the key has none.
+-- Set each key's head to its best ready job, or drop the head when the key has none. The heads
+-- to drop are named by key (`ckey = ANY(...)`), never joined with the refreshed keys: a join
+-- estimated at one row walks every head of the queue and scans the keys for each. PG 18 looks
+-- the keys up in key_heads_pkey; PG 15, with statistics that say the queue has one head, may
+-- read its heads but only tests each key against the list.
 CREATE FUNCTION workhorse._refresh_heads_v1(p_queue text, p_keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -19,8 +23,8 @@ BEGIN
         ) AS best ON true
     ), dropped AS (
         DELETE FROM workhorse.key_heads kh
-        USING heads
-        WHERE kh.queue = p_queue AND kh.ckey = heads.ckey AND heads.id IS NULL
+        WHERE kh.queue = p_queue
+          AND kh.ckey = ANY(ARRAY(SELECT h.ckey FROM heads h WHERE h.id IS NULL))
     )
     INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
     SELECT p_queue, heads.ckey, heads.rank, heads.id FROM heads WHERE heads.id IS NOT NULL

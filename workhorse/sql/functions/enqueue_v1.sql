@@ -3,6 +3,9 @@
 -- otherwise its id is that job's (the unique index decides, so concurrent enqueues of one key
 -- make one job; an uncommitted one makes the second wait, as any unique index does). The same
 -- key twice in one batch gives the first one's id twice.
+-- `p_feature_levels` (NULL: every job level 1) is the feature level each job needs; a job above
+-- level 1 raises its queue's level in queue_levels, in this transaction, so that no claim of a
+-- lower level sees the job without seeing its queue's level too.
 CREATE FUNCTION workhorse.enqueue_v1(
     p_tasks text[],
     p_queues text[],
@@ -14,7 +17,8 @@ CREATE FUNCTION workhorse.enqueue_v1(
     p_max_attempts integer[],
     p_on_failures text[],
     p_metas text[],
-    p_idempotency_keys text[]
+    p_idempotency_keys text[],
+    p_feature_levels smallint[] DEFAULT NULL
 ) RETURNS TABLE (id bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -28,23 +32,38 @@ BEGIN
         PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
     END LOOP;
 
+    IF p_feature_levels IS NOT NULL THEN
+        -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
+        -- the claims that do not know it away.
+        INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
+        SELECT t.queue, max(t.level)
+        FROM unnest(p_queues, p_feature_levels) AS t(queue, level)
+        WHERE t.level > 1
+        GROUP BY t.queue
+        ORDER BY t.queue
+        ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
+            WHERE lv.feature_level < excluded.feature_level;
+    END IF;
+
     -- A new statement, so the policy read behind the hints sees any install that finished while we
     -- waited at the gate.
     WITH input AS (
         SELECT t.*,
                COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
         FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats, p_delays,
-                    p_max_attempts, p_on_failures, p_metas, p_idempotency_keys)
+                    p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
+                    p_feature_levels)
              WITH ORDINALITY
              AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts, on_failure,
-                  meta, idem, ord)
+                  meta, idem, level, ord)
     ), inserted AS (
         INSERT INTO workhorse.jobs
             (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at, meta,
-             idempotency_key)
+             idempotency_key, feature_level)
         SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
-               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem
+               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
+               COALESCE(i.level, 1)
         FROM input i
         ORDER BY i.ord
         ON CONFLICT (task, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

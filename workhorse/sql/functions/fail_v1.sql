@@ -2,7 +2,10 @@
 -- otherwise it ends `failed`, or `held` when its task says so; a job whose cancel was requested
 -- while it ran ends `canceled` (no retry). `p_retention` (JSON: status -> seconds kept, from the
 -- app that ran the job) fixes the expiry of a job that ends here. Returns the new status, or
--- NULL when the fence is stale (nothing changed).
+-- NULL when the fence is stale (nothing changed). The job is looked up by id with
+-- `status IN ('active', '')`: a bare `status = 'active'` lets the planner read every active job
+-- of every queue through jobs_active_idx whenever its statistics show few.
+-- Feature level 1: a job of a higher level is left alone, as if its fence were stale.
 CREATE FUNCTION workhorse.fail_v1(
     p_id bigint, p_fence bigint, p_error text, p_retry_at timestamptz, p_retention text)
 RETURNS text
@@ -30,7 +33,8 @@ BEGIN
             p_retention::jsonb, v_at),
         error = p_error::jsonb,
         lease_until = NULL
-    WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+      AND j.feature_level <= 1  -- this function's feature level
     RETURNING j.status, j.queue INTO v_status, v_queue;
     IF v_status IS NOT NULL
        AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
@@ -39,6 +43,13 @@ BEGIN
     END IF;
     IF v_status IN ('failed', 'held', 'canceled') THEN
         PERFORM workhorse._ended_v1(ARRAY[p_id]);
+    END IF;
+    IF v_status IS NULL THEN
+        -- A resend of a failure already recorded under its fence (the connection broke after
+        -- the commit, before the reply): the status it ended in, not stale (as fail_v2).
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status <> 'active'
+          AND j.error = p_error::jsonb;
     END IF;
     RETURN v_status;
 END

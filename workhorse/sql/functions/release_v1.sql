@@ -2,7 +2,8 @@
 -- each goes back to `ready` with its attempt not used, as if it had never been claimed, and
 -- claimers are told. A job whose cancel was requested meanwhile ends `canceled` instead (it never
 -- ran; `p_retention` as for fail_v1). Stale (id, fence) pairs change nothing. Returns the
--- (id, status) of every job released.
+-- (id, status) of every job released. Jobs are looked up by id (see fail_v1.sql).
+-- Feature level 1: a job of a higher level is left alone, as if its fence were stale.
 CREATE FUNCTION workhorse.release_v1(p_ids bigint[], p_fences bigint[], p_retention text)
 RETURNS TABLE (id bigint, status text)
 LANGUAGE plpgsql VOLATILE
@@ -25,7 +26,8 @@ BEGIN
                               ELSE workhorse._expiry_v1('canceled', p_retention::jsonb, v_at) END,
             lease_until = NULL
         FROM unnest(p_ids, p_fences) AS b(id, fence)
-        WHERE j.id = b.id AND j.fence = b.fence AND j.status = 'active'
+        WHERE j.id = b.id AND j.fence = b.fence AND j.status IN ('active', '')
+          AND j.feature_level <= 1  -- this function's feature level
         RETURNING j.id, j.queue, j.ckey, j.status
     ), hinted AS (
         -- A queue governed meanwhile keeps per-key heads: these keys may have a new one.

@@ -1,7 +1,9 @@
 -- A handler raised Snooze(delay): the job waits `p_delay` seconds as `scheduled` and comes back
 -- without using an attempt (the claim that ran it is given back); its capacity is free at once,
 -- and a governed queue's claimers are told. A job whose cancel was requested ends `canceled`
--- instead (`p_retention` as for fail_v1). Returns the new status, or NULL when the fence is stale.
+-- instead (`p_retention` as for fail_v1). Returns the new status, or NULL when the fence is
+-- stale. The job is looked up by id (see fail_v1.sql).
+-- Feature level 1: a job of a higher level is left alone, as if its fence were stale.
 CREATE FUNCTION workhorse.snooze_v1(
     p_id bigint, p_fence bigint, p_delay double precision, p_retention text)
 RETURNS text
@@ -21,7 +23,8 @@ BEGIN
         expires_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL
                           ELSE workhorse._expiry_v1('canceled', p_retention::jsonb, v_at) END,
         lease_until = NULL
-    WHERE j.id = p_id AND j.fence = p_fence AND j.status = 'active'
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+      AND j.feature_level <= 1  -- this function's feature level
     RETURNING j.status, j.queue INTO v_status, v_queue;
     IF v_status IS NULL THEN
         -- A resend of a snooze already recorded (the connection broke before the reply): the

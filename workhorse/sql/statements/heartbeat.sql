@@ -1,2 +1,2 @@
 SELECT h.id, h.cancel_requested
-FROM workhorse.heartbeat_v2(%b::bigint[], %b::bigint[], %b::double precision[]) AS h
+FROM workhorse.heartbeat_v1(%b::bigint[], %b::bigint[], %b::double precision[]) AS h

@@ -36,5 +36,5 @@ SELECT q.queue,
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
-CROSS JOIN LATERAL workhorse._limits_v2(q.queue, clock_timestamp()) AS l
+CROSS JOIN LATERAL workhorse._limits_v1(q.queue, clock_timestamp()) AS l
 ORDER BY q.queue

@@ -29,10 +29,10 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
-CROSS JOIN LATERAL workhorse._limits_v2(q.queue, clock_timestamp()) AS l
+CROSS JOIN LATERAL workhorse._limits_v1(q.queue, clock_timestamp()) AS l
 CROSS JOIN LATERAL (
     SELECT CASE WHEN l.rate_limit IS NULL THEN NULL
-                ELSE workhorse._rate_used_v2(q.queue, '', l.rate_period, clock_timestamp())
+                ELSE workhorse._rate_used_v1(q.queue, '', l.rate_period, clock_timestamp())
            END AS queue_used
 ) AS s
 CROSS JOIN LATERAL (

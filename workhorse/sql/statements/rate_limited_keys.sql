@@ -1,7 +1,7 @@
 -- The keys of one queue that used up their per-key rate limit in the current window, as
 -- health() counts them: among at most %(sample)s keys that started in the window.
 WITH l AS (
-    SELECT * FROM workhorse._limits_v2(%(queue)s, clock_timestamp())
+    SELECT * FROM workhorse._limits_v1(%(queue)s, clock_timestamp())
 )
 SELECT u.ckey, u.used::integer, l.rate_limit_per_key
 FROM l

@@ -1,1 +1,1 @@
-INSERT INTO workhorse.schema_version (version, name) VALUES (%s, %s)
+INSERT INTO workhorse.schema_version (version, name, checksum) VALUES (%s, %s, %s)

@@ -3,7 +3,7 @@
 -- are looked at, and each key's backlog is counted up to %(cap)s + 1 jobs through the ready-key
 -- index (a capped count is shown as "more than").
 WITH l AS (
-    SELECT * FROM workhorse._limits_v2(%(queue)s, clock_timestamp())
+    SELECT * FROM workhorse._limits_v1(%(queue)s, clock_timestamp())
 ), active AS (
     SELECT j.ckey, count(*)::integer AS active
     FROM workhorse.jobs j

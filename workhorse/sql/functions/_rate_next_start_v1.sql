@@ -1,7 +1,7 @@
 -- Seconds from p_now until this scope may start one more job under "p_limit per p_period": the
 -- moment enough of its oldest buckets leave the window that fewer than p_limit remain. 0 when a
 -- start is allowed now.
-CREATE FUNCTION workhorse._rate_next_start_v2(
+CREATE FUNCTION workhorse._rate_next_start_v1(
     p_queue text, p_ckey text, p_limit integer, p_period double precision, p_now timestamptz)
 RETURNS double precision
 LANGUAGE sql VOLATILE
