@@ -4,8 +4,8 @@ Modes:
 - `claim`: claim from one queue in a loop, hold each job 1-5 ms, complete it; between claim and
   complete, report the job to the overlap checker (see `CHECKER_SQL`). With `broken`, claim with
   the deliberately unlocked `broken_claim` function instead of the product's claim. With
-  `claim_v3`, claim as the previous release's worker does (its jobs' successes ride on its next
-  claim_v3 call), for a rolling upgrade beside the product's claim_v5.
+  `reference`, claim through the reference claim (tests/fixtures/reference_claim.sql, 0.1's
+  last) as its worker did (its jobs' successes ride on its next claim), beside the product's.
 - `flip`: flip the queue's policy between values every few ms until the queue drains (or for
   `seconds`, ending on the first value), logging each change with the server clock taken while
   the sync holds the queue's admission lock.
@@ -146,7 +146,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
     check_max, check_per = o.get("check_max"), o.get("check_per")
     finished_query = UNFINISHED_OR_PRODUCING if o.get("producers") else UNFINISHED
     completed: list[int] = []
-    riding: list[tuple[int, int]] = []  # claim_v3: recorded by the next claim
+    riding: list[tuple[int, int]] = []  # reference: recorded by the next claim
     claims = empty = stale = 0
     with psycopg.connect(url, autocommit=True) as conn:
         q = Queue(conn)
@@ -160,9 +160,9 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
                     (queue, o["broken_max"], o["broken_per"]),
                 ).fetchall()
                 jobs = [(job_id, fence, ckey) for job_id, fence, ckey in rows]
-            elif o.get("claim_v3"):
+            elif o.get("reference"):
                 rows = conn.execute(
-                    "SELECT id, fence, ckey, status FROM workhorse.claim_v3("
+                    "SELECT id, fence, ckey, status FROM workhorse_reference.claim("
                     "%s, %s, %s, %s, %s, %s, NULL, %s)",
                     (queue, rng.randint(batch_min, batch_max), o.get("lease", 60),
                      [job_id for job_id, _ in riding], [fence for _, fence in riding],
@@ -179,7 +179,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
             else:
                 claimed = q.claim(queue, rng.randint(batch_min, batch_max), o.get("lease", 60))
                 jobs = [(j.id, j.fence, j.concurrency_key or "") for j in claimed]
-            if not jobs and o.get("claim_v3") and riding:
+            if not jobs and o.get("reference") and riding:
                 continue
             if not jobs:
                 empty += 1
@@ -197,7 +197,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
             conn.execute("SELECT checker_enter(%s, %s, %s)", (keys, check_max, check_per))
             time.sleep(rng.uniform(hold_min, hold_max) / 1000)
             conn.execute("SELECT checker_exit(%s)", (keys,))
-            if o.get("claim_v3"):
+            if o.get("reference"):
                 riding = [(job_id, fence) for job_id, fence, _ in jobs]
                 continue
             accepted = q.complete_many([(job_id, fence, None) for job_id, fence, _ in jobs])

@@ -1,9 +1,8 @@
 """A claimer process for the rate-limit contention tests (see test_rate_limit_contention.py).
 
 Modes (argv: MODE URL OPTIONS-JSON):
-- `v2`: claim through claim_v2 as a worker does: complete every job at once, and when the claim
-  says when the next start is allowed, sleep until then instead of polling.
-- `v1`: claim through claim_v1, the 0.1 workers' function, which must admit nothing here.
+- `claim`: claim through the product's claim as a worker does: complete every job at once, and
+  when the claim says when the next start is allowed, sleep until then instead of polling.
 - `fixed`: the deliberately broken `fixed_window_claim` (a fixed-window counter), which the
   checker must catch.
 Each records the database-clock start time of every job it started and prints, at the end, one
@@ -79,14 +78,9 @@ def run(mode: str, url: str, o: dict[str, Any]) -> dict[str, Any]:
         deadline = time.monotonic() + o.get("seconds", 5)
         while time.monotonic() < deadline:
             next_start = None
-            if mode == "v2":
+            if mode == "claim":
                 jobs, next_start = _ops.execute(conn, _ops.claim_batch(queue_name, batch, 60))
                 got = [(j.id, j.fence, j.concurrency_key or "", j.started_at) for j in jobs]
-            elif mode == "v1":
-                got = conn.execute(
-                    "SELECT id, fence, ckey, started_at FROM workhorse.claim_v1(%s, %s, 60)",
-                    (queue_name, batch),
-                ).fetchall()
             else:
                 got = conn.execute(
                     "SELECT id, fence, ckey, started_at FROM fixed_window_claim(%s, %s, %s, %s)",

@@ -8,7 +8,7 @@ Two independent checkers judge every run:
   active interval, so the overlap counted never exceeds the real one: a violation it records is
   real. It is judged against the highest limit that was ever in force.
 
-* **Replay at claim time**: from the jobs' `started_at` (the server clock inside `claim_v1`, taken
+* **Replay at claim time**: from the jobs' `started_at` (the server clock inside the claim, taken
   while the claim holds the queue's admission lock) and `finished_at` (taken inside complete, before
   its commit), count for each claim the jobs active at that instant. Every job counted was seen as
   active by that claim (its claim committed before ours took the lock, its completion committed
@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from _claim_comparison import install_reference
 from _claimer import BROKEN_CLAIM_SQL, CHECKER_SQL
 from _integration import collect, spawn, start
 
@@ -159,13 +160,17 @@ def test_budget_holds_with_8_processes(conn: Any, database_url: str) -> None:
     _all_succeeded_once(conn, ids, reports)
 
 
-def test_budget_holds_with_claim_v3_workers_beside_claim_v5(conn: Any, database_url: str) -> None:
-    """A rolling upgrade: four processes claim as the previous release's worker does (claim_v3,
-    each batch's successes riding on its next claim), four through this one's (claim_v5). Both
-    serialize on the same admission lock and count the same active jobs, so the limits hold."""
+def test_budget_holds_with_reference_claimers_beside_the_product_claim(
+    conn: Any, database_url: str
+) -> None:
+    """Two claim functions at once: four processes claim through the reference claim (0.1's
+    last, kept as a test fixture; each batch's successes riding on its next claim), four through
+    the product's. Both serialize on the same admission lock and count the same active jobs, so
+    the limits hold: what a rolling upgrade to a new claim version relies on."""
     ids = _setup(conn, jobs=2000, keys=20, policy=(5, 2))
+    install_reference(conn)
     claimers = [
-        spawn("claim", database_url, queue=QUEUE, check_max=5, check_per=2, claim_v3=i % 2 == 0)
+        spawn("claim", database_url, queue=QUEUE, check_max=5, check_per=2, reference=i % 2 == 0)
         for i in range(8)
     ]
     start(claimers)
@@ -173,7 +178,7 @@ def test_budget_holds_with_claim_v3_workers_beside_claim_v5(conn: Any, database_
 
     queue_peak, key_peak, live_violations = _live(conn)
     replay = _replay(conn)
-    print(f"\n4 claim_v3 + 4 claim_v5 claimers: live overlap peak {queue_peak} (key {key_peak}), "
+    print(f"\n4 reference + 4 product claimers: live overlap peak {queue_peak} (key {key_peak}), "
           f"{len(live_violations)} violations; replay over {replay.claims} claims: peak "
           f"{replay.max_active} (key {replay.max_key}), {len(replay.violations)} violations")
     assert live_violations == []

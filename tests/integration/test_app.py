@@ -23,6 +23,7 @@ from workhorse import (
     Queue,
     SyncReport,
     UnknownTaskError,
+    _sql,
 )
 
 AppFactory = Callable[[str], App]
@@ -147,7 +148,8 @@ def test_job_handle_status_and_job(app: App, conn: Any) -> None:
     assert handle.status() is JobStatus.READY
     job = handle.job()
     assert job is not None and job.id == handle.id and job.task == "reports.build"
-    conn.execute("SELECT workhorse.cancel_jobs_v1(%s::bigint[], '{}')", ([handle.id],))
+    conn.execute(f"SELECT workhorse.{_sql.function_name('cancel_jobs')}(%s::bigint[], '{{}}')",
+                 ([handle.id],))
     assert handle.status() is JobStatus.CANCELED
     missing = JobHandle(handle.id + 1000, app)
     assert missing.job() is None and missing.status() is None

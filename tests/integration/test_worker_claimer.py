@@ -11,11 +11,13 @@ import anyio
 import psycopg
 import pytest
 
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _sql
 from workhorse.types import ClaimedJob
 from workhorse.worker.claimer import FAIR_SHARE_LAP, FAIR_SHARE_YIELD, Claimer, QueueState
 from workhorse.worker.executor import Execution, Outcome
 from workhorse.worker.recorder import OutcomeRecorder
+
+LOCK_ID = _sql.function_name("_admission_lock_id")
 
 Started = list[tuple[str, list[int]]]
 
@@ -230,7 +232,7 @@ def test_a_hint_during_the_claim_keeps_the_queue_eligible(
             # Hold the queue's admission lock exclusively: the claim (shared) waits for it.
             await locker.execute("BEGIN")
             await locker.execute(
-                "SELECT pg_advisory_xact_lock(workhorse._admission_lock_id_v1('a'))")
+                f"SELECT pg_advisory_xact_lock(workhorse.{LOCK_ID}('a'))")
             claimed: list[int] = []
 
             async def claim() -> None:
@@ -269,7 +271,7 @@ def test_a_short_governed_claim_raced_by_a_hint_passes_nothing_on(
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as locker:
             await locker.execute("BEGIN")
             await locker.execute(
-                "SELECT pg_advisory_xact_lock(workhorse._admission_lock_id_v1('g'))")
+                f"SELECT pg_advisory_xact_lock(workhorse.{LOCK_ID}('g'))")
             claimed: list[int] = []
 
             async def claim() -> None:

@@ -1,5 +1,6 @@
 """The layout rules a newcomer relies on, checked on the source itself:
-SQL text lives only under workhorse/sql/, and no module reaches into another's private names."""
+SQL text lives only under workhorse/sql/, no module reaches into another's private names, and no
+Python file spells a versioned SQL name (only SQL files may: Python asks `_sql` for the name)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import ast
 import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "workhorse"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "workhorse"
+# `claim_v1`, `_limits_v2`: an identifier that ends in a version. Written in two pieces here so
+# that this file does not match itself.
+VERSIONED_NAME = re.compile(r"\b_?[a-z][a-z0-9_]*" + r"_v\d+\b")
 SQL_TEXT = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|VACUUM|LISTEN|NOTIFY|WITH|TRUNCATE)\s"
 )
@@ -85,3 +90,25 @@ def test_the_layout_checks_can_fail() -> None:
     )
     assert sql_literals(bad) == ["SELECT 1 FROM workhorse.jobs"]
     assert private_reaches(bad) == ["import _job_from_row", "._ends at line 3"]
+
+
+def versioned_names(source: str) -> list[str]:
+    return VERSIONED_NAME.findall(source)
+
+
+def test_no_python_file_spells_a_versioned_sql_name() -> None:
+    offenders = {}
+    for folder in ("workhorse", "tests", "benchmarks", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" in path.parts:
+                continue
+            if found := versioned_names(path.read_text("utf-8")):
+                offenders[str(path.relative_to(ROOT))] = sorted(set(found))
+    assert offenders == {}
+
+
+def test_the_version_check_can_fail() -> None:
+    bad = 'rows = conn.execute(f"SELECT * FROM workhorse.{name}")  # see ' + "claim" + "_v5.sql"
+    assert versioned_names(bad) == ["claim" + "_v5"]
+    assert versioned_names("workhorse._limits" + "_v12(q)") == ["_limits" + "_v12"]
+    assert versioned_names("a v2 release, version_v, pg_v") == []

@@ -1,5 +1,5 @@
-"""claim_v3 (a slot's successes ride on its next claim) and release_v2 (jobs claimed ahead go back),
-in one process against the real database."""
+"""Record-and-claim (a slot's successes ride on its next claim) and release (jobs claimed ahead go
+back), in one process against the real database."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops, _sql
 from workhorse.types import ClaimedJob
 
 RETENTION = _ops.DEFAULT_RETENTION_JSON
+CLAIM = _sql.function_name("claim")
 
 
 def _fill(queue: Queue, name: str, n: int, keyed: bool = False) -> list[int]:
@@ -69,7 +70,7 @@ def test_a_stale_success_frees_nothing_and_is_not_accepted(conn, queue):
     assert _statuses(conn) == {"active": 1, "ready": 2}
 
 
-def test_claim_v3_keeps_admission_v2_a_paused_queue_only_records(conn, queue):
+def test_a_paused_queue_only_records_the_successes_that_ride_on_its_claim(conn, queue):
     _govern(queue, "g", 4)
     _fill(queue, "g", 4)
     first = queue.claim("g", 2, 30)
@@ -110,7 +111,7 @@ def test_governed_claimers_are_woken_only_when_the_claim_took_fewer_than_it_free
 
 
 def _ops_listen() -> str:
-    return "SELECT workhorse.listen_v1()"
+    return _sql.statement("listen").as_string()
 
 
 def test_release_gives_back_jobs_ready_with_their_attempt_unused(conn, queue):
@@ -142,18 +143,18 @@ def test_a_job_released_into_a_queue_governed_meanwhile_is_seen_by_the_head_scan
 
 
 @pytest.mark.parametrize("limit", [0, 3])
-def test_claim_v3_with_no_successes_is_claim_v2(conn, queue, limit):
+def test_a_record_and_claim_with_no_successes_is_a_plain_claim(conn, queue, limit):
     _fill(queue, "u", 3)
     claimed, next_start, accepted = _ops.execute(conn, _ops.complete_and_claim("u", limit, 30, []))
     assert (len(claimed), next_start, accepted) == (limit, None, {})
 
 
-def test_claim_v3_says_what_each_job_was_scheduled_for(conn, queue):
+def test_the_claim_says_what_each_job_was_scheduled_for(conn, queue):
     from datetime import UTC, datetime
 
     ids = _fill(queue, "u", 3)
     occurrence = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
-    # As fire_schedules_v1 leaves a job: its meta names the schedule, scheduled_for is set.
+    # As a schedule's firing leaves a job: its meta names the schedule, scheduled_for is set.
     conn.execute("UPDATE workhorse.jobs SET scheduled_for = %s, meta = '{\"schedule\": \"s\"}'"
                  " WHERE id = %s", (occurrence, ids[0]))
     conn.execute("UPDATE workhorse.jobs SET attempts = 1 WHERE id = %s", (ids[2],))  # a retry
@@ -164,7 +165,7 @@ def test_claim_v3_says_what_each_job_was_scheduled_for(conn, queue):
     assert by_id[ids[2]].scheduled_for is None  # a retry moved run_at; the first is not kept
 
 
-def test_claim_v3_names_only_the_successes_that_did_not_end_succeeded(conn, queue):
+def test_the_claim_names_only_the_successes_that_did_not_end_succeeded(conn, queue):
     """The statement itself: no row per accepted success (they would cost more than the claim
     they ride on), one per canceled or stale one; `complete_and_claim` fills in the rest."""
     _fill(queue, "u", 4)
@@ -172,7 +173,7 @@ def test_claim_v3_names_only_the_successes_that_did_not_end_succeeded(conn, queu
 
     def success_rows(jobs: list[ClaimedJob]) -> list[tuple[Any, ...]]:
         rows = conn.execute(
-            "SELECT id, fence, status FROM workhorse.claim_v3('u', 0, 30, %s, %s, %s, %s, %s)"
+            f"SELECT id, fence, status FROM workhorse.{CLAIM}('u', 0, 30, %s, %s, %s, %s, %s)"
             " WHERE status IS NOT NULL", _ops._success_columns(_successes(jobs))).fetchall()
         return sorted(rows)
 
