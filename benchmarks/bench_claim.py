@@ -1,5 +1,5 @@
 """Claim benchmarks: claim+complete throughput, claim latency against queue shape, rate limits
-(claim_v2 beside claim_v1), and drift.
+(what counting starts costs the product's claim), and drift.
 
     .venv/bin/python benchmarks/bench_claim.py [--database-url URL] [--quick]
                                                [--only throughput|latency|rate|drift]
@@ -28,11 +28,10 @@
    largest backlog and depth queues one claim per batch size runs under auto_explain (ANALYZE,
    BUFFERS, nested statements) and the plans are written to benchmarks/plans/.
 
-3. Rate limits (`--only rate`). The latency measurement above, with each case measured three
-   ways, interleaved and in rotated order, on the same queues: claim_v1 (called directly, the
-   same columns as the product's claim statement) and claim_v2 (Queue.claim) under a policy
-   without rate limits, and claim_v2 under the same policy with rate limits (claim_v1 refuses
-   those). Median of 3 rounds. Cases:
+3. Rate limits (`--only rate`). The latency measurement above, with each case measured two
+   ways, interleaved and in rotated order, on the same queues: the product's claim (Queue.claim)
+   under a policy without rate limits, and under that policy plus rate limits. Median of 3
+   rounds. Cases:
      a   max_active=64, per-key 4, 100 keys; + rate_limit=1000000/s, per key 100000/s, which
          never bind: what counting starts costs
      b   key 'hot' with B ready jobs (10k, and 1M; 100k in quick mode) ahead of a stream of 10,000
@@ -41,17 +40,16 @@
      c   100k keys with one ready job each, per-key 4; + rate_limit_per_key=10/m (not binding)
      d   N keys (--ahead, default 10/100/1k) blocked ahead of case b's stream, each with an
          active job and 2 ready: saturated by per-key 1, or by rate_limit_per_key=1/h used up
-   The plans of claim_v2 in case b at batch 32 on the largest queue go to benchmarks/plans/.
+   The plans of both ways in case b at batch 32 on the largest queue go to benchmarks/plans/.
 
 4. Drift. The same claimer on a fast-path queue and a per-key queue, measured at checkpoints of
    claims since the last VACUUM, then after a VACUUM: what the dead rows that claims and
    enqueues leave behind cost until vacuum removes them.
 
 Full mode: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/1k/100k, 5 rounds of 200 claims, drift to
-4,000 claims; about 9 minutes on 2 cores, and the rate cases about 4 more. `--quick` caps sizes
-at 100k, shortens windows, rounds and drift: about 2 minutes on a quiet machine. Before each
-measurement the run waits (up to --quiet-wait s) for the machine to be idle, and reports how
-often it was not.
+4,000 claims. `--quick` caps sizes at 100k and shortens windows, rounds and drift, for a run of a
+few minutes (benchmarks/README.md has the run times seen). Before each measurement the run waits
+(up to --quiet-wait s) for the machine to be idle, and reports how often it was not.
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -332,9 +331,6 @@ class Variant:
     per_key: int | None
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
-    # "v2": Queue.claim (the product's claim statement, claim_v2); "v1": workhorse.claim_v1 called
-    # directly with the same columns, for side-by-side figures. claim_v1 refuses rate limits.
-    fn: str = "v2"
     plans: bool = True
 
     @property
@@ -440,15 +436,21 @@ def latency_groups(quick: bool) -> list[Group]:
 
 
 _BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
-# The top-level claim statement in an auto_explain NOTICE: Queue.claim's (claim_v2) or ours (v1).
-_CLAIM_CALL = re.compile(r"workhorse\.claim_v\d\(")
-# claim_v1 called directly, with the columns of the product's claim statement (claim.sql) but
-# next_start_in, which claim_v1 does not have; rows become ClaimedJob as _ops.claim_batch does.
-CLAIM_V1 = (
-    "SELECT id, task, queue, ckey, priority, payload, attempts, max_attempts, fence, lease_until, "
-    "enqueued_at, run_at, meta, started_at "
-    "FROM workhorse.claim_v1(%s::text, %s::integer, %s::double precision)"
-)
+
+
+def claim_function() -> str:
+    """The SQL function that the product's claim statement (sql/statements/claim.sql) calls, read
+    from the statement itself, so that no version is spelled here."""
+    text = resources.files("workhorse").joinpath("sql", "statements", "claim.sql").read_text()
+    body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    found = re.search(r"workhorse\.(\w+)\(", body)
+    if found is None:
+        sys.exit("benchmarks: sql/statements/claim.sql calls no workhorse function")
+    return found.group(1)
+
+
+# The top-level claim statement in an auto_explain NOTICE.
+_CLAIM_CALL = re.compile(rf"workhorse\.{re.escape(claim_function())}\(")
 
 
 class Claimer:
@@ -465,31 +467,8 @@ class Claimer:
         self._explain_ready: bool | None = False
         self._notices: list[str] = []
 
-    def claim(self, queue: str, batch: int, fn: str = "v2") -> list[Any]:
-        if fn == "v2":
-            return self.q.claim(queue, batch, LEASE)
-        from workhorse.types import ClaimedJob
-
-        rows = self.conn.execute(CLAIM_V1, (queue, batch, LEASE)).fetchall()
-        return [
-            ClaimedJob(
-                id=r[0],
-                task=r[1],
-                queue=r[2],
-                concurrency_key=r[3] or None,
-                priority=r[4],
-                payload=r[5],
-                attempts=r[6],
-                max_attempts=r[7],
-                fence=r[8],
-                lease_until=r[9],
-                enqueued_at=r[10],
-                run_at=r[11],
-                meta=r[12] or {},
-                started_at=r[13],
-            )
-            for r in rows
-        ]
+    def claim(self, queue: str, batch: int) -> list[Any]:
+        return self.q.claim(queue, batch, LEASE)
 
     def top_up(
         self,
@@ -518,7 +497,6 @@ class Claimer:
         queue: str,
         batch: int,
         n: int,
-        fn: str = "v2",
         rekey: Callable[[str | None], str | None] | None = None,
     ) -> list[int]:
         """Shared buffers (hit + read) touched by each of n claims, nested statements included:
@@ -551,7 +529,7 @@ class Claimer:
         for _ in range(n):
             self.conn.execute("SET auto_explain.log_min_duration = 0")
             self._notices.clear()
-            jobs = self.claim(queue, batch, fn)
+            jobs = self.claim(queue, batch)
             self.conn.execute("SET auto_explain.log_min_duration = -1")
             for notice in self._notices:
                 if _CLAIM_CALL.search(notice):
@@ -567,11 +545,10 @@ class Claimer:
         self,
         queue: str,
         batch: int,
-        fn: str = "v2",
         rekey: Callable[[str | None], str | None] | None = None,
     ) -> tuple[float, float, int]:
         t0 = time.perf_counter()
-        jobs = self.claim(queue, batch, fn)
+        jobs = self.claim(queue, batch)
         t1 = time.perf_counter()
         self.q.complete_many([(j.id, j.fence, None) for j in jobs])
         t2 = time.perf_counter()
@@ -650,7 +627,7 @@ def measure_group(
                         lat, comp = [], []
                         for i in range(warm + claims):
                             claim_s, complete_s, n = claimer.cycle(
-                                group.queue(size), b, variant.fn, group.rekey
+                                group.queue(size), b, group.rekey
                             )
                             if i >= warm:
                                 lat.append(claim_s)
@@ -658,7 +635,7 @@ def measure_group(
                                 res.jobs += n
                                 res.claims += 1
                         res.buffers.extend(
-                            claimer.buffers(group.queue(size), b, 5, variant.fn, group.rekey)
+                            claimer.buffers(group.queue(size), b, 5, group.rekey)
                         )
                         res.p50.append(c.percentile(lat, 50))
                         res.p99.append(c.percentile(lat, 99))
@@ -724,7 +701,7 @@ def capture_plans(
             notices.clear()
             conn.execute("SET auto_explain.log_min_duration = 0")
             t0 = time.perf_counter()
-            jobs = claimer.claim(queue, b, variant.fn)
+            jobs = claimer.claim(queue, b)
             elapsed = time.perf_counter() - t0
             conn.execute("SET auto_explain.log_min_duration = -1")
             captured = [n for n in notices if "auto_explain" not in n]
@@ -850,7 +827,7 @@ def bench_latency(
     out.table(flat)
 
 
-# ---- 4. rate limits: claim_v2's start counting, beside claim_v1 ----
+# ---- 3. rate limits: what counting starts costs the claim ----
 
 RATE_OTHER_JOBS = 10_000
 HOT_RATE = "5/h"
@@ -936,11 +913,10 @@ def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
             [RATE_OTHER_JOBS],
             lambda n: f"{c.count(n)} ready, {OTHER_KEYS} keys",
             [
-                Variant("a, claim_v1", "ratecount_v1", 64, 4, fn="v1"),
-                Variant("a, claim_v2", "ratecount_v2", 64, 4),
+                Variant("a, no rate limit", "ratecount_plain", 64, 4),
                 Variant(
-                    "a, claim_v2 + rate limits",
-                    "ratecount_v2rate",
+                    "a, rate limits",
+                    "ratecount_rate",
                     64,
                     4,
                     rate_limit="1000000/s",
@@ -948,18 +924,17 @@ def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
                 ),
             ],
             build_rate_count,
-            title="a. max_active=64, per-key 4, 100 keys interleaved; v2+rate adds rate_limit="
+            title="a. max_active=64, per-key 4, 100 keys interleaved; +rate adds rate_limit="
             "1000000/s and rate_limit_per_key=100000/s (not binding)",
         ),
         Group(
             [10_000, big],
             lambda b: f"hot: {c.count(b)} ready",
             [
-                Variant("b, claim_v1", "ratehot_v1", None, 1, fn="v1", plans=False),
-                Variant("b, claim_v2", "ratehot_v2", None, 1),
+                Variant("b, no rate limit", "ratehot_plain", None, 1),
                 Variant(
-                    "b, claim_v2 + rate limit",
-                    "ratehot_v2rate",
+                    "b, rate limit",
+                    "ratehot_rate",
                     None,
                     None,
                     rate_limit_per_key=HOT_RATE,
@@ -971,18 +946,17 @@ def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
             rekey=stream_key,
             after_build=use_up_starts(lambda k: k == "hot", lambda _: HOT_STARTS),
             title="b. key 'hot' (B ready jobs) ahead of a stream of 10k jobs of fresh keys; hot is "
-            "blocked by per-key 1 and its active job (v1, v2), or by rate_limit_per_key="
-            f"{HOT_RATE} used up (v2+rate, no concurrency limit)",
+            "blocked by per-key 1 and its active job (no rate limit), or by rate_limit_per_key="
+            f"{HOT_RATE} used up (+rate, no concurrency limit)",
         ),
         Group(
             [RATE_KEYS],
             lambda k: f"{c.count(k)} keys, 1 ready each",
             [
-                Variant("c, claim_v1", "ratekeys_v1", None, 4, fn="v1"),
-                Variant("c, claim_v2", "ratekeys_v2", None, 4),
+                Variant("c, no rate limit", "ratekeys_plain", None, 4),
                 Variant(
-                    "c, claim_v2 + rate limit",
-                    "ratekeys_v2rate",
+                    "c, rate limit",
+                    "ratekeys_rate",
                     None,
                     4,
                     rate_limit_per_key="10/m",
@@ -990,17 +964,16 @@ def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
             ],
             build_rate_keys,
             title="c. 100k keys with one ready job each (topped up with the same key): per-key 4; "
-            "v2+rate adds rate_limit_per_key=10/m (not binding)",
+            "+rate adds rate_limit_per_key=10/m (not binding)",
         ),
         Group(
             ahead,
             lambda n: f"{c.count(n)} keys ahead",
             [
-                Variant("d, claim_v1", "rateahead_v1", None, 1, fn="v1"),
-                Variant("d, claim_v2", "rateahead_v2", None, 1),
+                Variant("d, no rate limit", "rateahead_plain", None, 1),
                 Variant(
-                    "d, claim_v2 + rate limit",
-                    "rateahead_v2rate",
+                    "d, rate limit",
+                    "rateahead_rate",
                     None,
                     None,
                     rate_limit_per_key="1/h",
@@ -1010,7 +983,8 @@ def rate_groups(quick: bool, ahead: list[int]) -> list[Group]:
             rekey=stream_key,
             after_build=use_up_starts(lambda k: bool(k) and k[0] == "x", lambda n: n),
             title="d. N blocked keys (1 active, 2 ready jobs each) ahead of the stream of case b: "
-            "saturated by per-key 1 (v1, v2), or with rate_limit_per_key=1/h used up (v2+rate)",
+            "saturated by per-key 1 (no rate limit), or with rate_limit_per_key=1/h used up "
+            "(+rate)",
         ),
     ]
 
@@ -1025,9 +999,9 @@ def bench_rate(
     claims: int,
     warm: int,
 ) -> None:
-    """Claim latency with rate limits, claim_v1 beside claim_v2, as in bench_latency."""
+    """Claim latency with and without rate limits on the same queues, as in bench_latency."""
     out.heading(
-        f"Rate limits: claim latency, claim_v1 beside claim_v2; single claimer, batch 1 and "
+        f"Rate limits: claim latency without and with rate limits; single claimer, batch 1 and "
         f"{BATCH}, {claims} claims per measurement after {warm} warm-up, median of {rounds} rounds"
     )
     results: list[LatResult] = []
@@ -1040,9 +1014,7 @@ def bench_rate(
         reset(conn)
 
     def role(v: Variant) -> str:
-        if v.fn == "v1":
-            return "v1"
-        return "v2rate" if v.rate_limit or v.rate_limit_per_key else "v2"
+        return "rate" if v.rate_limit or v.rate_limit_per_key else "plain"
 
     table = c.Table(
         "Claim latency with rate limits, ms: client round trip, commit included "
@@ -1051,15 +1023,13 @@ def bench_rate(
             "case",
             "queue",
             "batch",
-            "v1 p50",
-            "v1 p99",
-            "v2 p50",
-            "v2 p99",
-            "v2+rate p50",
-            "v2+rate p99",
-            "v2+rate / v2 p50",
-            "jobs/claim v1 / v2 / v2+rate",
-            "buffers/claim v1 / v2 / v2+rate",
+            "p50",
+            "p99",
+            "+rate p50",
+            "+rate p99",
+            "+rate / without p50",
+            "jobs/claim without / +rate",
+            "buffers/claim without / +rate",
         ],
     )
     cells: dict[tuple[int, int, int, str], LatResult] = {}
@@ -1069,18 +1039,18 @@ def bench_rate(
     for gi, group in enumerate(groups):
         for size in group.sizes:
             for b in (1, BATCH):
-                row = [cells.get((gi, size, b, x)) for x in ("v1", "v2", "v2rate")]
+                row = [cells.get((gi, size, b, x)) for x in ("plain", "rate")]
 
                 def p(res: LatResult | None, attr: str) -> float:
                     return c.median(getattr(res, attr)) if res is not None else math.nan
 
-                v2, v2rate = p(row[1], "p50"), p(row[2], "p50")
+                plain, rated = p(row[0], "p50"), p(row[1], "p50")
                 table.add(
                     group.title.split(".")[0],
                     group.size_label(size),
                     b,
                     *(c.ms(p(res, attr)) for res in row for attr in ("p50", "p99")),
-                    f"{v2rate / v2:.2f}" if v2 == v2 and v2rate == v2rate else "-",
+                    f"{rated / plain:.2f}" if plain == plain and rated == rated else "-",
                     " / ".join(
                         f"{res.jobs / max(res.claims, 1):.1f}" if res else "-" for res in row
                     ),
@@ -1092,8 +1062,8 @@ def bench_rate(
     for group in groups:
         table.notes.append(group.title)
     table.notes.append(
-        "v1: workhorse.claim_v1 called directly, same columns; v2: Queue.claim (claim_v2). "
-        "buffers/claim as in the latency table."
+        "Both ways are Queue.claim, the product's claim statement; buffers/claim as in the latency "
+        "table."
     )
     out.table(table)
 
@@ -1104,7 +1074,7 @@ def bench_rate(
     for gi, group in enumerate(groups):
         if len(group.sizes) < 2:
             continue
-        for x in ("v1", "v2", "v2rate"):
+        for x in ("plain", "rate"):
             for b in (1, BATCH):
                 rs = [cells.get((gi, size, b, x)) for size in group.sizes]
                 if any(r is None for r in rs):
@@ -1112,7 +1082,7 @@ def bench_rate(
                 p50s = [c.median(r.p50) for r in rs if r is not None]
                 flat.add(
                     group.title.split(".")[0],
-                    {"v1": "claim_v1", "v2": "claim_v2", "v2rate": "claim_v2 + rate"}[x],
+                    {"plain": "no rate limit", "rate": "rate limits"}[x],
                     b,
                     " / ".join(c.ms(v) for v in p50s),
                     f"{max(p50s) / min(p50s):.2f}",
@@ -1222,7 +1192,7 @@ def main(
 ) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_claim")
-    parser.add_argument("--quick", action="store_true", help="sizes capped at 100k; < 3 minutes")
+    parser.add_argument("--quick", action="store_true", help="sizes capped at 100k, shorter rounds")
     parser.add_argument("--only", choices=("throughput", "latency", "rate", "drift"), default=None)
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (%(default)s)")
     parser.add_argument(
@@ -1251,8 +1221,7 @@ def main(
         "--ahead",
         default="10,100,1000",
         help="rate case d: numbers of blocked keys ahead, comma-separated (default %(default)s; "
-        "claim_v2's cost with rate-blocked keys ahead grows with their square: 3,000 take ~0.35 s "
-        "a claim)",
+        "a claim passes over every blocked key ahead, so large numbers make long rounds)",
     )
     parser.add_argument(
         "--quiet-wait",

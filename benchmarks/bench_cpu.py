@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/bench_cpu.py [--database-url URL] [--jobs 30000] [--slots 2]
         [--concurrency 128] [--governed] [--functions] [-- extra worker flags]
 
-Throughput on a shared 2-core machine moves by 10-30% from one run to the next; CPU per job
-moves by a few percent, so it is the figure to compare two trees with (`PYTHONPATH=/other/tree`
-measures another tree, as in bench_fleet.py). One drain: the scratch database `wh_bench_cpu` gets
-`--jobs` async no-op jobs (with `--governed`, in a queue with max_active=64, max_active_per_key=4
-over 100 keys), then `python -m workhorse worker bench_worker:app` drains them and gets SIGTERM.
+Throughput on a shared machine moves with whatever else runs there; CPU per job is the work
+itself, which other load hardly changes, so it is the figure to compare two trees with
+(`PYTHONPATH=/other/tree` measures another tree, as in bench_fleet.py). One drain: the scratch
+database `wh_bench_cpu` gets `--jobs` async no-op jobs (with `--governed`, in a queue with
+max_active=64, max_active_per_key=4 over 100 keys), then `python -m workhorse worker
+bench_worker:app` drains them and gets SIGTERM.
 
   worker    the supervisor and its slots: user + system CPU from wait4() (slots are its reaped
             children), over the jobs

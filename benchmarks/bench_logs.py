@@ -4,9 +4,8 @@ at once (`workhorse.worker._logs.succeeded`, as a slot does after each flush), p
 
     .venv/bin/python benchmarks/bench_logs.py [--batch 64] [--rounds 200]
 
-No database: the cost is the slot's Python, set against the worker CPU of a no-op job that
-`bench_cpu.py` measures (about 50 us at --slots 2 --concurrency 128). stderr goes to /dev/null
-while timing. Prints figures; asserts nothing.
+No database: the cost is the slot's Python, to be set against the worker CPU of a no-op job that
+`bench_cpu.py` measures. stderr goes to /dev/null while timing. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations

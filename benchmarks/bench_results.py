@@ -4,8 +4,9 @@
 
 Two cases, in the scratch database `wh_bench_results`:
   claim during prune   claim+complete latency (batch 10, a governed queue, 4 keys) measured for
-                       a few seconds with no prune running, then while `prune_jobs_v1` deletes
-                       `--old` expired finished jobs in batches of 5,000 (as supervisors do)
+                       a few seconds with no prune running, then while `Queue.prune_jobs`
+                       deletes `--old` expired finished jobs in batches of 5,000 (as supervisors
+                       do)
   get() latency        a job is completed on one connection; the time until `JobHandle.get()`
                        returns in this process (through the results listener), over many jobs;
                        p50/p99 of completion commit -> get() return

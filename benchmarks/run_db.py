@@ -5,9 +5,8 @@
 The server is chosen once, as the product chooses it (--database-url, then
 $WORKHORSE_DATABASE_URL, then the embedded server), and both benchmarks run on it in their own
 scratch databases. `--quick` runs both in their quick modes (bench_claim: sizes capped at 100k;
-bench_enqueue: 2,000 jobs for the one-call-per-job variants): about 4 minutes. Without it,
-bench_claim runs the full sizes (1M rows): about 15 minutes in all on a quiet 2-core machine,
-rate-limit cases (claim_v2 beside claim_v1) included.
+bench_enqueue: 2,000 jobs for the one-call-per-job variants). Without it, bench_claim runs the
+full sizes (1M rows), rate-limit cases included; benchmarks/README.md has the run times seen.
 """
 
 from __future__ import annotations

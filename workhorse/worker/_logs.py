@@ -50,9 +50,9 @@ def _timestamp(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", seconds) + f".{int(created % 1 * 1000):03d}Z"
 
 
-# A busy slot finishes tens of thousands of jobs a second: their lines are formatted here and
-# written in one call per batch, not one logging record each (which cost a quarter of a no-op
-# job's time). Set by configure(); None until then (a test process: lines go through logging).
+# A busy slot finishes jobs in batches: their lines are formatted here and written in one call per
+# batch, not one logging record each (a record's machinery is a sizeable share of what a short job
+# costs the slot). Set by configure(); None until then (a test process: lines go through logging).
 _batch_format: str | None = None
 
 
@@ -85,9 +85,9 @@ def succeeded(lines: list[tuple[str, int, str, int, float]]) -> None:
     stamp = _timestamp(time.time())
     if _batch_format == "json":
         # The same object _Json makes, written out directly: json.dumps of a whole document a
-        # job cost about 9 us, an eighth of a no-op job. JSON escapes a string character by
-        # character, so a message's escaped text is its parts' escaped texts joined; each name
-        # is escaped once a batch.
+        # job would encode the same names and keys again for every job. JSON escapes a string
+        # character by character, so a message's escaped text is its parts' escaped texts joined;
+        # each name is escaped once a batch.
         escaped: dict[str, str] = {}
         for task, _, queue, _, _ in lines:
             for name in (task, queue):

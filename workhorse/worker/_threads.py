@@ -2,11 +2,11 @@
 bound (the slot's concurrency), reused from then on.
 
 A job goes to an idle thread through a SimpleQueue and its outcome comes back to the loop with
-`call_soon_threadsafe`. That round trip is what a sync no-op costs the slot, and it is about a
-third cheaper than `anyio.to_thread.run_sync` (74 against 107 µs measured here: no capacity
-limiter, cancel scope or per-call thread bookkeeping). The semantics are the same: the handler
-runs in a copy of the caller's context (so `current_job()` works there), and a cancel of the
-awaiting task waits for the thread to return, since a thread cannot be interrupted.
+`call_soon_threadsafe`. That round trip is what a sync no-op costs the slot, and it is cheaper than
+`anyio.to_thread.run_sync`'s, which adds a capacity limiter, a cancel scope and per-call thread
+bookkeeping. The semantics are the same: the handler runs in a copy of the caller's context (so
+`current_job()` works there), and a cancel of the awaiting task waits for the thread to return,
+since a thread cannot be interrupted.
 """
 
 from __future__ import annotations

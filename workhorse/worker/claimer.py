@@ -36,7 +36,7 @@ SATURATION_POLL = 1.0
 FAIR_SHARE_LAP = 8
 # How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
 # bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
-# the 0.5 s poll's, and every lap would idle the slot that long (1k jobs/s where 10k ran).
+# the 0.5 s poll's, and every lap would idle the slot for a whole poll interval.
 FAIR_SHARE_YIELD = 0.01
 
 

@@ -72,8 +72,9 @@ class LeaseKeeper:
     def start(self) -> None:
         # A thread waiting for the GIL while handlers compute gets it only after a switch
         # interval (5 ms by default), and a beat asks for it a few dozen times: with several
-        # CPU-bound sync handlers a beat took 0.5 s and 1 s leases ran out under running jobs.
-        # Short leases get a switch interval small enough for the keeper to keep up.
+        # CPU-bound sync handlers a beat could take longer than a short lease has to spare, and
+        # leases ran out under running jobs. Short leases get a switch interval small enough for
+        # the keeper to keep up.
         wanted = max(self.interval * SWITCH_SHARE, MIN_SWITCH_INTERVAL)
         if wanted < sys.getswitchinterval():
             sys.setswitchinterval(wanted)

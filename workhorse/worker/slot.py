@@ -71,12 +71,12 @@ CLAIM_COALESCE = 0.002
 PREFETCH_WINDOW = 0.05
 # Governed claims in a stream, not in one batch that the whole budget waits on. A governed queue
 # claims nothing ahead, so every place freed waits for a claim: one claim for the whole budget
-# (64 jobs of 20 ms ending together) kept every place idle for its 5-6 ms round trip, where
-# claims of 8 refill the first places within about a millisecond while the next claim is on its
-# way (budget utilization 74 -> 84%). Small claims cost a claim's fixed part each time (about
-# GOVERNED_CLAIM_COST here, under the queue's admission lock), so a claim takes at least enough to
-# refill the slot's places in half the handlers' time, and at least GOVERNED_CHUNK_MIN: short
-# jobs (under about 2 ms at -c 64) keep claiming the slot's whole room at once.
+# (jobs of one batch ending together) keeps every place idle for the claim's whole round trip,
+# where small claims refill the first places at once while the next claim is on its way. Small
+# claims cost a claim's fixed part each time (about GOVERNED_CLAIM_COST, under the queue's
+# admission lock), so a claim takes at least enough to refill the slot's places in half the
+# handlers' time, and at least GOVERNED_CHUNK_MIN: jobs shorter than twice GOVERNED_CLAIM_COST
+# keep claiming the slot's whole room at once.
 GOVERNED_CHUNK_MIN = 8
 GOVERNED_CLAIM_COST = 0.001
 
@@ -307,7 +307,7 @@ class Slot:
             ahead = self._ahead_room()
             # With no free place, a claim only to fill the ahead buffer waits until it would be
             # a batch worth a round trip: half the prefetch, and half the slot's concurrency
-            # (at -c 128 a top-up of a few jobs made claims 40% smaller and no job sooner).
+            # (a top-up of a few jobs only makes claims smaller, and starts no job sooner).
             if free <= 0 and ahead < max(1, self.config.prefetch // 2, self._coalesce_at):
                 await self._wake.wait()
                 continue

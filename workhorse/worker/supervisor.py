@@ -84,9 +84,8 @@ class WorkerSettings:
 
 # Jobs of ungoverned queues a slot may claim ahead of a free place, by default: 16 a place, at
 # least DEFAULT_PREFETCH. The real bound is slot.py's PREFETCH_WINDOW (no more than 50 ms of work
-# at the handlers' measured pace), so this cap only matters for jobs well under a millisecond: at
-# -c 32 a cap of 32 kept claims of no-ops at 32 jobs (18k jobs/s), 128 made them 80 (28k), 512
-# made them 270 (35-39k).
+# at the handlers' measured pace), so this cap only matters for jobs well under a millisecond,
+# where a small cap keeps claims small and their round trips, not the jobs, bound the drain.
 DEFAULT_PREFETCH = 32
 PREFETCH_PER_PLACE = 16
 MAX_PREFETCH = 10_000
