@@ -7,8 +7,8 @@ CREATE FUNCTION workhorse._refresh_heads_v1(p_queue text, p_keys text[]) RETURNS
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
-        RETURN;
+    IF COALESCE(cardinality(p_keys), 0) = 0 THEN
+        RETURN;  -- nothing to refresh
     END IF;
     WITH keys AS (
         SELECT DISTINCT k AS ckey FROM unnest(p_keys) AS k WHERE k <> ''

@@ -61,12 +61,10 @@ DECLARE
     v_governed boolean;
     v_paused boolean;
     v_level integer;
-    v_max integer;
-    v_per_key integer;
-    v_rate integer;
-    v_period double precision;
-    v_rate_key integer;
-    v_period_key double precision;
+    -- The limits in force: concurrency queue-wide and per key, and both rate limits.
+    v_max integer; v_per_key integer;
+    v_rate integer; v_period double precision;
+    v_rate_key integer; v_period_key double precision;
     v_expired boolean;
     v_due boolean;
     v_hinted boolean;

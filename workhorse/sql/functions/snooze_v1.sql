@@ -10,8 +10,8 @@ RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_queue text;  -- the job's queue, whose claimers are told
     v_status text;
-    v_queue text;
     v_at timestamptz := clock_timestamp();
 BEGIN
     UPDATE workhorse.jobs j
