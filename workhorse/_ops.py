@@ -292,7 +292,7 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
      cancel_requested, idempotency_key, expires_at) = row
     return Job(
         id=id_, task=task, queue=queue, concurrency_key=ckey, priority=priority, payload=payload,
-        status=JobStatus(status), attempts=attempts, max_attempts=max_attempts, result=result,
+        status=JobStatus.of_row(status), attempts=attempts, max_attempts=max_attempts, result=result,
         error=error, run_at=run_at, enqueued_at=enqueued_at, started_at=started_at,
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
@@ -678,7 +678,7 @@ def _claimed(
             else:  # the rate limit's next allowed start
                 next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one
-            exceptions[(row[0], row[8])] = None if row[15] == "stale" else JobStatus(row[15])
+            exceptions[(row[0], row[8])] = None if row[15] == "stale" else JobStatus.of_row(row[15])
         else:
             jobs.append(ClaimedJob(
                 id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None,
@@ -727,7 +727,7 @@ def release(
         return {}
     rows = yield _sql.statement("release"), (
         [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
-    return {row[0]: JobStatus(row[1]) for row in rows}
+    return {row[0]: JobStatus.of_row(row[1]) for row in rows}
 
 
 def complete_encoded(
@@ -740,7 +740,7 @@ def complete_encoded(
     if not outcomes:
         return {}
     rows = yield _sql.statement("complete"), _success_columns(outcomes)
-    return {(row[0], row[1]): JobStatus(row[2]) for row in rows}
+    return {(row[0], row[1]): JobStatus.of_row(row[2]) for row in rows}
 
 
 def complete(outcomes: Sequence[tuple[int, int, Any]]) -> Operation[set[int]]:
@@ -761,7 +761,7 @@ def fail(
     status = rows[0][0] if rows else None
     if status is None:
         raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the failure was not recorded")
-    return JobStatus(status)
+    return JobStatus.of_row(status)
 
 
 def snooze(
@@ -773,7 +773,7 @@ def snooze(
     status = rows[0][0] if rows else None
     if status is None:
         raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the snooze was not recorded")
-    return JobStatus(status)
+    return JobStatus.of_row(status)
 
 
 def renew_leases(leases: Sequence[tuple[int, int, float]]) -> Operation[dict[int, bool]]:

@@ -31,6 +31,24 @@ class JobStatus(enum.StrEnum):
     HELD = "held"
     CANCELED = "canceled"
 
+    @classmethod
+    def of_row(cls, value: str) -> JobStatus:
+        """The status a row holds, also one this version does not know (a newer release's
+        worker may write it beside this one's): it reads as itself, never as an error.
+
+        >>> JobStatus.of_row("ready") is JobStatus.READY
+        True
+        >>> str(JobStatus.of_row("waiting"))
+        'waiting'
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            unknown = str.__new__(cls, value)
+            unknown._name_ = value.upper()
+            unknown._value_ = value
+            return unknown
+
 
 RESTING = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED})
 

@@ -513,8 +513,8 @@ CREATE OR REPLACE FUNCTION workhorse._refresh_heads_v1(p_queue text, p_keys text
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
-        RETURN;
+    IF COALESCE(cardinality(p_keys), 0) = 0 THEN
+        RETURN;  -- nothing to refresh
     END IF;
     WITH keys AS (
         SELECT DISTINCT k AS ckey FROM unnest(p_keys) AS k WHERE k <> ''
@@ -600,12 +600,10 @@ DECLARE
     v_governed boolean;
     v_paused boolean;
     v_level integer;
-    v_max integer;
-    v_per_key integer;
-    v_rate integer;
-    v_period double precision;
-    v_rate_key integer;
-    v_period_key double precision;
+    -- The limits in force: concurrency queue-wide and per key, and both rate limits.
+    v_max integer; v_per_key integer;
+    v_rate integer; v_period double precision;
+    v_rate_key integer; v_period_key double precision;
     v_expired boolean;
     v_due boolean;
     v_hinted boolean;
@@ -1201,7 +1199,7 @@ BEGIN
     END IF;
     IF v_status IS NULL THEN
         -- A resend of a failure already recorded under its fence (the connection broke after
-        -- the commit, before the reply): the status it ended in, not stale (as fail_v2).
+        -- the commit, before the reply): the status it ended in, not stale.
         SELECT j.status INTO v_status FROM workhorse.jobs j
         WHERE j.id = p_id AND j.fence = p_fence AND j.status <> 'active'
           AND j.error = p_error::jsonb;
@@ -1550,8 +1548,8 @@ CREATE OR REPLACE FUNCTION workhorse.snooze_v1(p_id bigint, p_fence bigint, p_de
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+    v_queue text;  -- the job's queue, whose claimers are told
     v_status text;
-    v_queue text;
     v_at timestamptz := clock_timestamp();
 BEGIN
     UPDATE workhorse.jobs j

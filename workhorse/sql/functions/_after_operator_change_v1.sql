@@ -1,3 +1,6 @@
+-- After an operator made jobs ready again (a retry, a cancel that freed a place): for each
+-- queue (p_queues[i], p_keys[i] pairs), hint the keys that may have a new head and wake the
+-- queue's claimers.
 CREATE FUNCTION workhorse._after_operator_change_v1(p_queues text[], p_keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$

@@ -46,7 +46,7 @@ BEGIN
     END IF;
     IF v_status IS NULL THEN
         -- A resend of a failure already recorded under its fence (the connection broke after
-        -- the commit, before the reply): the status it ended in, not stale (as fail_v2).
+        -- the commit, before the reply): the status it ended in, not stale.
         SELECT j.status INTO v_status FROM workhorse.jobs j
         WHERE j.id = p_id AND j.fence = p_fence AND j.status <> 'active'
           AND j.error = p_error::jsonb;
