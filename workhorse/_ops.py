@@ -292,8 +292,8 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
      cancel_requested, idempotency_key, expires_at) = row
     return Job(
         id=id_, task=task, queue=queue, concurrency_key=ckey, priority=priority, payload=payload,
-        status=JobStatus.of_row(status), attempts=attempts, max_attempts=max_attempts, result=result,
-        error=error, run_at=run_at, enqueued_at=enqueued_at, started_at=started_at,
+        status=JobStatus.of_row(status), attempts=attempts, max_attempts=max_attempts,
+        result=result, error=error, run_at=run_at, enqueued_at=enqueued_at, started_at=started_at,
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
