@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "workhorse"
-# `claim_v1`, `_limits_v2`: an identifier that ends in a version. Written in two pieces here so
+# A claim or a helper with `_v` and a number at its end: an identifier that ends in a version. Written in two pieces here so
 # that this file does not match itself.
 VERSIONED_NAME = re.compile(r"\b_?[a-z][a-z0-9_]*" + r"_v\d+\b")
 SQL_TEXT = re.compile(
