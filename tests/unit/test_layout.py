@@ -10,8 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "workhorse"
-# A claim or a helper with `_v` and a number at its end: an identifier that ends in a version. Written in two pieces here so
-# that this file does not match itself.
+# An identifier that ends in `_v` and a number: a versioned SQL name. The pattern is written in two
+# pieces so that this file does not match itself.
 VERSIONED_NAME = re.compile(r"\b_?[a-z][a-z0-9_]*" + r"_v\d+\b")
 SQL_TEXT = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|VACUUM|LISTEN|NOTIFY|WITH|TRUNCATE)\s"
