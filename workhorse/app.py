@@ -154,6 +154,11 @@ class App(AppEnqueuer):
 
     @staticmethod
     def queue_name(queue: str | QueueSpec) -> str:
+        """The name of a queue given as a name or as an `app.queue(...)` spec.
+
+        >>> App.queue_name(QueueSpec("openai-api", max_active=5)), App.queue_name("mail")
+        ('openai-api', 'mail')
+        """
         return queue.name if isinstance(queue, QueueSpec) else queue
 
     @overload
@@ -209,6 +214,12 @@ class App(AppEnqueuer):
         itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
         `retry_on=(ConnectionError,)`: only these exception types retry (default: every
         Exception). `timeout="30s"`: the limit per attempt (default: none).
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.fetch", queue="mail", retry_on=(ConnectionError,), timeout="30s")
+        ... def fetch(url): ...
+        >>> fetch.name, fetch.queue.name, fetch.retry_on, fetch.timeout
+        ('mail.fetch', 'mail', (<class 'ConnectionError'>,), 30.0)
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -429,7 +440,14 @@ class App(AppEnqueuer):
         return definition
 
     def schedule_definitions(self) -> list[ScheduleDefinition]:
-        """The schedules this app declares; UnknownTaskError for one whose task it lacks."""
+        """The schedules this app declares; UnknownTaskError for one whose task it lacks.
+
+        >>> app = App("docs")
+        >>> @app.periodic(every="1h", name="tasks.refresh")
+        ... def refresh(): ...
+        >>> [(d.name, d.every) for d in app.schedule_definitions()]
+        [('tasks.refresh', '1h')]
+        """
         for definition in self.schedules.values():
             if definition.task not in self.tasks:
                 raise UnknownTaskError(
@@ -439,16 +457,37 @@ class App(AppEnqueuer):
         return list(self.schedules.values())
 
     def policy_definitions(self) -> list[ConcurrencyPolicyDefinition]:
-        """The limits this app declares, one per governed queue."""
+        """The limits this app declares, one per governed queue.
+
+        >>> app = App("docs")
+        >>> _ = app.queue("openai-api", max_active=5)
+        >>> app.policy_definitions()
+        [ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, ...)]
+        """
         return [
             d for d in (spec.definition() for spec in self.queues.values()) if d is not None
         ]
 
     def declared_queues(self) -> list[str]:
-        """Every queue the app declares, including the default queues named after tasks."""
+        """Every queue the app declares, including the default queues named after tasks.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail")
+        ... def send(message): ...
+        >>> app.declared_queues()
+        ['mail']
+        """
         return list(self.queues)
 
     def get_task(self, name: str) -> Task[Any, Any]:
+        """The registered task of this name; UnknownTaskError when there is none.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail")
+        ... def send(message): ...
+        >>> app.get_task("mail.send") is send
+        True
+        """
         try:
             return self.tasks[name]
         except KeyError:
@@ -514,6 +553,10 @@ def load_app(reference: str) -> App:
     """The App named by `module:attribute` (the current directory goes on sys.path first).
 
     `module` alone finds the module's single App.
+
+    >>> app = load_app("billing.tasks:app")  # doctest: +SKIP
+    >>> app.name  # doctest: +SKIP
+    'billing'
     """
     module_name, _, attribute = reference.partition(":")
     if not module_name:
