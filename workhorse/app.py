@@ -1,24 +1,23 @@
-"""App: the task registry, the declared queues and their limits, and the connection pools."""
+"""App: the task registry, the declared queues, schedules and their limits, and `sync()`.
+
+How the app's calls reach the database (its pools, `using()`, enqueue, read, cancel, retry) is
+its base class's, `AppEnqueuer` in `_enqueue.py`; `load_app` finds an App by `module:attribute`.
+"""
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import importlib
 import inspect
 import os
 import sys
-import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
-
-from . import _ops, _results, database, telemetry
+from . import _ops
+from ._enqueue import AppEnqueuer, Plan
 from .errors import (
     AppLoadError,
     InvalidOptionsError,
@@ -27,15 +26,10 @@ from .errors import (
     UnknownTaskError,
     first_line,
 )
-from .queue import AsyncQueue, Queue
 from .retry import RetryBackoff
 from .task import (
-    Call,
-    Enqueuer,
-    JobHandle,
     KeySpec,
     Task,
-    check_call_options,
     check_retry_on,
     resolve_key,
     timeout_seconds,
@@ -43,7 +37,6 @@ from .task import (
 from .types import (
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
-    Job,
     QueueSpec,
     ScheduleDefinition,
     SyncReport,
@@ -52,14 +45,6 @@ from .types import (
 )
 
 ENV_DEFAULT_LIMIT = "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"
-
-_current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "workhorse_connection", default=None
-)
-# Apps whose enqueues go elsewhere in this context (workhorse.testing.eager): (app, enqueuer).
-_diversions: contextvars.ContextVar[tuple[tuple[App, Enqueuer], ...]] = contextvars.ContextVar(
-    "workhorse_diversions", default=()
-)
 
 
 def _default_limit() -> int | None:
@@ -99,7 +84,7 @@ def _importable_main_name() -> str | None:
     return None
 
 
-class App(Enqueuer):
+class App(AppEnqueuer):
     """A workhorse application: tasks, their queues and limits, and where the database is.
 
     >>> app = App("billing")
@@ -118,17 +103,13 @@ class App(Enqueuer):
         retention: dict[str, Any] | None = None,
     ) -> None:
         check_name("app name", name, InvalidPolicyError)
+        super().__init__(database_url)
         self.name = name
         # How long this app's finished jobs are kept: fixed on each job when it ends.
         self.retention = retention_seconds(retention)
-        self._database_url = database_url
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueSpec] = {}
         self.schedules: dict[str, ScheduleDefinition] = {}
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool | None = None
-        self._async_pool: AsyncConnectionPool | None = None
-        self._pool_pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)} queues={len(self.queues)}>"
@@ -173,6 +154,11 @@ class App(Enqueuer):
 
     @staticmethod
     def queue_name(queue: str | QueueSpec) -> str:
+        """The name of a queue given as a name or as an `app.queue(...)` spec.
+
+        >>> App.queue_name(QueueSpec("openai-api", max_active=5)), App.queue_name("mail")
+        ('openai-api', 'mail')
+        """
         return queue.name if isinstance(queue, QueueSpec) else queue
 
     @overload
@@ -228,6 +214,12 @@ class App(Enqueuer):
         itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
         `retry_on=(ConnectionError,)`: only these exception types retry (default: every
         Exception). `timeout="30s"`: the limit per attempt (default: none).
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.fetch", queue="mail", retry_on=(ConnectionError,), timeout="30s")
+        ... def fetch(url): ...
+        >>> fetch.name, fetch.queue.name, fetch.retry_on, fetch.timeout
+        ('mail.fetch', 'mail', (<class 'ConnectionError'>,), 30.0)
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -448,7 +440,14 @@ class App(Enqueuer):
         return definition
 
     def schedule_definitions(self) -> list[ScheduleDefinition]:
-        """The schedules this app declares; UnknownTaskError for one whose task it lacks."""
+        """The schedules this app declares; UnknownTaskError for one whose task it lacks.
+
+        >>> app = App("docs")
+        >>> @app.periodic(every="1h", name="tasks.refresh")
+        ... def refresh(): ...
+        >>> [(d.name, d.every) for d in app.schedule_definitions()]
+        [('tasks.refresh', '1h')]
+        """
         for definition in self.schedules.values():
             if definition.task not in self.tasks:
                 raise UnknownTaskError(
@@ -458,267 +457,74 @@ class App(Enqueuer):
         return list(self.schedules.values())
 
     def policy_definitions(self) -> list[ConcurrencyPolicyDefinition]:
-        """The limits this app declares, one per governed queue."""
+        """The limits this app declares, one per governed queue.
+
+        >>> app = App("docs")
+        >>> _ = app.queue("openai-api", max_active=5)
+        >>> app.policy_definitions()
+        [ConcurrencyPolicyDefinition(queue='openai-api', max_active=5, ...)]
+        """
         return [
             d for d in (spec.definition() for spec in self.queues.values()) if d is not None
         ]
 
     def declared_queues(self) -> list[str]:
-        """Every queue the app declares, including the default queues named after tasks."""
+        """Every queue the app declares, including the default queues named after tasks.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail")
+        ... def send(message): ...
+        >>> app.declared_queues()
+        ['mail']
+        """
         return list(self.queues)
 
     def get_task(self, name: str) -> Task[Any, Any]:
+        """The registered task of this name; UnknownTaskError when there is none.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail")
+        ... def send(message): ...
+        >>> app.get_task("mail.send") is send
+        True
+        """
         try:
             return self.tasks[name]
         except KeyError:
             raise UnknownTaskError(f"app {self.name!r} has no task named {name!r}") from None
 
-    # ---- database ------------------------------------------------------------------------
-
-    @property
-    def database_url(self) -> str:
-        """The DSN: the constructor's, else WORKHORSE_DATABASE_URL, else the embedded server."""
-        if self._database_url is None:
-            self._database_url = database.resolve_url(None)
-        return str(self._database_url)
-
-    @database_url.setter
-    def database_url(self, url: str) -> None:
-        """Point the app at another database (the CLI's --database-url); only before its pools
-        open."""
-        if self._pool is not None or self._async_pool is not None:
-            raise InvalidOptionsError("the app's pools are open: set database_url before use")
-        self._database_url = url
-
-    def _forget_inherited_pools(self) -> None:
-        # A forked child must not touch its parent's sockets: drop the pools without closing.
-        if self._pool_pid != os.getpid():
-            self._pool = None
-            self._async_pool = None
-            self._pool_pid = os.getpid()
-
-    @property
-    def pool(self) -> ConnectionPool:
-        self._forget_inherited_pools()
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    url = self.database_url
-                    database.ensure_schema(url)
-                    self._pool = ConnectionPool(
-                        url, min_size=1, max_size=8, open=True, name=f"workhorse-{self.name}"
-                    )
-        return self._pool
-
-    async def _get_async_pool(self) -> AsyncConnectionPool:
-        self._forget_inherited_pools()
-        if self._async_pool is None:
-            url = self.database_url
-            database.ensure_schema(url)
-            pool = AsyncConnectionPool(
-                url, min_size=1, max_size=8, open=False, name=f"workhorse-{self.name}-async"
-            )
-            await pool.open()
-            if self._async_pool is None:
-                self._async_pool = pool
-            else:
-                await pool.close()
-        return self._async_pool
-
-    @contextmanager
-    def using(self, conn: Any) -> Iterator[Any]:
-        """Enqueue on the caller's connection, inside its transaction, within this block."""
-        token = _current_connection.set(conn)
-        try:
-            yield conn
-        finally:
-            _current_connection.reset(token)
-
-    @contextmanager
-    def diverted(self, enqueuer: Enqueuer) -> Iterator[Enqueuer]:
-        """Within this block (in this context: this thread, and the tasks and threads that copy
-        it), this app's enqueues go to `enqueuer` instead of the database. How
-        `workhorse.testing.eager` runs tasks in-process."""
-        token = _diversions.set(((self, enqueuer), *_diversions.get()))
-        try:
-            yield enqueuer
-        finally:
-            _diversions.reset(token)
-
-    def _diversion(self) -> Enqueuer | None:
-        for app, enqueuer in _diversions.get():
-            if app is self:
-                return enqueuer
-        return None
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; its transaction commits when the block exits cleanly."""
-        with self.pool.connection() as conn:
-            yield conn
-
-    def close(self) -> None:
-        self._forget_inherited_pools()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    async def close_async(self) -> None:
-        self._forget_inherited_pools()
-        if self._async_pool is not None:
-            await self._async_pool.close()
-            self._async_pool = None
-        self.close()
-
-    # ---- enqueue -------------------------------------------------------------------------
-
-    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
-        """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,
-        or a pooled one."""
-        diverted = self._diversion()
-        if diverted is not None:
-            return diverted.enqueue_calls(calls, connection)
-        conn = connection if connection is not None else _current_connection.get()
-        if conn is not None and not isinstance(conn, psycopg.Connection):
-            raise InvalidOptionsError("this connection is async: use delay_async/enqueue_async")
-        with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
-            jobs = [(c.task, c.payload, c.options) for c in calls]
-            extra = {"on_failure": [c.on_failure for c in calls], "meta": [meta] * len(calls)}
-            if conn is not None:
-                ids = Queue(conn).enqueue_many(jobs, **extra)
-            else:
-                with self.connection() as pooled:
-                    ids = Queue(pooled).enqueue_many(jobs, **extra)
-        return [JobHandle(job_id, self) for job_id in ids]
-
-    async def enqueue_calls_async(
-        self, calls: Sequence[Call], connection: Any = None
-    ) -> list[JobHandle]:
-        diverted = self._diversion()
-        if diverted is not None:
-            return await diverted.enqueue_calls_async(calls, connection)
-        conn = connection if connection is not None else _current_connection.get()
-        if conn is not None and not isinstance(conn, psycopg.AsyncConnection):
-            raise InvalidOptionsError("this connection is not async: use delay/apply_async")
-        with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
-            jobs = [(c.task, c.payload, c.options) for c in calls]
-            extra = {"on_failure": [c.on_failure for c in calls], "meta": [meta] * len(calls)}
-            if conn is not None:
-                ids = await AsyncQueue(conn).enqueue_many(jobs, **extra)
-            else:
-                pool = await self._get_async_pool()
-                async with pool.connection() as pooled:
-                    ids = await AsyncQueue(pooled).enqueue_many(jobs, **extra)
-        return [JobHandle(job_id, self) for job_id in ids]
-
-    def enqueue_many(self, calls: Iterable[Call]) -> list[JobHandle]:
-        """Bulk enqueue in one round trip: `app.enqueue_many([send.call((m,)) for m in msgs])`."""
-        calls = list(calls)
-        return self.enqueue_calls(calls) if calls else []
-
-    def _send_call(
-        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
-        options: dict[str, Any],
-    ) -> Call:
-        check_call_options(options, "send_task")
-        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
-
-    def send_task(
-        self,
-        name: str,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        *,
-        connection: Any = None,
-        **options: Any,
-    ) -> JobHandle:
-        """Enqueue a registered task by name, with apply_async's options."""
-        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
-
-    async def send_task_async(
-        self,
-        name: str,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        *,
-        connection: Any = None,
-        **options: Any,
-    ) -> JobHandle:
-        calls = [self._send_call(name, args, kwargs, options)]
-        return (await self.enqueue_calls_async(calls, connection))[0]
-
-    def get_job(self, job_id: int) -> Job | None:
-        with self._connection_for_call() as conn:
-            return Queue(conn).get_job(job_id)
-
-    async def get_job_async(self, job_id: int) -> Job | None:
-        conn = _current_connection.get()
-        if isinstance(conn, psycopg.AsyncConnection):
-            return await AsyncQueue(conn).get_job(job_id)
-        pool = await self._get_async_pool()
-        async with pool.connection() as pooled:
-            return await AsyncQueue(pooled).get_job(job_id)
-
-    # ---- results and control ---------------------------------------------------------------
-
-    def handle(self, job_id: int) -> JobHandle:
-        """The handle of an existing job, from its id, in any process.
-
-        >>> app.handle(42).get(timeout=10)                            # doctest: +SKIP
-        """
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise InvalidOptionsError(f"a job id is an int, got {job_id!r}")
-        return JobHandle(job_id, self)
-
-    def cancel(self, ids: Sequence[int]) -> list[int]:
-        """Cancel jobs: scheduled, ready or held ones at once, running ones by request (they
-        end canceled when their handler returns). Returns the ids it changed."""
-        retention = _ops.retention_json(self.retention)
-        with self._connection_for_call() as conn:
-            return _ops.execute(conn, _ops.cancel_jobs(ids, retention))
-
-    def retry(self, ids: Sequence[int]) -> list[int]:
-        """Failed, held or canceled jobs become ready with a fresh set of attempts. Returns the
-        ids it changed."""
-        with self._connection_for_call() as conn:
-            return _ops.execute(conn, _ops.retry_jobs(ids))
-
-    def wait_for(self, job_id: int, timeout: float | None) -> bool:
-        return _results.waiter(self.database_url).wait(job_id, timeout)
-
-    async def wait_for_async(self, job_id: int, timeout: float | None) -> bool:
-        return await _results.waiter(self.database_url).wait_async(job_id, timeout)
-
-    @contextmanager
-    def _connection_for_call(self) -> Iterator[psycopg.Connection[Any]]:
-        """The `using()` connection (inside the caller's transaction), else a pooled one."""
-        conn = _current_connection.get()
-        if isinstance(conn, psycopg.Connection):
-            yield conn
-        else:
-            with self.connection() as pooled:
-                yield pooled
-
     # ---- policies ------------------------------------------------------------------------
 
     def sync(self, prune: bool = True) -> SyncReport:
         """Push every declared policy and schedule under this app's namespace, in one
-        transaction; `SyncReport.schedules` reports the schedules (None when there are none)."""
-        definitions = self.policy_definitions()
-        schedules = self.schedule_definitions()
-        with self.connection() as conn, conn.transaction():
-            report = Queue(conn).sync_report(self.name, definitions, prune)
-            scheduled = Queue(conn).sync_schedules_report(self.name, schedules, prune)
-        return _with_schedules(report, scheduled)
+        transaction; `SyncReport.schedules` reports the schedules (None when there are none).
+
+        >>> app.sync()                                                # doctest: +SKIP
+        SyncReport(created=['mail'], updated=[], pruned=[], unchanged=[], schedules=None)
+        """
+        return self._run(self._sync(prune), transaction=True)
 
     async def sync_async(self, prune: bool = True) -> SyncReport:
-        definitions = self.policy_definitions()
-        schedules = self.schedule_definitions()
-        pool = await self._get_async_pool()
-        async with pool.connection() as conn, conn.transaction():
-            report = await AsyncQueue(conn).sync_report(self.name, definitions, prune)
-            scheduled = await AsyncQueue(conn).sync_schedules_report(self.name, schedules, prune)
-        return _with_schedules(report, scheduled)
+        """`sync` for async code.
+
+        >>> await app.sync_async()                                    # doctest: +SKIP
+        SyncReport(created=['mail'], updated=[], pruned=[], unchanged=[], schedules=None)
+        """
+        return await self._run_async(self._sync(prune), transaction=True)
+
+    def _sync(self, prune: bool) -> Plan[SyncReport]:
+        # The declarations are read (and checked) now, before any connection is taken.
+        return _sync_plan(self.name, self.policy_definitions(), self.schedule_definitions(),
+                          prune)
+
+
+def _sync_plan(
+    namespace: str, definitions: list[ConcurrencyPolicyDefinition],
+    schedules: list[ScheduleDefinition], prune: bool,
+) -> Plan[SyncReport]:
+    report, _ = yield _ops.sync_policies(namespace, definitions, prune)
+    scheduled, _ = yield _ops.sync_schedules(namespace, schedules, prune)
+    return _with_schedules(report, scheduled)
 
 
 def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:
@@ -747,6 +553,10 @@ def load_app(reference: str) -> App:
     """The App named by `module:attribute` (the current directory goes on sys.path first).
 
     `module` alone finds the module's single App.
+
+    >>> app = load_app("billing.tasks:app")  # doctest: +SKIP
+    >>> app.name  # doctest: +SKIP
+    'billing'
     """
     module_name, _, attribute = reference.partition(":")
     if not module_name:

@@ -82,7 +82,12 @@ class JobContext:
     ) -> JobContext:
         """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
         (the claim says), else the job's `run_at` on a first attempt; None for a retried job that
-        no schedule fired (its run_at moved, and its first one is not kept)."""
+        no schedule fired (its run_at moved, and its first one is not kept).
+
+        >>> ctx = JobContext.for_claimed(claimed_job, cancel_check=lambda: False)  # doctest: +SKIP
+        >>> ctx.attempt  # doctest: +SKIP
+        1
+        """
         return cls(
             id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
             attempt=job.attempts, max_attempts=job.max_attempts,
@@ -93,18 +98,32 @@ class JobContext:
 
     @property
     def cancel_requested(self) -> bool:
-        """Whether an operator asked this job to stop (a sync handler should poll this)."""
+        """Whether an operator asked this job to stop (a sync handler should poll this).
+
+        >>> while not current_job().cancel_requested:   # in a sync handler  # doctest: +SKIP
+        ...     do_some_work()
+        """
         return bool(self.cancel_check())
 
     @property
     def last_attempt(self) -> bool:
-        """Whether a failure now would be final (no attempts left)."""
+        """Whether a failure now would be final (no attempts left).
+
+        >>> JobContext(id=1, task="t", queue="q", concurrency_key=None, attempt=3, max_attempts=3,
+        ...            scheduled_for=None).last_attempt
+        True
+        """
         return self.attempt >= self.max_attempts
 
     def heartbeat(self) -> None:
         """Renew the job's lease now, for a handler that wants to renew earlier than the worker
         does by itself. Raises StaleLeaseError when the lease is already lost: stop then, because
-        another claim may own the job."""
+        another claim may own the job.
+
+        >>> for chunk in chunks:                      # in a long sync handler  # doctest: +SKIP
+        ...     process(chunk)
+        ...     current_job().heartbeat()
+        """
         self.renew()
 
 

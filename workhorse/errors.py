@@ -8,48 +8,118 @@ import psycopg
 
 
 class WorkhorseError(Exception):
-    """Base class of every error workhorse raises on purpose."""
+    """Base class of every error workhorse raises on purpose.
+
+    >>> try:
+    ...     EnqueueOptions(max_attempts=0)
+    ... except WorkhorseError as exc:
+    ...     print(type(exc).__name__)
+    InvalidOptionsError
+    """
 
 
 class InvalidOptionsError(WorkhorseError, ValueError):
-    """Bad enqueue options or concurrency key."""
+    """Bad enqueue options or concurrency key.
+
+    >>> EnqueueOptions(queue="mail", max_attempts=0)
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.InvalidOptionsError: ...
+    """
 
 
 class PayloadError(WorkhorseError, ValueError):
-    """A payload or result that is not JSON, or is too large."""
+    """A payload or result that is not JSON, or is too large.
+
+    >>> from workhorse.queue import encode_json
+    >>> encode_json({1, 2})
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.PayloadError: ...
+    """
 
 
 class InvalidPolicyError(WorkhorseError, ValueError):
-    """A bad policy definition, or two declarations that disagree."""
+    """A bad policy definition, or two declarations that disagree.
+
+    >>> App("docs").queue("mail", max_active=0)
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.InvalidPolicyError: ...
+    """
 
 
 class PolicyConflictError(WorkhorseError):
-    """Another namespace owns the queue."""
+    """Another namespace owns the queue.
+
+    >>> mail = ConcurrencyPolicyDefinition("mail", max_active=5)   # "mail" is "billing"'s
+    >>> q.sync_concurrency_policies("other-app", [mail])           # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.PolicyConflictError: ...
+    """
 
 
 class InvalidScheduleError(WorkhorseError, ValueError):
-    """A bad schedule: cron expression, interval, time zone, catch-up policy or arguments."""
+    """A bad schedule: cron expression, interval, time zone, catch-up policy or arguments.
+
+    >>> ScheduleDefinition(name="digest", task="mail.digest", cron="every day")
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.InvalidScheduleError: ...
+    """
 
 
 class ScheduleConflictError(PolicyConflictError, InvalidScheduleError):
     """Another namespace owns the schedule name (a PolicyConflictError, as for a queue, and an
-    InvalidScheduleError, since the definition cannot be stored)."""
+    InvalidScheduleError, since the definition cannot be stored).
+
+    >>> other_app.sync()            # its schedule "digest" is billing's  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.ScheduleConflictError: ...
+    """
 
 
 class UnknownTaskError(WorkhorseError, LookupError):
-    """A task name the app does not know."""
+    """A task name the app does not know.
+
+    >>> App("docs").send_task("mail.unknown")
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.UnknownTaskError: ...
+    """
 
 
 class JobNotFoundError(WorkhorseError, LookupError):
-    """No job with that id (never enqueued, or pruned by retention)."""
+    """No job with that id (never enqueued, or pruned by retention).
+
+    >>> app.handle(999_999).get()                  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.JobNotFoundError: there is no job 999999 (pruned by retention?)
+    """
 
 
 class StaleLeaseError(WorkhorseError):
-    """A fence was rejected: the job was claimed again, or the lease already expired."""
+    """A fence was rejected: the job was claimed again, or the lease already expired.
+
+    >>> q.complete(job.id, job.fence - 1)  # claimed again since  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.StaleLeaseError: ...
+    """
 
 
 class TaskFailedError(WorkhorseError):
-    """`JobHandle.get` on a job that ended failed or held; `.job` is the Job."""
+    """`JobHandle.get` on a job that ended failed or held; `.job` is the Job.
+
+    >>> try:
+    ...     boom.delay().get(timeout=10)                # doctest: +SKIP
+    ... except TaskFailedError as exc:
+    ...     print(exc.job.status, exc.job.error["type"])
+    failed ValueError
+    """
 
     def __init__(self, message: str, job: Any = None) -> None:
         super().__init__(message)
@@ -57,7 +127,15 @@ class TaskFailedError(WorkhorseError):
 
 
 class TaskCanceledError(WorkhorseError):
-    """`JobHandle.get` on a canceled job; `.job` is the Job."""
+    """`JobHandle.get` on a canceled job; `.job` is the Job.
+
+    >>> h = send.delay({"tenant": "t1"}); h.cancel()   # doctest: +SKIP
+    <JobStatus.CANCELED: 'canceled'>
+    >>> h.get()                                       # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.TaskCanceledError: job 42 (billing.send) was canceled
+    """
 
     def __init__(self, message: str, job: Any = None) -> None:
         super().__init__(message)
@@ -65,27 +143,59 @@ class TaskCanceledError(WorkhorseError):
 
 
 class JobTimeoutError(WorkhorseError, TimeoutError):
-    """An attempt ran past its task's `timeout=` (recorded as the job's error type)."""
+    """An attempt ran past its task's `timeout=` (recorded as the job's error type).
+
+    >>> issubclass(JobTimeoutError, TimeoutError)
+    True
+    >>> job.error["type"]    # a job whose attempt ran past timeout=  # doctest: +SKIP
+    'JobTimeoutError'
+    """
 
 
 class NoCurrentJobError(WorkhorseError, LookupError):
-    """`current_job()` outside a running job's handler."""
+    """`current_job()` outside a running job's handler.
+
+    >>> current_job()
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.NoCurrentJobError: ...
+    """
 
 
 class SchemaVersionError(WorkhorseError):
-    """The database schema is newer than this code."""
+    """The database schema is newer than this code.
+
+    >>> Queue(conn).install_schema()   # a database newer than this code  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.SchemaVersionError: ...
+    """
 
 
 class DatabaseError(WorkhorseError):
-    """The database could not be reached or refused a statement."""
+    """The database could not be reached or refused a statement.
+
+    >>> issubclass(EmbeddedServerError, DatabaseError)
+    True
+    """
 
 
 class EmbeddedServerError(DatabaseError):
-    """The embedded PostgreSQL server could not be started or stopped."""
+    """The embedded PostgreSQL server could not be started or stopped.
+
+    >>> isinstance(EmbeddedServerError("initdb failed"), DatabaseError)
+    True
+    """
 
 
 class AppLoadError(WorkhorseError):
-    """`module:attribute` did not name an importable App."""
+    """`module:attribute` did not name an importable App.
+
+    >>> load_app("no_such_module_here:app")
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.AppLoadError: ...
+    """
 
 
 def first_line(exc: BaseException) -> str:

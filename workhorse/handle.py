@@ -80,22 +80,47 @@ class JobHandle:
     enqueuer: Enqueuer = field(repr=False, compare=False)
 
     def job(self) -> Job | None:
+        """The Job as stored now, or None when there is no such job (pruned by retention?).
+
+        >>> add.delay(2, 3).job().status  # doctest: +SKIP
+        <JobStatus.READY: 'ready'>
+        """
         return self.enqueuer.get_job(self.id)
 
     def status(self) -> JobStatus | None:
+        """The job's status now, or None when there is no such job.
+
+        >>> h.status()  # doctest: +SKIP
+        <JobStatus.ACTIVE: 'active'>
+        """
         job = self.job()
         return None if job is None else job.status
 
     async def job_async(self) -> Job | None:
+        """`job()` for async code.
+
+        >>> (await h.job_async()).attempts  # doctest: +SKIP
+        1
+        """
         return await self.enqueuer.get_job_async(self.id)
 
     async def status_async(self) -> JobStatus | None:
+        """`status()` for async code.
+
+        >>> await h.status_async()  # doctest: +SKIP
+        <JobStatus.SUCCEEDED: 'succeeded'>
+        """
         job = await self.job_async()
         return None if job is None else job.status
 
     def wait(self, timeout: float | None = None) -> Job:
         """The Job once it is succeeded, failed, held or canceled; TimeoutError first else
-        (`timeout=None` waits for ever). A failure is a Job like any other here."""
+        (`timeout=None` waits for ever). A failure is a Job like any other here.
+
+        >>> job = h.wait(timeout=10)  # doctest: +SKIP
+        >>> job.status, job.error["type"]  # doctest: +SKIP
+        (<JobStatus.FAILED: 'failed'>, 'ValueError')
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self._existing()
@@ -109,10 +134,19 @@ class JobHandle:
     def get(self, timeout: float | None = None) -> Any:
         """The job's result once it succeeded. TaskFailedError when it ended failed or held
         (with the remote error's type, message and traceback), TaskCanceledError when it was
-        canceled, TimeoutError when `timeout` passes first."""
+        canceled, TimeoutError when `timeout` passes first.
+
+        >>> add.delay(2, 3).get(timeout=10)  # doctest: +SKIP
+        5
+        """
         return _result(self.wait(timeout))
 
     async def wait_async(self, timeout: float | None = None) -> Job:
+        """`wait()` for async code.
+
+        >>> (await h.wait_async(timeout=10)).status  # doctest: +SKIP
+        <JobStatus.SUCCEEDED: 'succeeded'>
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = await self._existing_async()
@@ -124,18 +158,31 @@ class JobHandle:
             await self.enqueuer.wait_for_async(self.id, left)
 
     async def get_async(self, timeout: float | None = None) -> Any:
+        """`get()` for async code.
+
+        >>> await (await add.delay_async(2, 3)).get_async(timeout=10)  # doctest: +SKIP
+        5
+        """
         return _result(await self.wait_async(timeout))
 
     def cancel(self) -> JobStatus:
         """A scheduled, ready or held job is canceled at once; a running one is asked to stop
         (it ends canceled when its handler returns, its capacity held until then). Returns the
-        job's status afterwards."""
+        job's status afterwards.
+
+        >>> send.apply_async(({"tenant": "t1"},), countdown=60).cancel()  # doctest: +SKIP
+        <JobStatus.CANCELED: 'canceled'>
+        """
         self.enqueuer.cancel([self.id])
         return self._existing().status
 
     def retry(self) -> JobStatus:
         """A failed, held or canceled job runs again, with a fresh set of attempts. Returns the
-        job's status afterwards."""
+        job's status afterwards.
+
+        >>> h.retry()                                 # h had failed  # doctest: +SKIP
+        <JobStatus.READY: 'ready'>
+        """
         self.enqueuer.retry([self.id])
         return self._existing().status
 

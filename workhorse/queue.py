@@ -47,7 +47,7 @@ class Queue:
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
-    >>> job_id = q.enqueue("mail.send", {"args": [7], "kwargs": {}},
+    >>> job_id = q.enqueue("mail.send", {"args": [7], "kwargs": {}},  # doctest: +SKIP
     ...                    EnqueueOptions(queue="mail", concurrency_key="tenant-1"))
     """
 
@@ -69,13 +69,22 @@ class Queue:
             raise
 
     def enqueue(self, task: str, payload: Any, options: EnqueueOptions | None = None) -> int:
-        """Enqueue one job in the caller's transaction; returns its id."""
+        """Enqueue one job in the caller's transaction; returns its id.
+
+        >>> job_id = q.enqueue("mail.send", {"args": [7], "kwargs": {}},  # doctest: +SKIP
+        ...                    EnqueueOptions(queue="mail", concurrency_key="t1"))
+        """
         return self._run(_ops.enqueue_many([(task, payload, options)]))[0]
 
     def enqueue_many(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
     ) -> list[int]:
-        """Enqueue many jobs in one round trip; ids come back in input order."""
+        """Enqueue many jobs in one round trip; ids come back in input order.
+
+        >>> q.enqueue_many([("mail.send", {"args": [8], "kwargs": {}}, None),  # doctest: +SKIP
+        ...                 ("mail.send", {"args": [9], "kwargs": {}}, None)])
+        [43, 44]
+        """
         return self._run(_ops.enqueue_many(list(jobs), **extra))
 
     def sync_concurrency_policies(
@@ -88,6 +97,10 @@ class Queue:
 
         Upserts each definition; with `prune`, deletes this namespace's other queues. A queue
         owned by another namespace raises PolicyConflictError and nothing is written.
+
+        >>> q.sync_concurrency_policies("workers", [                  # doctest: +SKIP
+        ...     ConcurrencyPolicyDefinition(queue="mail", max_active=20, max_active_per_key=3)])
+        [ConcurrencyPolicy(namespace='workers', queue='mail', max_active=20, ...)]
         """
         return self._run(_ops.sync_policies(namespace, definitions, prune), transaction=True)[1]
 
@@ -97,10 +110,19 @@ class Queue:
         definitions: Iterable[ConcurrencyPolicyDefinition],
         prune: bool = True,
     ) -> SyncReport:
-        """As `sync_concurrency_policies`, but returns what changed."""
+        """As `sync_concurrency_policies`, but returns what changed.
+
+        >>> q.sync_report("workers", [ConcurrencyPolicyDefinition("mail", 20)])  # doctest: +SKIP
+        SyncReport(created=[], updated=['mail'], pruned=[], unchanged=[], schedules=None)
+        """
         return self._run(_ops.sync_policies(namespace, definitions, prune), transaction=True)[0]
 
     def list_concurrency_policies(self, namespace: str | None = None) -> list[ConcurrencyPolicy]:
+        """Every stored policy, or one namespace's.
+
+        >>> [policy.queue for policy in q.list_concurrency_policies("workers")]  # doctest: +SKIP
+        ['mail']
+        """
         return self._run(_ops.list_policies(namespace))
 
     def sync_schedules(
@@ -115,6 +137,10 @@ class Queue:
         occurrence; an unchanged one moves nothing); with `prune`, deletes this namespace's other
         schedules, which stop firing at once. A name owned by another namespace raises
         ScheduleConflictError and nothing is written.
+
+        >>> q.sync_schedules("billing", [                             # doctest: +SKIP
+        ...     ScheduleDefinition(name="digest", task="mail.digest", cron="0 9 * * *")])
+        [Schedule(namespace='billing', name='digest', ...)]
         """
         return self._run(_ops.sync_schedules(namespace, definitions, prune), transaction=True)[1]
 
@@ -124,18 +150,36 @@ class Queue:
         definitions: Iterable[ScheduleDefinition],
         prune: bool = True,
     ) -> SyncReport:
-        """As `sync_schedules`, but returns what changed, by schedule name."""
+        """As `sync_schedules`, but returns what changed, by schedule name.
+
+        >>> q.sync_schedules_report("billing", [], prune=True).pruned  # doctest: +SKIP
+        ['digest']
+        """
         return self._run(_ops.sync_schedules(namespace, definitions, prune), transaction=True)[0]
 
     def list_schedules(self, namespace: str | None = None) -> list[Schedule]:
-        """Every stored schedule (or one namespace's), with its next and last run."""
+        """Every stored schedule (or one namespace's), with its next and last run.
+
+        >>> [schedule.name for schedule in q.list_schedules("billing")]  # doctest: +SKIP
+        ['digest']
+        """
         return self._run(_ops.list_schedules(namespace))
 
     def health(self) -> QueueHealth:
-        """Per-policy limit, active, available, blocked_ready, saturated keys; depth by status."""
+        """Per-policy limit, active, available, blocked_ready, saturated keys; depth by status.
+
+        >>> health = q.health()                                       # doctest: +SKIP
+        >>> health.depth["ready"], [p.available for p in health.policies]  # doctest: +SKIP
+        (3, [17])
+        """
         return self._run(_ops.health())
 
     def get_job(self, job_id: int) -> Job | None:
+        """The job with this id, or None when there is none (or retention pruned it).
+
+        >>> q.get_job(job_id).status                                  # doctest: +SKIP
+        <JobStatus.READY: 'ready'>
+        """
         return self._run(_ops.get_job(job_id))
 
     def list_jobs(
@@ -147,18 +191,30 @@ class Queue:
         task: str | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """The newest jobs first, filtered by any of queue, status, key and task."""
+        """The newest jobs first, filtered by any of queue, status, key and task.
+
+        >>> [job.id for job in q.list_jobs(queue="mail", status="failed")]  # doctest: +SKIP
+        [41, 40]
+        """
         return self._run(
             _ops.list_jobs(queue=queue, status=status, key=key, task=task, limit=limit)
         )
 
     def retry_jobs(self, ids: Iterable[int]) -> list[int]:
-        """Held, failed or canceled jobs become ready with a fresh set of attempts."""
+        """Held, failed or canceled jobs become ready with a fresh set of attempts.
+
+        >>> q.retry_jobs([40, 41])          # 40 had already succeeded  # doctest: +SKIP
+        [41]
+        """
         return self._run(_ops.retry_jobs(ids))
 
     def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
         """Cancel jobs that have not finished (a running one by request: it ends canceled when
-        its handler returns); returns the ids canceled or asked to cancel."""
+        its handler returns); returns the ids canceled or asked to cancel.
+
+        >>> q.cancel_jobs([42])                                       # doctest: +SKIP
+        [42]
+        """
         return self._run(_ops.cancel_jobs(ids))
 
     def prune_jobs(
@@ -170,16 +226,28 @@ class Queue:
     ) -> int:
         """Delete up to `limit` finished jobs whose retention expired (or, with `older_than`
         seconds, those of `statuses` that finished that long ago); -1 while another pruner
-        runs."""
+        runs.
+
+        >>> q.prune_jobs(older_than=86400, statuses=["succeeded"])    # doctest: +SKIP
+        120
+        """
         return self._run(_ops.prune_jobs(limit, older_than, statuses))
 
     def pause(self, queue: str) -> QueueControl:
         """A paused queue admits nothing (governed or not); running jobs finish. Claims in
-        flight finish first; none admits after the pause commits. A sync never removes it."""
+        flight finish first; none admits after the pause commits. A sync never removes it.
+
+        >>> q.pause("mail").paused                                    # doctest: +SKIP
+        True
+        """
         return self._run(_ops.set_queue_control(queue, "pause"), transaction=True)
 
     def resume(self, queue: str) -> QueueControl:
-        """Undo a pause; workers are woken at once."""
+        """Undo a pause; workers are woken at once.
+
+        >>> q.resume("mail").paused                                   # doctest: +SKIP
+        False
+        """
         return self._run(_ops.set_queue_control(queue, "resume"), transaction=True)
 
     def override_policy(
@@ -204,45 +272,97 @@ class Queue:
         return self._run(operation, transaction=True)
 
     def clear_override(self, queue: str) -> QueueControl:
+        """Remove `queue`'s override: its synced policy applies again.
+
+        >>> q.clear_override("openai-api").override is None           # doctest: +SKIP
+        True
+        """
         return self._run(_ops.set_queue_control(queue, "clear_override"), transaction=True)
 
     def list_queues(self) -> list[QueueSummary]:
-        """Every queue with live jobs, a policy or a control: depth, limits, paused, override."""
+        """Every queue with live jobs, a policy or a control: depth, limits, paused, override.
+
+        >>> [summary.queue for summary in q.list_queues()]            # doctest: +SKIP
+        ['mail', 'openai-api']
+        """
         return self._run(_ops.list_queues())
 
     def list_workers(self) -> list[WorkerInfo]:
+        """The registered supervisors, live ones and those not yet pruned.
+
+        >>> [worker.hostname for worker in q.list_workers()]          # doctest: +SKIP
+        ['web-1']
+        """
         return self._run(_ops.list_workers())
 
     def install_schema(self) -> None:
-        """Create or bring forward the `workhorse` schema. Idempotent; safe to race."""
+        """Create or bring forward the `workhorse` schema. Idempotent; safe to race.
+
+        >>> q.install_schema()                                        # doctest: +SKIP
+        """
         self._run(_ops.install_schema(), transaction=True)
 
     def schema_version(self) -> int:
+        """The version of the installed `workhorse` schema (0: none yet).
+
+        >>> q.schema_version() > 0                                    # doctest: +SKIP
+        True
+        """
         return self._run(_ops.schema_version())
 
     # worker side
     def claim(self, queue: str, limit: int, lease: float) -> list[ClaimedJob]:
+        """Worker side: claim up to `limit` ready jobs of `queue` within its limits, each with
+        a lease of `lease` seconds and a new fence (on an autocommit connection).
+
+        >>> [job] = q.claim("mail", 1, 30.0)                          # doctest: +SKIP
+        """
         return self._run(_ops.claim(queue, limit, lease))
 
     def complete_many(self, outcomes: Sequence[tuple[int, int, Any]]) -> set[int]:
+        """Worker side: record `(job_id, fence, result)` successes; returns the ids accepted
+        (a stale fence records nothing).
+
+        >>> q.complete_many([(job.id, job.fence, {"sent": True})])    # doctest: +SKIP
+        {42}
+        """
         return self._run(_ops.complete(outcomes))
 
     def complete(self, job_id: int, fence: int, result: Any = None) -> None:
+        """Worker side: record one success; StaleLeaseError when the fence is stale.
+
+        >>> q.complete(job.id, job.fence, {"sent": True})             # doctest: +SKIP
+        """
         if not self.complete_many([(job_id, fence, result)]):
             raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the result was discarded")
 
     def fail(
         self, job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None = None
     ) -> JobStatus:
+        """Worker side: record a failed attempt. The job retries at `retry_at`, or with None
+        ends failed (or held, if its task says so). Returns its status afterwards.
+
+        >>> error = {"type": "ValueError", "message": "bad", "traceback": None}
+        >>> q.fail(job.id, job.fence, error)                          # doctest: +SKIP
+        <JobStatus.FAILED: 'failed'>
+        """
         return self._run(_ops.fail(job_id, fence, error, retry_at))
 
     def heartbeat(self, leases: Sequence[tuple[int, int, float]]) -> set[int]:
-        """Extend `(job_id, fence, lease_seconds)` leases; returns the ids still held."""
+        """Extend `(job_id, fence, lease_seconds)` leases; returns the ids still held.
+
+        >>> q.heartbeat([(job.id, job.fence, 30.0)])                  # doctest: +SKIP
+        {42}
+        """
         return self._run(_ops.heartbeat(leases))
 
 
 class AsyncQueue:
-    """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable."""
+    """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
+
+    >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP
+    >>> job_id = await aq.enqueue("mail.send", {"args": [7], "kwargs": {}})  # doctest: +SKIP
+    """
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
@@ -260,11 +380,20 @@ class AsyncQueue:
             raise
 
     async def enqueue(self, task: str, payload: Any, options: EnqueueOptions | None = None) -> int:
+        """`Queue.enqueue`, awaitable.
+
+        >>> job_id = await aq.enqueue("mail.send", {"args": [7], "kwargs": {}})  # doctest: +SKIP
+        """
         return (await self._run(_ops.enqueue_many([(task, payload, options)])))[0]
 
     async def enqueue_many(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
     ) -> list[int]:
+        """`Queue.enqueue_many`, awaitable.
+
+        >>> await aq.enqueue_many([("mail.send", {"args": [8]}, None)])  # doctest: +SKIP
+        [43]
+        """
         return await self._run(_ops.enqueue_many(list(jobs), **extra))
 
     async def sync_concurrency_policies(
@@ -273,6 +402,12 @@ class AsyncQueue:
         definitions: Iterable[ConcurrencyPolicyDefinition],
         prune: bool = True,
     ) -> list[ConcurrencyPolicy]:
+        """`Queue.sync_concurrency_policies`, awaitable.
+
+        >>> definitions = [ConcurrencyPolicyDefinition("mail", max_active=20)]
+        >>> await aq.sync_concurrency_policies("workers", definitions)  # doctest: +SKIP
+        [ConcurrencyPolicy(namespace='workers', queue='mail', max_active=20, ...)]
+        """
         operation = _ops.sync_policies(namespace, definitions, prune)
         return (await self._run(operation, transaction=True))[1]
 
@@ -282,12 +417,22 @@ class AsyncQueue:
         definitions: Iterable[ConcurrencyPolicyDefinition],
         prune: bool = True,
     ) -> SyncReport:
+        """`Queue.sync_report`, awaitable.
+
+        >>> (await aq.sync_report("workers", [])).pruned              # doctest: +SKIP
+        ['mail']
+        """
         operation = _ops.sync_policies(namespace, definitions, prune)
         return (await self._run(operation, transaction=True))[0]
 
     async def list_concurrency_policies(
         self, namespace: str | None = None
     ) -> list[ConcurrencyPolicy]:
+        """`Queue.list_concurrency_policies`, awaitable.
+
+        >>> [p.queue for p in await aq.list_concurrency_policies()]   # doctest: +SKIP
+        ['mail']
+        """
         return await self._run(_ops.list_policies(namespace))
 
     async def sync_schedules(
@@ -296,6 +441,11 @@ class AsyncQueue:
         definitions: Iterable[ScheduleDefinition],
         prune: bool = True,
     ) -> list[Schedule]:
+        """`Queue.sync_schedules`, awaitable.
+
+        >>> await aq.sync_schedules("billing", [])                    # doctest: +SKIP
+        []
+        """
         operation = _ops.sync_schedules(namespace, definitions, prune)
         return (await self._run(operation, transaction=True))[1]
 
@@ -305,16 +455,36 @@ class AsyncQueue:
         definitions: Iterable[ScheduleDefinition],
         prune: bool = True,
     ) -> SyncReport:
+        """`Queue.sync_schedules_report`, awaitable.
+
+        >>> (await aq.sync_schedules_report("billing", [])).pruned    # doctest: +SKIP
+        ['digest']
+        """
         operation = _ops.sync_schedules(namespace, definitions, prune)
         return (await self._run(operation, transaction=True))[0]
 
     async def list_schedules(self, namespace: str | None = None) -> list[Schedule]:
+        """`Queue.list_schedules`, awaitable.
+
+        >>> [s.name for s in await aq.list_schedules("billing")]      # doctest: +SKIP
+        ['digest']
+        """
         return await self._run(_ops.list_schedules(namespace))
 
     async def health(self) -> QueueHealth:
+        """`Queue.health`, awaitable.
+
+        >>> (await aq.health()).depth["ready"]                        # doctest: +SKIP
+        3
+        """
         return await self._run(_ops.health())
 
     async def get_job(self, job_id: int) -> Job | None:
+        """`Queue.get_job`, awaitable.
+
+        >>> (await aq.get_job(job_id)).status                         # doctest: +SKIP
+        <JobStatus.READY: 'ready'>
+        """
         return await self._run(_ops.get_job(job_id))
 
     async def list_jobs(
@@ -326,14 +496,29 @@ class AsyncQueue:
         task: str | None = None,
         limit: int = 50,
     ) -> list[Job]:
+        """`Queue.list_jobs`, awaitable.
+
+        >>> [job.id for job in await aq.list_jobs(status="failed")]   # doctest: +SKIP
+        [41, 40]
+        """
         return await self._run(
             _ops.list_jobs(queue=queue, status=status, key=key, task=task, limit=limit)
         )
 
     async def retry_jobs(self, ids: Iterable[int]) -> list[int]:
+        """`Queue.retry_jobs`, awaitable.
+
+        >>> await aq.retry_jobs([41])                                 # doctest: +SKIP
+        [41]
+        """
         return await self._run(_ops.retry_jobs(ids))
 
     async def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
+        """`Queue.cancel_jobs`, awaitable.
+
+        >>> await aq.cancel_jobs([42])                                # doctest: +SKIP
+        [42]
+        """
         return await self._run(_ops.cancel_jobs(ids))
 
     async def prune_jobs(
@@ -343,12 +528,27 @@ class AsyncQueue:
         older_than: float | None = None,
         statuses: Sequence[str] | None = None,
     ) -> int:
+        """`Queue.prune_jobs`, awaitable.
+
+        >>> await aq.prune_jobs(limit=1000)                           # doctest: +SKIP
+        120
+        """
         return await self._run(_ops.prune_jobs(limit, older_than, statuses))
 
     async def pause(self, queue: str) -> QueueControl:
+        """`Queue.pause`, awaitable.
+
+        >>> (await aq.pause("mail")).paused                           # doctest: +SKIP
+        True
+        """
         return await self._run(_ops.set_queue_control(queue, "pause"), transaction=True)
 
     async def resume(self, queue: str) -> QueueControl:
+        """`Queue.resume`, awaitable.
+
+        >>> (await aq.resume("mail")).paused                          # doctest: +SKIP
+        False
+        """
         return await self._run(_ops.set_queue_control(queue, "resume"), transaction=True)
 
     async def override_policy(
@@ -361,6 +561,10 @@ class AsyncQueue:
         rate_limit_per_key: str | None = None,
         expires_in: float | None = None,
     ) -> QueueControl:
+        """`Queue.override_policy`, awaitable.
+
+        >>> await aq.override_policy("openai-api", max_active=2, expires_in=3600)  # doctest: +SKIP
+        """
         operation = _ops.set_queue_control(
             queue, "override", max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate_limit, rate_limit_per_key=rate_limit_per_key, expires_in=expires_in,
@@ -368,36 +572,84 @@ class AsyncQueue:
         return await self._run(operation, transaction=True)
 
     async def clear_override(self, queue: str) -> QueueControl:
+        """`Queue.clear_override`, awaitable.
+
+        >>> (await aq.clear_override("openai-api")).override is None  # doctest: +SKIP
+        True
+        """
         return await self._run(_ops.set_queue_control(queue, "clear_override"), transaction=True)
 
     async def list_queues(self) -> list[QueueSummary]:
+        """`Queue.list_queues`, awaitable.
+
+        >>> [summary.queue for summary in await aq.list_queues()]     # doctest: +SKIP
+        ['mail']
+        """
         return await self._run(_ops.list_queues())
 
     async def list_workers(self) -> list[WorkerInfo]:
+        """`Queue.list_workers`, awaitable.
+
+        >>> [worker.hostname for worker in await aq.list_workers()]   # doctest: +SKIP
+        ['web-1']
+        """
         return await self._run(_ops.list_workers())
 
     async def install_schema(self) -> None:
+        """`Queue.install_schema`, awaitable.
+
+        >>> await aq.install_schema()                                 # doctest: +SKIP
+        """
         await self._run(_ops.install_schema(), transaction=True)
 
     async def schema_version(self) -> int:
+        """`Queue.schema_version`, awaitable.
+
+        >>> await aq.schema_version() > 0                             # doctest: +SKIP
+        True
+        """
         return await self._run(_ops.schema_version())
 
     async def claim(self, queue: str, limit: int, lease: float) -> list[ClaimedJob]:
+        """`Queue.claim`, awaitable.
+
+        >>> [job] = await aq.claim("mail", 1, 30.0)                   # doctest: +SKIP
+        """
         return await self._run(_ops.claim(queue, limit, lease))
 
     async def complete_many(self, outcomes: Sequence[tuple[int, int, Any]]) -> set[int]:
+        """`Queue.complete_many`, awaitable.
+
+        >>> await aq.complete_many([(job.id, job.fence, None)])       # doctest: +SKIP
+        {42}
+        """
         return await self._run(_ops.complete(outcomes))
 
     async def complete(self, job_id: int, fence: int, result: Any = None) -> None:
+        """`Queue.complete`, awaitable.
+
+        >>> await aq.complete(job.id, job.fence, {"sent": True})      # doctest: +SKIP
+        """
         if not await self.complete_many([(job_id, fence, result)]):
             raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the result was discarded")
 
     async def fail(
         self, job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None = None
     ) -> JobStatus:
+        """`Queue.fail`, awaitable.
+
+        >>> error = {"type": "ValueError", "message": "bad", "traceback": None}
+        >>> await aq.fail(job.id, job.fence, error)                   # doctest: +SKIP
+        <JobStatus.SCHEDULED: 'scheduled'>
+        """
         return await self._run(_ops.fail(job_id, fence, error, retry_at))
 
     async def heartbeat(self, leases: Sequence[tuple[int, int, float]]) -> set[int]:
+        """`Queue.heartbeat`, awaitable.
+
+        >>> await aq.heartbeat([(job.id, job.fence, 30.0)])           # doctest: +SKIP
+        {42}
+        """
         return await self._run(_ops.heartbeat(leases))
 
 

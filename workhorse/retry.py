@@ -31,6 +31,11 @@ class Backoff:
             )
 
     def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number `attempt`.
+
+        >>> Backoff(base=2, factor=3, jitter=False).delay(2)
+        6.0
+        """
         exponent = max(attempt - 1, 0)
         raw = self.cap if exponent > 64 else min(self.cap, self.base * self.factor**exponent)
         if self.jitter:

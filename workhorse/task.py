@@ -150,7 +150,15 @@ class Call:
 
 
 class Task(Generic[P, R]):
-    """A handler registered with `@app.task`. Calling it runs the function in-process."""
+    """A handler registered with `@app.task`. Calling it runs the function in-process.
+
+    >>> app = App("docs")
+    >>> @app.task(name="math.add")
+    ... def add(a, b):
+    ...     return a + b
+    >>> add(2, 3), add.name, add.queue.name     # calling it runs the function, here
+    (5, 'math.add', 'math.add')
+    """
 
     def __init__(
         self,
@@ -204,13 +212,32 @@ class Task(Generic[P, R]):
 
     def should_retry(self, exc: BaseException) -> bool:
         """Whether a failed attempt that raised `exc` may retry (attempts permitting): a Retry
-        always may; otherwise only the task's `retry_on` types."""
+        always may; otherwise only the task's `retry_on` types.
+
+        >>> app = App("docs")
+        >>> @app.task(name="net.fetch", retry_on=(ConnectionError,))
+        ... def fetch(url): ...
+        >>> fetch.should_retry(ConnectionResetError()), fetch.should_retry(ValueError())
+        (True, False)
+        >>> fetch.should_retry(Retry("10s"))
+        True
+        """
         from .context import Retry
 
         return isinstance(exc, (Retry, *self.retry_on))
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """InvalidOptionsError when `fn(*args, **kwargs)` could not bind to the function."""
+        """InvalidOptionsError when `fn(*args, **kwargs)` could not bind to the function.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail", concurrency_key=lambda to, **_: to)
+        ... def send(to, subject=""): ...
+        >>> send.check_arguments(["ann"], {"subject": "hi"})   # fits: nothing happens
+        >>> send.check_arguments([], {})
+        Traceback (most recent call last):
+        ...
+        workhorse.errors.InvalidOptionsError: mail.send(to, subject=''): the arguments ...
+        """
         if self.signature is None:
             return
         if self.argument_checker is not None:
@@ -242,7 +269,15 @@ class Task(Generic[P, R]):
         eta: datetime | None = None,
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
-        are Celery's spellings of `delay` and `run_at`."""
+        are Celery's spellings of `delay` and `run_at`.
+
+        >>> app = App("docs")
+        >>> @app.task(name="mail.send", queue="mail", concurrency_key=lambda to, **_: to)
+        ... def send(to, subject=""): ...
+        >>> call = send.call(("ann",), {"subject": "hi"}, priority=5, countdown=30)
+        >>> call.payload, call.options.concurrency_key, call.options.priority
+        ({'args': ['ann'], 'kwargs': {'subject': 'hi'}}, 'ann', 5)
+        """
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
         if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -280,7 +315,12 @@ class Task(Generic[P, R]):
         return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """Enqueue with the decorator's options: `send.delay({"tenant": "t1"})`."""
+        """Enqueue with the decorator's options: `send.delay({"tenant": "t1"})`.
+
+        >>> h = send.delay({"tenant": "t1"})  # doctest: +SKIP
+        >>> h.id  # doctest: +SKIP
+        42
+        """
         return self.enqueuer.enqueue_calls([self.call(args, kwargs)])[0]
 
     def apply_async(
@@ -294,16 +334,29 @@ class Task(Generic[P, R]):
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
         max_attempts, idempotency_key); `connection=` enqueues inside the caller's transaction.
         With an idempotency key, a job of this task with that key that still exists is returned
-        instead of a new one."""
+        instead of a new one.
+
+        >>> send.apply_async(({"tenant": "t1"},), queue="mail-bulk", priority=5,  # doctest: +SKIP
+        ...                  countdown=30, idempotency_key="invoice-7")
+        JobHandle(id=43)
+        """
         check_call_options(options, "apply_async")
         return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
-        """Enqueue one job per argument tuple, in one round trip."""
+        """Enqueue one job per argument tuple, in one round trip.
+
+        >>> [h.id for h in send.map([({"tenant": "t1"},), ({"tenant": "t2"},)])]  # doctest: +SKIP
+        [44, 45]
+        """
         check_call_options(options, "map")
         return self.enqueuer.enqueue_calls([self.call(args, None, **options) for args in arguments])
 
     async def delay_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """The async twin of `delay`.
+
+        >>> h = await send.delay_async({"tenant": "t1"})  # doctest: +SKIP
+        """
         return (await self.enqueuer.enqueue_calls_async([self.call(args, kwargs)]))[0]
 
     async def enqueue_async(
@@ -314,7 +367,10 @@ class Task(Generic[P, R]):
         connection: Any = None,
         **options: Any,
     ) -> JobHandle:
-        """The async twin of `apply_async`, with the same arguments."""
+        """The async twin of `apply_async`, with the same arguments.
+
+        >>> h = await send.enqueue_async(({"tenant": "t1"},), connection=aconn)  # doctest: +SKIP
+        """
         check_call_options(options, "enqueue_async")
         calls = [self.call(args, kwargs, **options)]
         return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]

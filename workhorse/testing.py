@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -33,8 +33,8 @@ import psycopg
 
 from . import _ops, database
 from .app import App
-from .context import JobContext, Snooze, in_context, running
-from .errors import InvalidOptionsError, JobTimeoutError, StaleLeaseError
+from .context import in_context
+from .errors import InvalidOptionsError, StaleLeaseError
 from .handle import JobHandle
 from .queue import Queue
 from .task import Call, Task
@@ -55,6 +55,8 @@ __all__ = [
 
 # A handler that snoozes this many times in a row under eager() fails: it would never end.
 EAGER_SNOOZE_LIMIT = 100
+# The lease an eager attempt is claimed with: nothing renews or checks it (no database).
+EAGER_LEASE = 60.0
 
 
 @contextmanager
@@ -64,9 +66,12 @@ def eager(app: App) -> Iterator[None]:
     whose `get()` / `get_async()` gives its result or raises TaskFailedError / TaskCanceledError
     as a real one does.
 
-    What runs is what a worker would run: the payload goes through JSON (a tuple arrives as a
-    list, a non-JSON argument is a PayloadError at enqueue), the arguments are bound to the
-    signature, the result must be JSON, and `current_job()` gives a JobContext. Differences:
+    What runs is what a worker would run: each attempt runs on the worker's own executor, which
+    decides success, retry (`retry_on`, `Retry`), final failure, `Snooze` and timeouts as in a
+    worker; the payload goes through JSON (a tuple arrives as a list, a non-JSON argument is a
+    PayloadError at enqueue), the arguments are bound to the signature, the result must be JSON,
+    and `current_job()` gives a JobContext. A sync handler runs in the caller's thread.
+    Differences:
       - delays, `eta` and `run_at` are ignored: the job runs now;
       - a failure that may retry (the task's `retry_on`, or `Retry`) runs again at once, up to
         `max_attempts`; backoff and `Retry(delay=...)` are not waited for;
@@ -146,8 +151,8 @@ class EagerRunner:
             task = self.app.tasks.get(job.task)
             if task is None:
                 continue
-            fresh = _replace(job, status=JobStatus.READY, attempts=0, result=None, error=None,
-                             finished_at=None)
+            fresh = replace(job, status=JobStatus.READY, attempts=0, result=None, error=None,
+                            finished_at=None)
             self.jobs[job_id] = fresh
             self._run_blocking(task, fresh)
             changed.append(job_id)
@@ -190,93 +195,66 @@ class EagerRunner:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(self._run(task, job))
-        box: list[Job] = []
-        errors: list[BaseException] = []
-
-        def target() -> None:
-            try:
-                box.append(asyncio.run(self._run(task, job)))
-            except BaseException as exc:
-                errors.append(exc)
-
-        thread = threading.Thread(target=in_context(target), name="workhorse-eager")
-        thread.start()
-        thread.join()
-        if errors:
-            raise errors[0]
-        return box[0]
+        return _in_thread(lambda: asyncio.run(self._run(task, job)), "workhorse-eager")
 
     async def _run(self, task: Task[Any, Any], job: Job) -> Job:
-        """Attempts until one succeeds, one may not retry, or attempts run out."""
-        args = job.payload.get("args", [])
-        kwargs = job.payload.get("kwargs", {})
-        attempts, snoozes = job.attempts, 0
-        scheduled_for = job.run_at
+        """Attempts until one succeeds, one may not retry, or attempts run out. Each attempt is
+        a claim in memory run by the worker's own executor, which decides what happened
+        (success, a retry, a final failure, a snooze); the job then changes as the database
+        would change it, except that a retry or a snooze runs again at once."""
+        # The worker's own executor, imported here: `import workhorse.testing` stays light. One
+        # per job, so that it knows a task declared inside the block too.
+        from .worker._threads import InCallerThread
+        from .worker.executor import Executor
+
+        executor = Executor({task.name: task}, app_name=self.app.name,
+                            default_lease=EAGER_LEASE, threads=InCallerThread(), traced=False)
+        scheduled_for = job.run_at  # the first run_at: a retry does not move it
+        snoozes = 0
         while True:
-            attempts += 1
+            attempts = job.attempts + 1
             started = datetime.now(UTC)
-            job = _replace(job, status=JobStatus.ACTIVE, attempts=attempts, started_at=started)
+            job = replace(job, status=JobStatus.ACTIVE, attempts=attempts, started_at=started)
             self.jobs[job.id] = job
-            ctx = JobContext(
-                id=job.id, task=job.task, queue=job.queue,
-                concurrency_key=job.concurrency_key, attempt=attempts,
-                max_attempts=job.max_attempts, scheduled_for=scheduled_for,
+            claimed = ClaimedJob(
+                id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
+                priority=job.priority, payload=job.payload, attempts=attempts,
+                max_attempts=job.max_attempts, fence=attempts,
+                lease_until=started + timedelta(seconds=EAGER_LEASE),
+                enqueued_at=job.enqueued_at, run_at=job.run_at, meta={}, started_at=started,
+                scheduled_for=scheduled_for,
             )
-            try:
-                with running(ctx):
-                    value = await _attempt(task, args, kwargs)
-                result = json.loads(_ops.encode_json(value, "result"))
-            except Snooze as exc:
-                attempts -= 1  # a snooze gives its attempt back
+            outcome = await executor.run(executor.prepare(claimed))
+            assert outcome is not None  # only a lost lease has none, and eager has no lease
+            if outcome.snooze is not None:
                 snoozes += 1
                 if snoozes < EAGER_SNOOZE_LIMIT:
+                    job = replace(job, attempts=attempts - 1)  # a snooze gives its attempt back
                     continue
                 error = {"type": "Snooze", "message": (
-                    f"snoozed {snoozes} times in a row under eager() (last: {exc}); a worker "
-                    "would wait out each delay"), "traceback": None}
+                    f"snoozed {snoozes} times in a row under eager() (last: for "
+                    f"{outcome.snooze:g}s); a worker would wait out each delay"),
+                    "traceback": None}
                 return self._ended(job, JobStatus.FAILED, error=error)
-            except (Exception, SystemExit) as exc:  # Ctrl-C still stops the test run
-                snoozes = 0
-                if task.should_retry(exc) and attempts < job.max_attempts:
-                    continue
-                status = JobStatus.HELD if job.on_failure == "hold" else JobStatus.FAILED
-                return self._ended(job, status, error=_ops.error_document(exc))
-            return self._ended(job, JobStatus.SUCCEEDED, result=result)
+            if outcome.error is None:
+                assert outcome.result is not None
+                # As the database keeps it: `error` is still the last failure, if any.
+                return self._ended(job, JobStatus.SUCCEEDED, result=json.loads(outcome.result),
+                                   error=job.error)
+            snoozes = 0
+            if outcome.retry_at is not None:
+                # The executor retries it; eager does not wait out the delay.
+                job = replace(job, error=outcome.error)
+                continue
+            status = JobStatus.HELD if job.on_failure == "hold" else JobStatus.FAILED
+            return self._ended(job, status, error=outcome.error)
 
     def _ended(self, job: Job, status: JobStatus, *, result: Any = None,
                error: dict[str, Any] | None = None) -> Job:
-        ended = _replace(job, status=status, result=result, error=error,
-                         finished_at=datetime.now(UTC))
+        ended = replace(job, status=status, result=result, error=error,
+                        finished_at=datetime.now(UTC))
         self.jobs[job.id] = ended
         return ended
-
-
-async def _attempt(task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """One call of the handler, within the task's timeout."""
-    if task.is_async:
-        if task.timeout is None:
-            return await task.fn(*args, **kwargs)
-        try:
-            return await asyncio.wait_for(task.fn(*args, **kwargs), task.timeout)
-        except TimeoutError:
-            raise JobTimeoutError(
-                f"{task.name} ran past its timeout of {task.timeout:g}s and was cancelled"
-            ) from None
-    started = time.monotonic()
-    value = task.fn(*args, **kwargs)
-    elapsed = time.monotonic() - started
-    if task.timeout is not None and elapsed > task.timeout:
-        raise JobTimeoutError(
-            f"{task.name} ran {elapsed:.3g}s, past its timeout of {task.timeout:g}s; a sync "
-            "handler cannot be interrupted, so its result was discarded"
-        )
-    return value
-
-
-def _replace(job: Job, **changes: Any) -> Job:
-    from dataclasses import replace
-
-    return replace(job, **changes)
 
 
 # ---- assertions on the real database ---------------------------------------------------------
@@ -428,10 +406,12 @@ def drain(
     except RuntimeError:
         return asyncio.run(coroutine)
     # Called from async code: run on a loop of its own, in a thread.
-    return _in_thread(lambda: asyncio.run(coroutine))
+    return _in_thread(lambda: asyncio.run(coroutine), "workhorse-drain")
 
 
-def _in_thread(fn: Callable[[], T]) -> T:
+def _in_thread(fn: Callable[[], T], name: str) -> T:
+    """`fn()` in a thread of its own (with this context), for code that must not run on this
+    thread's loop; its value, or its exception."""
     box: list[T] = []
     errors: list[BaseException] = []
 
@@ -441,7 +421,7 @@ def _in_thread(fn: Callable[[], T]) -> T:
         except BaseException as exc:
             errors.append(exc)
 
-    thread = threading.Thread(target=in_context(target), name="workhorse-drain")
+    thread = threading.Thread(target=in_context(target), name=name)
     thread.start()
     thread.join()
     if errors:
@@ -521,13 +501,10 @@ async def drain_async(
                 raise TimeoutError(_timed_out(timeout, counts) + " (a rate limit held jobs back)")
             await anyio.sleep(wait)
     finally:
+        executor.threads.close()
         heartbeats.close()
         await conn.close()  # the recorder's too: it flushed each outcome as it came
     return DrainReport(**counts)
-
-
-def _cancel_flag(execution: Any) -> Callable[[], bool]:
-    return lambda: bool(execution.cancel_requested)
 
 
 def _drain_queues(app: App, queues: Sequence[str] | None) -> list[str]:

@@ -23,6 +23,11 @@ MAX_DELAY_SECONDS = 1000 * 366 * 86400.0
 
 
 class JobStatus(enum.StrEnum):
+    """A job's status (DESIGN.md's status table). A `str`, so it compares to its value.
+
+    >>> JobStatus("held") is JobStatus.HELD, JobStatus.READY == "ready"
+    (True, True)
+    """
     SCHEDULED = "scheduled"
     READY = "ready"
     ACTIVE = "active"
@@ -153,6 +158,11 @@ class EnqueueOptions:
 
     @property
     def delay_seconds(self) -> float | None:
+        """`delay` in seconds (a timedelta converted), or None when there is none.
+
+        >>> EnqueueOptions(delay=90).delay_seconds, EnqueueOptions().delay_seconds
+        (90.0, None)
+        """
         return None if self.delay is None else delay_seconds(self.delay)
 
 
@@ -285,10 +295,21 @@ class ConcurrencyPolicyDefinition:
 
     @property
     def rate(self) -> RateLimit | None:
+        """`rate_limit` parsed: at most `n` starts in any window of `period` seconds.
+
+        >>> limit = ConcurrencyPolicyDefinition("api", rate_limit="500/m").rate
+        >>> limit.n, limit.period
+        (500, 60.0)
+        """
         return RateLimit.optional(self.rate_limit, "rate_limit")
 
     @property
     def rate_per_key(self) -> RateLimit | None:
+        """`rate_limit_per_key` parsed, as `rate` is.
+
+        >>> ConcurrencyPolicyDefinition("api", rate_limit_per_key="10/s").rate_per_key.n
+        10
+        """
         return RateLimit.optional(self.rate_limit_per_key, "rate_limit_per_key")
 
 
@@ -313,14 +334,29 @@ class QueueSpec:
 
     @property
     def governed(self) -> bool:
+        """Whether the queue has any limit (a policy to sync).
+
+        >>> QueueSpec("mail").governed, QueueSpec("mail", max_active=2).governed
+        (False, True)
+        """
         return any(value is not None for value in self.limits)
 
     @property
     def limits(self) -> tuple[int | None, int | None, str | None, str | None]:
+        """`(max_active, max_active_per_key, rate_limit, rate_limit_per_key)`.
+
+        >>> QueueSpec("api", 5, rate_limit="500/m").limits
+        (5, None, '500/m', None)
+        """
         return (self.max_active, self.max_active_per_key, self.rate_limit,
                 self.rate_limit_per_key)
 
     def definition(self) -> ConcurrencyPolicyDefinition | None:
+        """The policy to sync for this queue; None when it has no limit.
+
+        >>> QueueSpec("mail").definition() is None
+        True
+        """
         if not self.governed:
             return None
         return ConcurrencyPolicyDefinition(self.name, *self.limits)
@@ -328,7 +364,11 @@ class QueueSpec:
 
 @dataclass(frozen=True, slots=True)
 class ConcurrencyPolicy:
-    """A policy as stored in PostgreSQL."""
+    """A policy as stored in PostgreSQL.
+
+    >>> q.list_concurrency_policies("billing")  # doctest: +SKIP
+    [ConcurrencyPolicy(namespace='billing', queue='mail', max_active=20, ...)]
+    """
 
     namespace: str
     queue: str
@@ -342,7 +382,12 @@ class ConcurrencyPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One job row."""
+    """One job row.
+
+    >>> job = add.delay(2, 3).job()  # doctest: +SKIP
+    >>> job.status, job.attempts, job.max_attempts  # doctest: +SKIP
+    (<JobStatus.READY: 'ready'>, 0, 3)
+    """
 
     id: int
     task: str
@@ -369,7 +414,11 @@ class Job:
 
     @property
     def resting(self) -> bool:
-        """Whether the job reached a status it stays in: succeeded, failed, held or canceled."""
+        """Whether the job reached a status it stays in: succeeded, failed, held or canceled.
+
+        >>> add.delay(2, 3).wait(timeout=10).resting  # doctest: +SKIP
+        True
+        """
         return self.status in RESTING
 
 
@@ -400,7 +449,11 @@ class QueueControl:
 class PolicyHealth:
     """One governed, paused or overridden queue: the limits in force (an override's where it
     has one), what is active, and what the limits hold back. `namespace` is None for a queue
-    that only an operator control governs."""
+    that only an operator control governs.
+
+    >>> [(p.queue, p.active, p.available) for p in q.health().policies]  # doctest: +SKIP
+    [('mail', 3, 17)]
+    """
 
     namespace: str | None
     queue: str
@@ -420,6 +473,13 @@ class PolicyHealth:
 
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
+    """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
+    overridden queue, and the number of jobs by status.
+
+    >>> health = q.health()  # doctest: +SKIP
+    >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
+    (3, ['mail'])
+    """
     policies: list[PolicyHealth]
     depth: dict[str, int]
 
@@ -464,7 +524,12 @@ class QueueSummary:
 
 @dataclass(frozen=True, slots=True)
 class SyncReport:
-    """What `App.sync()` changed, as lists of queue names."""
+    """What `App.sync()` changed, as lists of queue names.
+
+    >>> report = SyncReport(created=["mail"], unchanged=["openai-api"])
+    >>> report.created, report.pruned
+    (['mail'], [])
+    """
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
@@ -477,7 +542,11 @@ class SyncReport:
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A worker supervisor's row in `workhorse.workers`: alive while it touched `last_seen` in
-    the last 30 seconds; `stats` holds its running counters."""
+    the last 30 seconds; `stats` holds its running counters.
+
+    >>> [(w.host, w.pid, w.slots) for w in q.list_workers()]  # doctest: +SKIP
+    [('web-1', 4121, 4)]
+    """
 
     id: int
     app: str
@@ -565,13 +634,22 @@ class ScheduleDefinition:
 
     @property
     def every_seconds(self) -> float | None:
+        """`every` in seconds (None for a cron schedule).
+
+        >>> ScheduleDefinition("refresh", "tasks.refresh", every=90).every_seconds
+        90.0
+        """
         if self.every is None:
             return None
         return _occurrences.every_microseconds(self.every) / 1_000_000
 
     @property
     def target_queue(self) -> str:
-        """The queue its jobs go to: `queue`, else the queue named after the task."""
+        """The queue its jobs go to: `queue`, else the queue named after the task.
+
+        >>> ScheduleDefinition("nightly", "tasks.report", cron="0 3 * * *").target_queue
+        'tasks.report'
+        """
         return self.queue if self.queue is not None else self.task
 
 
@@ -579,7 +657,11 @@ class ScheduleDefinition:
 class Schedule:
     """A schedule as stored in PostgreSQL: its definition, the namespace that owns it, the
     next occurrence it will fire (`next_run_at`) and the latest it fired (`last_run_at`, None
-    before the first)."""
+    before the first).
+
+    >>> [(s.name, s.next_run_at) for s in q.list_schedules("billing")]  # doctest: +SKIP
+    [('digest', datetime.datetime(2026, 12, 2, 9, 0, tzinfo=...))]
+    """
 
     namespace: str
     name: str
@@ -602,6 +684,11 @@ class Schedule:
 
     @property
     def definition(self) -> ScheduleDefinition:
+        """The stored schedule as a `ScheduleDefinition` (what a sync would compare).
+
+        >>> q.list_schedules("billing")[0].definition.cron  # doctest: +SKIP
+        '0 9 * * *'
+        """
         return ScheduleDefinition(
             name=self.name, task=self.task, cron=self.cron, every=self.every, args=self.args,
             kwargs=self.kwargs, queue=self.queue, tz=self.tz, catch_up=self.catch_up,

@@ -84,6 +84,20 @@ class HandlerThreads:
             self._jobs.put(None)
 
 
+class InCallerThread:
+    """`HandlerThreads`' interface, but each handler runs in the calling thread itself, on a copy
+    of its context, blocking its loop until it returns. For a runner of one job at a time that
+    wants the caller's thread (its thread-locals, a test framework's database connection):
+    `eager()`."""
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` here and now; its value, or its exception."""
+        return contextvars.copy_context().run(fn)
+
+    def close(self) -> None:
+        """Nothing to let go of."""
+
+
 def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any,
              exc: BaseException | None) -> None:
     # A closed loop (RuntimeError): the slot is exiting, and nobody waits any more.

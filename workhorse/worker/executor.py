@@ -36,7 +36,7 @@ from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
 from ..types import ClaimedJob
-from ._threads import HandlerThreads
+from ._threads import HandlerThreads, InCallerThread
 
 
 @dataclass(eq=False, slots=True)
@@ -120,7 +120,8 @@ class Executor:
     """Runs claimed jobs of one app's tasks; `await executor.run(execution)` -> Outcome | None.
 
     `threads` are the threads sync handlers run in (None: threads of its own, unbounded: the
-    caller bounds how many jobs it runs at once).
+    caller bounds how many jobs it runs at once; `InCallerThread()`: the calling thread itself,
+    as `eager()` runs them).
     """
 
     def __init__(
@@ -129,7 +130,7 @@ class Executor:
         *,
         app_name: str,
         default_lease: float,
-        threads: HandlerThreads | None = None,
+        threads: HandlerThreads | InCallerThread | None = None,
         traced: bool | None = None,
         retention: str = _ops.DEFAULT_RETENTION_JSON,
         renew: Callable[[Execution], None] | None = None,
@@ -140,7 +141,8 @@ class Executor:
         self.retention = retention  # the app's, for jobs whose task it does not know
         self.app_name = app_name
         self.default_lease = default_lease
-        self.threads = threads if threads is not None else HandlerThreads()
+        self.threads: HandlerThreads | InCallerThread = (
+            threads if threads is not None else HandlerThreads())
         self.traced = tracing_enabled() if traced is None else traced
 
     def prepare(self, job: ClaimedJob, governed: bool = False) -> Execution:
@@ -234,8 +236,8 @@ class Executor:
                     if not limit.expired() or execution.lost or execution.cancel_requested:
                         raise
                     raise JobTimeoutError(
-                        f"{task.name}: the attempt ran past its timeout of {timeout:g}s and was "
-                        "cancelled") from exc
+                        f"{task.name} ran past its timeout of {timeout:g}s and was cancelled"
+                    ) from exc
             finally:
                 execution.handle = None
         value = await self.threads.run(

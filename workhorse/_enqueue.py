@@ -1,0 +1,419 @@
+"""How an App's calls reach the database: where it is, the pools, the caller's connection
+(`app.using`), the diversions of `eager()`, and every call that sends a statement: enqueue, read,
+cancel and retry here, and `App.sync` (app.py) through the same drivers.
+
+Each call is written once, as a *plan*: a generator that yields `_ops` operations and receives each
+one's result, as `_ops` itself does one level down for statements. `_run(plan)` drives a plan on a
+`psycopg.Connection`, `_run_async(plan)` on a `psycopg.AsyncConnection`: the caller's when there
+is one, else a pooled one that commits when the plan ends. An operation's error is thrown back into
+the plan, so that what the plan holds open (the enqueue span) sees it.
+
+`AppEnqueuer` is the half of App that Task and JobHandle talk to (handle.py's `Enqueuer`); App
+adds the declarations and the registry.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from . import _ops, _results, database, telemetry
+from .errors import InvalidOptionsError
+from .handle import Enqueuer, JobHandle
+from .task import Call, Task, check_call_options
+from .types import Job
+
+T = TypeVar("T")
+# A call written once for both flavours: yields operations, receives their results, returns T.
+Plan = Generator[_ops.Operation[Any], Any, T]
+
+_current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "workhorse_connection", default=None
+)
+# Apps whose enqueues go elsewhere in this context (workhorse.testing.eager): (app, enqueuer).
+_diversions: contextvars.ContextVar[tuple[tuple[AppEnqueuer, Enqueuer], ...]] = (
+    contextvars.ContextVar("workhorse_diversions", default=())
+)
+
+
+def _single(operation: _ops.Operation[T]) -> Plan[T]:
+    """The plan of one operation."""
+    result: T = yield operation
+    return result
+
+
+def _drive(conn: psycopg.Connection[Any], plan: Plan[T]) -> T:
+    try:
+        operation = next(plan)
+        while True:
+            try:
+                result = _ops.execute(conn, operation)
+            except BaseException as exc:
+                operation = plan.throw(exc)
+            else:
+                operation = plan.send(result)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def _drive_async(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> T:
+    try:
+        operation = next(plan)
+        while True:
+            try:
+                result = await _ops.execute_async(conn, operation)
+            except BaseException as exc:
+                operation = plan.throw(exc)
+            else:
+                operation = plan.send(result)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+class AppEnqueuer(Enqueuer):
+    """Where an app's database is, and how its calls reach it.
+
+    >>> app = App("docs", database_url="postgresql://localhost/app")
+    >>> app.database_url
+    'postgresql://localhost/app'
+    """
+
+    # Set by App.
+    name: str
+    retention: dict[str, float | None]
+
+    def __init__(self, database_url: str | None = None) -> None:
+        self._database_url = database_url
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._async_pool: AsyncConnectionPool | None = None
+        self._pool_pid = os.getpid()
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        raise NotImplementedError  # App's registry
+
+    # ---- the database ------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        """The DSN: the constructor's, else WORKHORSE_DATABASE_URL, else the embedded server.
+        Setting it (the CLI's --database-url) is allowed only before the pools open.
+
+        >>> App("docs", database_url="postgresql://db.internal/billing").database_url
+        'postgresql://db.internal/billing'
+        """
+        if self._database_url is None:
+            self._database_url = database.resolve_url(None)
+        return str(self._database_url)
+
+    @database_url.setter
+    def database_url(self, url: str) -> None:
+        if self._pool is not None or self._async_pool is not None:
+            raise InvalidOptionsError("the app's pools are open: set database_url before use")
+        self._database_url = url
+
+    def _forget_inherited_pools(self) -> None:
+        # A forked child must not touch its parent's sockets: drop the pools without closing.
+        if self._pool_pid != os.getpid():
+            self._pool = None
+            self._async_pool = None
+            self._pool_pid = os.getpid()
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The app's connection pool, opened (and the schema installed) on first use.
+
+        >>> with app.pool.connection() as conn:                       # doctest: +SKIP
+        ...     conn.execute("SELECT 1").fetchone()
+        (1,)
+        """
+        self._forget_inherited_pools()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    url = self.database_url
+                    database.ensure_schema(url)
+                    self._pool = ConnectionPool(
+                        url, min_size=1, max_size=8, open=True, name=f"workhorse-{self.name}"
+                    )
+        return self._pool
+
+    async def _get_async_pool(self) -> AsyncConnectionPool:
+        self._forget_inherited_pools()
+        if self._async_pool is None:
+            url = self.database_url
+            database.ensure_schema(url)
+            pool = AsyncConnectionPool(
+                url, min_size=1, max_size=8, open=False, name=f"workhorse-{self.name}-async"
+            )
+            await pool.open()
+            if self._async_pool is None:
+                self._async_pool = pool
+            else:
+                await pool.close()
+        return self._async_pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; its transaction commits when the block exits cleanly.
+
+        >>> with app.connection() as conn:                            # doctest: +SKIP
+        ...     Queue(conn).health().depth
+        {'ready': 3}
+        """
+        with self.pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Close the app's pool (a later call opens a new one).
+
+        >>> app.close()                                               # doctest: +SKIP
+        """
+        self._forget_inherited_pools()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    async def close_async(self) -> None:
+        """Close the app's pools, the async one and the sync one.
+
+        >>> await app.close_async()                                   # doctest: +SKIP
+        """
+        self._forget_inherited_pools()
+        if self._async_pool is not None:
+            await self._async_pool.close()
+            self._async_pool = None
+        self.close()
+
+    # ---- which connection --------------------------------------------------------------------
+
+    @contextmanager
+    def using(self, conn: Any) -> Iterator[Any]:
+        """Enqueue on the caller's connection, inside its transaction, within this block.
+
+        >>> with conn.transaction(), app.using(conn):                 # doctest: +SKIP
+        ...     send.delay({"tenant": "t1"})      # commits or rolls back with the caller's writes
+        """
+        token = _current_connection.set(conn)
+        try:
+            yield conn
+        finally:
+            _current_connection.reset(token)
+
+    @contextmanager
+    def diverted(self, enqueuer: Enqueuer) -> Iterator[Enqueuer]:
+        """Within this block (in this context: this thread, and the tasks and threads that copy
+        it), this app's enqueues go to `enqueuer` instead of the database. How
+        `workhorse.testing.eager` runs tasks in-process.
+
+        >>> with app.diverted(recorder):                              # doctest: +SKIP
+        ...     send.delay({"tenant": "t1"})      # reaches recorder.enqueue_calls
+        """
+        token = _diversions.set(((self, enqueuer), *_diversions.get()))
+        try:
+            yield enqueuer
+        finally:
+            _diversions.reset(token)
+
+    def _diversion(self) -> Enqueuer | None:
+        for app, enqueuer in _diversions.get():
+            if app is self:
+                return enqueuer
+        return None
+
+    @staticmethod
+    def _caller(connection: Any, flavour: type[Any]) -> Any:
+        """The connection an enqueue goes on: `connection=`, else the `using()` one (None: a
+        pooled one); InvalidOptionsError when it is not of the caller's flavour."""
+        conn = connection if connection is not None else _current_connection.get()
+        if conn is not None and not isinstance(conn, flavour):
+            raise InvalidOptionsError(
+                "this connection is async: use delay_async/enqueue_async"
+                if flavour is psycopg.Connection
+                else "this connection is not async: use delay/apply_async")
+        return conn
+
+    @staticmethod
+    def _using(flavour: type[Any]) -> Any:
+        """The `using()` connection when it is of this flavour (None: a pooled one)."""
+        conn = _current_connection.get()
+        return conn if isinstance(conn, flavour) else None
+
+    def _run(self, plan: Plan[T], conn: psycopg.Connection[Any] | None = None, *,
+             transaction: bool = False) -> T:
+        """`plan` on `conn` (inside the caller's transaction), else on a pooled connection that
+        commits when it ends (`transaction`: in one explicit transaction)."""
+        if conn is not None:
+            return _drive(conn, plan)
+        with self.connection() as pooled:
+            if not transaction:
+                return _drive(pooled, plan)
+            with pooled.transaction():
+                return _drive(pooled, plan)
+
+    async def _run_async(self, plan: Plan[T], conn: psycopg.AsyncConnection[Any] | None = None,
+                         *, transaction: bool = False) -> T:
+        if conn is not None:
+            return await _drive_async(conn, plan)
+        pool = await self._get_async_pool()
+        async with pool.connection() as pooled:
+            if not transaction:
+                return await _drive_async(pooled, plan)
+            async with pooled.transaction():
+                return await _drive_async(pooled, plan)
+
+    # ---- enqueue -----------------------------------------------------------------------------
+
+    def _enqueue(self, calls: Sequence[Call]) -> Plan[list[JobHandle]]:
+        with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
+            ids = yield _ops.enqueue_many(
+                [(c.task, c.payload, c.options) for c in calls],
+                on_failure=[c.on_failure for c in calls], meta=[meta] * len(calls))
+        return [JobHandle(job_id, self) for job_id in ids]
+
+    def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
+        """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,
+        or a pooled one (what `delay`, `apply_async` and `map` call).
+
+        >>> [h] = app.enqueue_calls([send.call(({"tenant": "t1"},))])  # doctest: +SKIP
+        """
+        if not calls:
+            return []
+        diverted = self._diversion()
+        if diverted is not None:
+            return diverted.enqueue_calls(calls, connection)
+        return self._run(self._enqueue(calls), self._caller(connection, psycopg.Connection))
+
+    async def enqueue_calls_async(
+        self, calls: Sequence[Call], connection: Any = None
+    ) -> list[JobHandle]:
+        """`enqueue_calls` for async code, on an async connection.
+
+        >>> [h] = await app.enqueue_calls_async([send.call(({"tenant": "t1"},))])  # doctest: +SKIP
+        """
+        if not calls:
+            return []
+        diverted = self._diversion()
+        if diverted is not None:
+            return await diverted.enqueue_calls_async(calls, connection)
+        conn = self._caller(connection, psycopg.AsyncConnection)
+        return await self._run_async(self._enqueue(calls), conn)
+
+    def enqueue_many(self, calls: Iterable[Call]) -> list[JobHandle]:
+        """Bulk enqueue in one round trip.
+
+        >>> handles = app.enqueue_many([send.call((m,)) for m in messages])  # doctest: +SKIP
+        """
+        return self.enqueue_calls(list(calls))
+
+    def _send_call(
+        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Call:
+        check_call_options(options, "send_task")
+        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue a registered task by name, with apply_async's options.
+
+        >>> app.send_task("billing.send", args=[{"tenant": "t1"}], queue="mail")  # doctest: +SKIP
+        """
+        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """`send_task` for async code.
+
+        >>> await app.send_task_async("billing.send", args=[{"tenant": "t1"}])  # doctest: +SKIP
+        """
+        calls = [self._send_call(name, args, kwargs, options)]
+        return (await self.enqueue_calls_async(calls, connection))[0]
+
+    # ---- results and control -----------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job with this id (on the `using()` connection, else a pooled one), or None.
+
+        >>> app.get_job(42).status                                    # doctest: +SKIP
+        <JobStatus.SUCCEEDED: 'succeeded'>
+        """
+        return self._run(_single(_ops.get_job(job_id)), self._using(psycopg.Connection))
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        """`get_job` for async code.
+
+        >>> (await app.get_job_async(42)).status                      # doctest: +SKIP
+        <JobStatus.SUCCEEDED: 'succeeded'>
+        """
+        conn = self._using(psycopg.AsyncConnection)
+        return await self._run_async(_single(_ops.get_job(job_id)), conn)
+
+    def handle(self, job_id: int) -> JobHandle:
+        """The handle of an existing job, from its id, in any process.
+
+        >>> app.handle(42).get(timeout=10)                            # doctest: +SKIP
+        5
+        """
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise InvalidOptionsError(f"a job id is an int, got {job_id!r}")
+        return JobHandle(job_id, self)
+
+    def cancel(self, ids: Sequence[int]) -> list[int]:
+        """Cancel jobs: scheduled, ready or held ones at once, running ones by request (they
+        end canceled when their handler returns). Returns the ids it changed.
+
+        >>> app.cancel([41, 42])                                      # doctest: +SKIP
+        [42]
+        """
+        operation = _ops.cancel_jobs(ids, _ops.retention_json(self.retention))
+        return self._run(_single(operation), self._using(psycopg.Connection))
+
+    def retry(self, ids: Sequence[int]) -> list[int]:
+        """Failed, held or canceled jobs become ready with a fresh set of attempts. Returns the
+        ids it changed.
+
+        >>> app.retry([41, 42])                                       # doctest: +SKIP
+        [41]
+        """
+        return self._run(_single(_ops.retry_jobs(ids)), self._using(psycopg.Connection))
+
+    def wait_for(self, job_id: int, timeout: float | None) -> bool:
+        """Block until the job may have reached a resting status (True) or `timeout` passed
+        (what `JobHandle.wait` sleeps on).
+
+        >>> app.wait_for(42, timeout=10)                              # doctest: +SKIP
+        True
+        """
+        return _results.waiter(self.database_url).wait(job_id, timeout)
+
+    async def wait_for_async(self, job_id: int, timeout: float | None) -> bool:
+        """`wait_for` for async code.
+
+        >>> await app.wait_for_async(42, timeout=10)                  # doctest: +SKIP
+        True
+        """
+        return await _results.waiter(self.database_url).wait_async(job_id, timeout)
