@@ -6,6 +6,8 @@ import dataclasses
 import enum
 import functools
 import json
+import os
+import re
 import sys
 import time
 import traceback
@@ -40,6 +42,65 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
 error_console = Console(stderr=True)
+
+# Stored names and messages are data, never markup or terminal commands: C0/C1 controls (ESC
+# above all), bidirectional overrides, line and paragraph separators and lone surrogates are
+# shown escaped.
+_INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def visible(value: object, *, newlines: bool = False) -> str:
+    """`value` as text with every control character escaped (`\\x1b`, `\\n`, `\\u202e`);
+    `newlines=True` keeps line breaks (tracebacks)."""
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        if newlines and char == "\n":
+            return char
+        if char in _NAMED_ESCAPES:
+            return _NAMED_ESCAPES[char]
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _INVISIBLE.sub(escape, str(value))
+
+
+def literal(value: object, style: str = "", *, newlines: bool = False) -> Text:
+    """A stored value as a rich Text: printed literally (never parsed as markup), whole, with
+    control characters visible."""
+    return Text(visible(value, newlines=newlines), style=style)
+
+
+class DataTable(Table):
+    """A table of stored values: a str cell is a `literal`, and no column ever cuts a value
+    (long ones fold onto more lines instead of ending in an ellipsis)."""
+
+    def __init__(self, *headers: Any, title: str | Text | None = None, **kwargs: Any) -> None:
+        if isinstance(title, str):
+            title = literal(title)
+        super().__init__(*headers, title=title, **kwargs)
+
+    def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
+        kwargs["overflow"] = "fold"
+        kwargs["no_wrap"] = False
+        super().add_column(header, *args, **kwargs)
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(
+            *(literal(cell) if isinstance(cell, str) else cell for cell in renderables),
+            **kwargs,
+        )
+
+
+def _widen_for_pipes() -> None:
+    """Off a terminal nothing wraps at 80 columns: a name that fits no screen still comes out
+    on one line, whole, for grep and scripts (COLUMNS, when set, still wins)."""
+    for target in (console, error_console):
+        if not target.is_terminal and "COLUMNS" not in os.environ:
+            target.width = 1_000_000
 
 
 class OneLineBadParameter(click.BadParameter):
@@ -107,7 +168,7 @@ def print_json(value: Any) -> None:
 
 
 def _fail(message: str) -> None:
-    error_console.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+    error_console.print(literal(f"error: {message}", "bold red"), soft_wrap=True)
     sys.exit(1)
 
 
@@ -149,6 +210,7 @@ def main(ctx: click.Context, database_url: str | None, verbose: bool) -> None:
     workers run.
     """
     ctx.obj = {"database_url": database_url, "verbose": verbose}
+    _widen_for_pipes()
 
 
 def _url(ctx: click.Context) -> str:
@@ -266,7 +328,7 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
         print_json(report)
         return
     declared = {d.queue: d for d in app.policy_definitions()}
-    table = Table(title=f"sync {app.name}")
+    table = DataTable(title=f"sync {app.name}")
     table.add_column("queue")
     table.add_column("change")
     table.add_column("max_active", justify="right")
@@ -291,7 +353,7 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
 
 
 def _schedule_changes(report: SyncReport) -> Table:
-    table = Table(title="schedules")
+    table = DataTable(title="schedules")
     table.add_column("schedule")
     table.add_column("change")
     styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
@@ -317,7 +379,7 @@ def _limits_text(max_active: int | None, per_key: int | None, rate: str | None,
 
 
 def health_table(health: QueueHealth) -> Table:
-    table = Table(title="policies")
+    table = DataTable(title="policies")
     for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
                    "saturated_keys", "rate_limited_keys"):
         text_column = column in ("namespace", "queue", "limits")
@@ -335,7 +397,7 @@ def health_table(health: QueueHealth) -> Table:
 
 
 def depth_table(health: QueueHealth) -> Table:
-    table = Table(title="jobs by status")
+    table = DataTable(title="jobs by status")
     for status in JobStatus:
         table.add_column(status.value, justify="right")
     table.add_row(*(str(health.depth.get(status.value, 0)) for status in JobStatus))
@@ -371,7 +433,7 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="policies")
+    table = DataTable(title="policies")
     for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
                    "rate_limit_per_key", "updated_at"):
         table.add_column(column)
@@ -386,7 +448,7 @@ def _show_control(control: QueueControl, as_json: bool) -> None:
     if as_json:
         print_json(control)
     else:
-        console.print(_control_line(control), highlight=False)
+        console.print(literal(_control_line(control)), soft_wrap=True)
 
 
 def _control_line(control: QueueControl) -> str:
@@ -473,7 +535,7 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         print_json(rows)
         return
     statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
-    table = Table(title="queues")
+    table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
     for status in statuses:
         table.add_column(status, justify="right")
@@ -548,7 +610,7 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: st
     if as_json:
         print_json(found)
         return
-    table = Table(title="jobs")
+    table = DataTable(title="jobs")
     for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued"):
         table.add_column(column)
     for job in found:
@@ -571,7 +633,7 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     if as_json:
         print_json(job)
         return
-    table = Table(show_header=False, title=f"job {job.id}")
+    table = DataTable(show_header=False, title=f"job {job.id}")
     table.add_column("field", style="bold")
     table.add_column("value")
     for field in dataclasses.fields(job):
@@ -583,9 +645,10 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
     if job.error:
-        console.print(Text(f"{job.error.get('type')}: {job.error.get('message')}", style="red"))
+        console.print(literal(f"{job.error.get('type')}: {job.error.get('message')}", "red"),
+                      soft_wrap=True)
         if job.error.get("traceback"):
-            console.print(job.error["traceback"], markup=False, highlight=False)
+            console.print(literal(job.error["traceback"], newlines=True), soft_wrap=True)
 
 
 @jobs.command("retry")
@@ -683,7 +746,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="workers")
+    table = DataTable(title="workers")
     for column in ("id", "app", "host", "pid", "slots", "queues", "started", "last seen", "alive"):
         table.add_column(column)
     for r in rows:
@@ -708,7 +771,7 @@ def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="schedules")
+    table = DataTable(title="schedules")
     for column in ("namespace", "schedule", "task", "when", "queue", "catch_up", "next run",
                    "last run"):
         table.add_column(column)
@@ -834,7 +897,7 @@ def db_status(as_json: bool) -> None:
     if as_json:
         print_json(status)
         return
-    table = Table(show_header=False, title="embedded PostgreSQL")
+    table = DataTable(show_header=False, title="embedded PostgreSQL")
     for field in dataclasses.fields(status):
         table.add_row(field.name, str(getattr(status, field.name)))
     console.print(table)
