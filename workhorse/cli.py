@@ -444,11 +444,39 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     console.print(table)
 
 
-def _show_control(control: QueueControl, as_json: bool) -> None:
+def _owner_line(queue: str, namespace: str | None) -> str:
+    if namespace is None:
+        return f"no namespace owns queue {queue} (it has no synced policy)"
+    return f"namespace {namespace} owns queue {queue}"
+
+
+def _say_owners(lines: list[str], as_json: bool) -> None:
+    """Which namespace owns what an operator action touched. A namespace guards its synced
+    policies, not its queues' controls or jobs, so the operator is told whose they are. With
+    --json the note goes to stderr, leaving stdout's JSON as it was."""
+    target = error_console if as_json else console
+    for line in lines:
+        target.print(literal(line, "dim" if as_json else ""), soft_wrap=True)
+
+
+def _show_control(control: QueueControl, as_json: bool, owner: str | None = None) -> None:
     if as_json:
         print_json(control)
     else:
         console.print(literal(_control_line(control)), soft_wrap=True)
+    _say_owners([_owner_line(control.queue, owner)], as_json)
+
+
+def _queue_owner(conn: psycopg.Connection[Any], queue: str) -> str | None:
+    return _ops.execute(conn, _ops.queue_owners([queue])).get(queue)
+
+
+def _job_owner_lines(conn: psycopg.Connection[Any], ids: list[int]) -> list[str]:
+    return [
+        f"  {count} in queue {queue}, "
+        + ("owned by no namespace" if namespace is None else f"owned by namespace {namespace}")
+        for queue, namespace, count in _ops.execute(conn, _ops.job_owners(ids))
+    ]
 
 
 def _control_line(control: QueueControl) -> str:
@@ -506,7 +534,8 @@ def policies_override(
             queue, max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
         )
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @policies.command("clear-override")
@@ -518,7 +547,8 @@ def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> No
     """Back to the synced policy for QUEUE."""
     with _connect(ctx) as conn:
         control = Queue(conn).clear_override(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @main.group(invoke_without_command=True)
@@ -564,7 +594,8 @@ def queues_pause(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit nothing from QUEUE (running jobs finish) until it is resumed."""
     with _connect(ctx) as conn:
         control = Queue(conn).pause(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @queues.command("resume")
@@ -576,7 +607,8 @@ def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit from QUEUE again; workers wake at once."""
     with _connect(ctx) as conn:
         control = Queue(conn).resume(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @main.group()
@@ -669,14 +701,17 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
         else:
             ids = [job_id] if job_id is not None else []
         released = Queue(conn).retry_jobs(ids)
+        owners = _job_owner_lines(conn, released)
     if as_json:
         print_json({"released": released})
     # The exit code does not depend on the output format: a job that was not released is an error.
     if job_id is not None and not released:
         raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not exist)")
     if as_json:
+        _say_owners(owners, as_json)
         return
     console.print(f"released {len(released)} job(s)" + (f": {released}" if released else ""))
+    _say_owners(owners, as_json)
 
 
 @jobs.command("cancel")
@@ -689,13 +724,14 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
     when its handler returns)."""
     with _connect(ctx) as conn:
         canceled = Queue(conn).cancel_jobs(job_ids)
+        owners = _job_owner_lines(conn, canceled)
     if as_json:
         print_json({"canceled": canceled})
     if not canceled:
         raise WorkhorseError("no job was canceled: already finished, or no such job")
-    if as_json:
-        return
-    console.print(f"canceled {len(canceled)} job(s): {canceled}")
+    if not as_json:
+        console.print(f"canceled {len(canceled)} job(s): {canceled}")
+    _say_owners(owners, as_json)
 
 
 @jobs.command("prune")
