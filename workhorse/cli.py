@@ -7,7 +7,6 @@ import enum
 import functools
 import json
 import os
-import re
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from rich.text import Text
 
 from . import _ops, database, telemetry
 from ._durations import parse_duration, parse_lease
+from ._text import literal
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
 from .types import (
@@ -42,37 +42,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
 error_console = Console(stderr=True)
-
-# Stored names and messages are data, never markup or terminal commands: C0/C1 controls (ESC
-# above all), bidirectional overrides, line and paragraph separators and lone surrogates are
-# shown escaped.
-_INVISIBLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-_NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def visible(value: object, *, newlines: bool = False) -> str:
-    """`value` as text with every control character escaped (`\\x1b`, `\\n`, `\\u202e`);
-    `newlines=True` keeps line breaks (tracebacks)."""
-
-    def escape(match: re.Match[str]) -> str:
-        char = match.group()
-        if newlines and char == "\n":
-            return char
-        if char in _NAMED_ESCAPES:
-            return _NAMED_ESCAPES[char]
-        code = ord(char)
-        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-    return _INVISIBLE.sub(escape, str(value))
-
-
-def literal(value: object, style: str = "", *, newlines: bool = False) -> Text:
-    """A stored value as a rich Text: printed literally (never parsed as markup), whole, with
-    control characters visible."""
-    return Text(visible(value, newlines=newlines), style=style)
-
 
 class DataTable(Table):
     """A table of stored values: a str cell is a `literal`, and no column ever cuts a value
