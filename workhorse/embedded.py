@@ -620,18 +620,25 @@ def _check_dir(path: Path) -> os.stat_result | None:
 
 def _check_ancestors(path: Path) -> None:
     """No one but a trusted user may rename the home away and put another in its place: every
-    existing directory above it is owned by a trusted user, and writable by others only when
-    it is sticky (like /tmp)."""
+    existing directory above it (as written, and once links are resolved) is owned by a trusted
+    user and writable by others only when it is sticky (like /tmp), and a symbolic link on the
+    way is a trusted user's (its owner can point it elsewhere at any time)."""
     trusted = _trusted_owners()
-    for ancestor in Path(os.path.realpath(path.parent)).joinpath("x").parents:
+    written = list(path.parents)
+    resolved = list(Path(os.path.realpath(path.parent)).joinpath("x").parents)
+    for ancestor in dict.fromkeys(written + resolved):
         try:
-            info = os.stat(ancestor)
+            info = os.lstat(ancestor)
         except FileNotFoundError:
             continue
-        sticky = bool(info.st_mode & stat.S_ISVTX)
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in trusted:
+                raise _refuse(path, f"{ancestor} above it is a symbolic link owned by "
+                              f"{_user_name(info.st_uid)}")
+            continue
         if info.st_uid not in trusted:
             raise _refuse(path, f"{ancestor} above it is owned by {_user_name(info.st_uid)}")
-        if sticky:
+        if info.st_mode & stat.S_ISVTX:
             continue
         if info.st_mode & stat.S_IWOTH or (
             info.st_mode & stat.S_IWGRP and not _private_group(info.st_uid, info.st_gid)

@@ -102,6 +102,8 @@ def other_tmp() -> Iterator[Path]:
         for pid in _postgres_pids(str(path)):  # a server the code under test should not have run
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if path.is_symlink():
+            path.unlink()
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -281,3 +283,27 @@ def test_own_home_with_private_group_write_is_accepted(other_tmp: Path) -> None:
         assert (os.stat(socket).st_mode & 0o777) == 0o700
     finally:
         _cli_as_other(other_tmp, "db", "stop")
+
+
+def test_a_symlink_above_the_home_owned_by_another_user_is_refused(
+    scratch: Path, other_tmp: Path
+) -> None:
+    # The other user's link in /tmp points at root's directory today, and anywhere tomorrow.
+    assert OTHER is not None
+    target = scratch / "target"
+    target.mkdir(mode=0o755)
+    _as_other("ln", "-s", str(target), str(other_tmp))
+    home = other_tmp / "home"
+    result = _cli(home, "db", "start")
+    _assert_refused(result, target / "home", "symbolic link owned by")
+    assert not (target / "home").exists()
+
+
+def test_a_writable_directory_above_the_home_is_refused(scratch: Path) -> None:
+    # Not sticky and open to all: anyone could rename the home away and plant their own.
+    open_dir = scratch / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    home = open_dir / "home"
+    _assert_refused(_cli(home, "db", "start"), home, "writable by other users")
+    assert not home.exists()
