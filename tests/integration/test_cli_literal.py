@@ -105,10 +105,14 @@ def test_policies_health_and_controls_show_names_literally(
     assert BROKEN in ok(database_url, "policies", "clear-override", BROKEN)
 
 
-def test_an_error_naming_a_stored_value_is_one_visible_line(database_url: str) -> None:
-    result = run(database_url, "sync", "no\x1b[2Jsuch[/]module:app")
+def test_an_error_quoting_the_server_is_one_visible_line(database_url: str) -> None:
+    # The server's own message repeats the (hostile) database name, ESC included.
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = {**conninfo_to_dict(database_url), "dbname": "no\x1b[2Jsuch[/]db"}
+    result = run(make_conninfo("", **params), "queues")
     assert result.returncode == 1
     assert "\x1b" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "no\\x1b[2Jsuch[/]module" in lines[0]
+    assert "no\\x1b[2Jsuch[/]db" in lines[0]
