@@ -61,7 +61,7 @@ def _postgres_pids(text: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if text in cmdline and (entry / "comm").read_text().strip() == "postgres":
                 pids.append(int(entry.name))
     return pids
