@@ -403,6 +403,22 @@ def retention_json(retention: dict[str, float | None] | None = None) -> str:
 DEFAULT_RETENTION_JSON = retention_json()
 
 
+def queue_owners(queues: Sequence[str]) -> Operation[dict[str, str | None]]:
+    """The namespace owning each queue (None: no namespace governs it), for operator actions
+    to say whose queue they act on. A namespace owns a queue's policy; it does not guard the
+    queue's jobs or controls (see docs/deployment.md, "Security")."""
+    for queue in queues:
+        check_name("queue", queue)
+    rows = yield _sql.statement("queue_owners"), (list(queues),)
+    return {row[0]: row[1] for row in rows}
+
+
+def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]]]:
+    """For these jobs: (queue, owning namespace or None, how many of them), by queue."""
+    rows = yield _sql.statement("job_owners"), (_job_ids(ids),)
+    return [(row[0], row[1], int(row[2])) for row in rows]
+
+
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
     rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,10 @@ class ResultWaiter:
         # Whether the last connect found LISTEN working (None: not connected yet).
         self.listening: bool | None = None
         self._unheard = False  # a probe came back empty: poll from now on
+        # Any session may NOTIFY the channel: what it says is parsed defensively, and nothing
+        # it (or a bug) raises ends the thread. Each kind of trouble is logged once.
+        self._warned_payload = False
+        self._warned_crash = False
 
     # ---- waiters -------------------------------------------------------------------------------
 
@@ -129,47 +134,63 @@ class ResultWaiter:
 
     def _run(self) -> None:
         while True:
-            if self._idle_exit(time.monotonic() - IDLE_EXIT):
-                return
-            listener: psycopg.Connection[Any] | None = None
-            poller: psycopg.Connection[Any] | None = None
             try:
-                poller = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
-                                         application_name="workhorse-results",
-                                         prepare_threshold=None)
-                try:
-                    if self._unheard:
-                        raise _NoListen
-                    listener = poller if self.listen_url == self.url else psycopg.connect(
-                        self.listen_url, autocommit=True, connect_timeout=10,
-                        application_name="workhorse-results-listen", prepare_threshold=None)
-                    if _listen.listen_works(listener, self._notify_probe, PROBE_TIMEOUT):
-                        _ops.execute(listener, _ops.listen_results())
-                        self._listening(True, "")
-                    else:
-                        self._listening(False, "no notification arrives (PgBouncer in "
-                                        "transaction mode?)")
-                        self._unheard = True
-                        if listener is not poller:
-                            listener.close()
-                        listener = None
-                except _NoListen:
-                    listener = None
-                except psycopg.Error as exc:
-                    self._listening(False, f"cannot LISTEN ({first_line(exc)})")
-                    if listener is not None and listener is not poller:
-                        with contextlib.suppress(Exception):
-                            listener.close()
-                    listener = None
-                if self._serve(poller, listener):
+                if self._run_once():
                     return
-            except psycopg.Error as exc:
-                log.warning("results: %s; reconnecting in %.1fs", first_line(exc), RECONNECT)
+            except Exception:  # no error may end the thread: waiters would sleep for ever
+                if not self._warned_crash:
+                    self._warned_crash = True
+                    log.exception("results: the waiter thread hit an error; it carries on "
+                                  "(reconnecting in %.1fs); further errors are logged at "
+                                  "debug level", RECONNECT)
+                else:
+                    log.debug("results: the waiter thread hit an error", exc_info=True)
                 time.sleep(RECONNECT)
-            finally:
-                for conn in {id(c): c for c in (listener, poller) if c is not None}.values():
+
+    def _run_once(self) -> bool:
+        """One connection's life. True when the thread should end (idle)."""
+        if self._idle_exit(time.monotonic() - IDLE_EXIT):
+            return True
+        listener: psycopg.Connection[Any] | None = None
+        poller: psycopg.Connection[Any] | None = None
+        try:
+            poller = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                     application_name="workhorse-results",
+                                     prepare_threshold=None)
+            try:
+                if self._unheard:
+                    raise _NoListen
+                listener = poller if self.listen_url == self.url else psycopg.connect(
+                    self.listen_url, autocommit=True, connect_timeout=10,
+                    application_name="workhorse-results-listen", prepare_threshold=None)
+                if _listen.listen_works(listener, self._notify_probe, PROBE_TIMEOUT):
+                    _ops.execute(listener, _ops.listen_results())
+                    self._listening(True, "")
+                else:
+                    self._listening(False, "no notification arrives (PgBouncer in "
+                                    "transaction mode?)")
+                    self._unheard = True
+                    if listener is not poller:
+                        listener.close()
+                    listener = None
+            except _NoListen:
+                listener = None
+            except psycopg.Error as exc:
+                self._listening(False, f"cannot LISTEN ({first_line(exc)})")
+                if listener is not None and listener is not poller:
                     with contextlib.suppress(Exception):
-                        conn.close()
+                        listener.close()
+                listener = None
+            if self._serve(poller, listener):
+                return True
+        except psycopg.Error as exc:
+            log.warning("results: %s; reconnecting in %.1fs", first_line(exc), RECONNECT)
+            time.sleep(RECONNECT)
+        finally:
+            for conn in {id(c): c for c in (listener, poller) if c is not None}.values():
+                with contextlib.suppress(Exception):
+                    conn.close()
+        return False
 
     def _notify_probe(self, token: str) -> None:
         with psycopg.connect(self.listen_url, autocommit=True, connect_timeout=10,
@@ -206,20 +227,46 @@ class ResultWaiter:
                 self._kick.wait(timeout)
                 continue
             ended: set[int] = set()
+            heard = False
             for notify in listener.notifies(timeout=timeout, stop_after=1):
-                ended.update(_ids(notify.payload))
-            if ended:
+                heard = True
+                ended.update(self._ids(notify.payload))
+            if heard:
                 for notify in listener.notifies(timeout=0.0):
-                    ended.update(_ids(notify.payload))
+                    ended.update(self._ids(notify.payload))
+            if ended:
                 self._resolve(ended)
+
+    def _ids(self, payload: str) -> set[int]:
+        ids, malformed = _ids(payload)
+        if malformed and not self._warned_payload:
+            self._warned_payload = True
+            log.warning("results: ignored a malformed notification on the results channel "
+                        "(%.60r; any session may NOTIFY it); further ones are ignored silently",
+                        payload)
+        return ids
 
 
 class _NoListen(Exception):
     """This waiter already knows LISTEN does not work on its URL."""
 
 
-def _ids(payload: str) -> set[int]:
-    return {int(part) for part in payload.split(",") if part.strip().isdigit()}
+_JOB_ID = re.compile(r"[0-9]{1,19}")
+_MAX_ID = 2**63 - 1
+
+
+def _ids(payload: str) -> tuple[set[int], bool]:
+    """The job ids of a notification's payload (comma-separated ASCII decimals), and whether
+    anything else was in it. Never raises: `'²'.isdigit()` is true, `int('²')` is not."""
+    ids: set[int] = set()
+    malformed = False
+    for part in str(payload).split(","):
+        part = part.strip()
+        if _JOB_ID.fullmatch(part) and int(part) <= _MAX_ID:
+            ids.add(int(part))
+        else:
+            malformed = True
+    return ids, malformed
 
 
 _waiters: dict[tuple[int, str], ResultWaiter] = {}

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import functools
 import json
+import os
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ from rich.text import Text
 
 from . import _ops, database, telemetry
 from ._durations import parse_duration, parse_lease
+from ._text import literal
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
 from .types import (
@@ -40,6 +42,34 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
 error_console = Console(stderr=True)
+
+class DataTable(Table):
+    """A table of stored values: a str cell is a `literal`, and no column ever cuts a value
+    (long ones fold onto more lines instead of ending in an ellipsis)."""
+
+    def __init__(self, *headers: Any, title: str | Text | None = None, **kwargs: Any) -> None:
+        if isinstance(title, str):
+            title = literal(title)
+        super().__init__(*headers, title=title, **kwargs)
+
+    def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
+        kwargs["overflow"] = "fold"
+        kwargs["no_wrap"] = False
+        super().add_column(header, *args, **kwargs)
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(
+            *(literal(cell) if isinstance(cell, str) else cell for cell in renderables),
+            **kwargs,
+        )
+
+
+def _widen_for_pipes() -> None:
+    """Off a terminal nothing wraps at 80 columns: a name that fits no screen still comes out
+    on one line, whole, for grep and scripts (COLUMNS, when set, still wins)."""
+    for target in (console, error_console):
+        if not target.is_terminal and "COLUMNS" not in os.environ:
+            target.width = 1_000_000
 
 
 class OneLineBadParameter(click.BadParameter):
@@ -107,7 +137,7 @@ def print_json(value: Any) -> None:
 
 
 def _fail(message: str) -> None:
-    error_console.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+    error_console.print(literal(f"error: {message}", "bold red"), soft_wrap=True)
     sys.exit(1)
 
 
@@ -149,6 +179,7 @@ def main(ctx: click.Context, database_url: str | None, verbose: bool) -> None:
     workers run.
     """
     ctx.obj = {"database_url": database_url, "verbose": verbose}
+    _widen_for_pipes()
 
 
 def _url(ctx: click.Context) -> str:
@@ -266,7 +297,7 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
         print_json(report)
         return
     declared = {d.queue: d for d in app.policy_definitions()}
-    table = Table(title=f"sync {app.name}")
+    table = DataTable(title=f"sync {app.name}")
     table.add_column("queue")
     table.add_column("change")
     table.add_column("max_active", justify="right")
@@ -291,7 +322,7 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
 
 
 def _schedule_changes(report: SyncReport) -> Table:
-    table = Table(title="schedules")
+    table = DataTable(title="schedules")
     table.add_column("schedule")
     table.add_column("change")
     styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
@@ -317,7 +348,7 @@ def _limits_text(max_active: int | None, per_key: int | None, rate: str | None,
 
 
 def health_table(health: QueueHealth) -> Table:
-    table = Table(title="policies")
+    table = DataTable(title="policies")
     for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
                    "saturated_keys", "rate_limited_keys"):
         text_column = column in ("namespace", "queue", "limits")
@@ -335,7 +366,7 @@ def health_table(health: QueueHealth) -> Table:
 
 
 def depth_table(health: QueueHealth) -> Table:
-    table = Table(title="jobs by status")
+    table = DataTable(title="jobs by status")
     for status in JobStatus:
         table.add_column(status.value, justify="right")
     table.add_row(*(str(health.depth.get(status.value, 0)) for status in JobStatus))
@@ -371,7 +402,7 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="policies")
+    table = DataTable(title="policies")
     for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
                    "rate_limit_per_key", "updated_at"):
         table.add_column(column)
@@ -382,11 +413,39 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     console.print(table)
 
 
-def _show_control(control: QueueControl, as_json: bool) -> None:
+def _owner_line(queue: str, namespace: str | None) -> str:
+    if namespace is None:
+        return f"no namespace owns queue {queue} (it has no synced policy)"
+    return f"namespace {namespace} owns queue {queue}"
+
+
+def _say_owners(lines: list[str], as_json: bool) -> None:
+    """Which namespace owns what an operator action touched. A namespace guards its synced
+    policies, not its queues' controls or jobs, so the operator is told whose they are. With
+    --json the note goes to stderr, leaving stdout's JSON as it was."""
+    target = error_console if as_json else console
+    for line in lines:
+        target.print(literal(line, "dim" if as_json else ""), soft_wrap=True)
+
+
+def _show_control(control: QueueControl, as_json: bool, owner: str | None = None) -> None:
     if as_json:
         print_json(control)
     else:
-        console.print(_control_line(control), highlight=False)
+        console.print(literal(_control_line(control)), soft_wrap=True)
+    _say_owners([_owner_line(control.queue, owner)], as_json)
+
+
+def _queue_owner(conn: psycopg.Connection[Any], queue: str) -> str | None:
+    return _ops.execute(conn, _ops.queue_owners([queue])).get(queue)
+
+
+def _job_owner_lines(conn: psycopg.Connection[Any], ids: list[int]) -> list[str]:
+    return [
+        f"  {count} in queue {queue}, "
+        + ("owned by no namespace" if namespace is None else f"owned by namespace {namespace}")
+        for queue, namespace, count in _ops.execute(conn, _ops.job_owners(ids))
+    ]
 
 
 def _control_line(control: QueueControl) -> str:
@@ -444,7 +503,8 @@ def policies_override(
             queue, max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
         )
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @policies.command("clear-override")
@@ -456,7 +516,8 @@ def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> No
     """Back to the synced policy for QUEUE."""
     with _connect(ctx) as conn:
         control = Queue(conn).clear_override(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @main.group(invoke_without_command=True)
@@ -473,7 +534,7 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         print_json(rows)
         return
     statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
-    table = Table(title="queues")
+    table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
     for status in statuses:
         table.add_column(status, justify="right")
@@ -502,7 +563,8 @@ def queues_pause(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit nothing from QUEUE (running jobs finish) until it is resumed."""
     with _connect(ctx) as conn:
         control = Queue(conn).pause(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @queues.command("resume")
@@ -514,7 +576,8 @@ def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit from QUEUE again; workers wake at once."""
     with _connect(ctx) as conn:
         control = Queue(conn).resume(queue)
-    _show_control(control, as_json)
+        owner = _queue_owner(conn, queue)
+    _show_control(control, as_json, owner)
 
 
 @main.group()
@@ -548,7 +611,7 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: st
     if as_json:
         print_json(found)
         return
-    table = Table(title="jobs")
+    table = DataTable(title="jobs")
     for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued"):
         table.add_column(column)
     for job in found:
@@ -571,7 +634,7 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     if as_json:
         print_json(job)
         return
-    table = Table(show_header=False, title=f"job {job.id}")
+    table = DataTable(show_header=False, title=f"job {job.id}")
     table.add_column("field", style="bold")
     table.add_column("value")
     for field in dataclasses.fields(job):
@@ -583,9 +646,10 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
     if job.error:
-        console.print(Text(f"{job.error.get('type')}: {job.error.get('message')}", style="red"))
+        console.print(literal(f"{job.error.get('type')}: {job.error.get('message')}", "red"),
+                      soft_wrap=True)
         if job.error.get("traceback"):
-            console.print(job.error["traceback"], markup=False, highlight=False)
+            console.print(literal(job.error["traceback"], newlines=True), soft_wrap=True)
 
 
 @jobs.command("retry")
@@ -606,14 +670,17 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
         else:
             ids = [job_id] if job_id is not None else []
         released = Queue(conn).retry_jobs(ids)
+        owners = _job_owner_lines(conn, released)
     if as_json:
         print_json({"released": released})
     # The exit code does not depend on the output format: a job that was not released is an error.
     if job_id is not None and not released:
         raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not exist)")
     if as_json:
+        _say_owners(owners, as_json)
         return
     console.print(f"released {len(released)} job(s)" + (f": {released}" if released else ""))
+    _say_owners(owners, as_json)
 
 
 @jobs.command("cancel")
@@ -626,13 +693,14 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> 
     when its handler returns)."""
     with _connect(ctx) as conn:
         canceled = Queue(conn).cancel_jobs(job_ids)
+        owners = _job_owner_lines(conn, canceled)
     if as_json:
         print_json({"canceled": canceled})
     if not canceled:
         raise WorkhorseError("no job was canceled: already finished, or no such job")
-    if as_json:
-        return
-    console.print(f"canceled {len(canceled)} job(s): {canceled}")
+    if not as_json:
+        console.print(f"canceled {len(canceled)} job(s): {canceled}")
+    _say_owners(owners, as_json)
 
 
 @jobs.command("prune")
@@ -683,7 +751,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="workers")
+    table = DataTable(title="workers")
     for column in ("id", "app", "host", "pid", "slots", "queues", "started", "last seen", "alive"):
         table.add_column(column)
     for r in rows:
@@ -708,7 +776,7 @@ def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    table = Table(title="schedules")
+    table = DataTable(title="schedules")
     for column in ("namespace", "schedule", "task", "when", "queue", "catch_up", "next run",
                    "last run"):
         table.add_column(column)
@@ -834,7 +902,7 @@ def db_status(as_json: bool) -> None:
     if as_json:
         print_json(status)
         return
-    table = Table(show_header=False, title="embedded PostgreSQL")
+    table = DataTable(show_header=False, title="embedded PostgreSQL")
     for field in dataclasses.fields(status):
         table.add_row(field.name, str(getattr(status, field.name)))
     console.print(table)

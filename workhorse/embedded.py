@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
+import grp
 import importlib.metadata
 import importlib.util
 import os
@@ -32,11 +34,11 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import platformdirs
@@ -57,6 +59,9 @@ __all__ = [
 #: The unprivileged system user the server runs as when workhorse runs as root.
 SERVER_USER = "workhorse-pg"
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 _PORT = 5432
 _DB_USER = "postgres"
 _DB_NAME = "postgres"
@@ -68,6 +73,9 @@ _START_TIMEOUT = 60
 _LOG_ROTATE_BYTES = 10 * 1024 * 1024
 _SETTINGS = {
     "listen_addresses": "",
+    # Trust auth on the socket: only the server's own user (and root) may connect, whatever the
+    # directory's mode.
+    "unix_socket_permissions": "0700",
     "max_connections": "200",
     "shared_buffers": "128MB",
     # A job queue churns rows; dead index entries at the front of the ready indexes make every
@@ -143,6 +151,27 @@ class _Postmaster:
 # Public API
 
 
+def _one_line_errors(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """An OS error on the home (another user's home, a read-only file system) becomes one
+    EmbeddedServerError line instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except EmbeddedServerError:
+            raise
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            reason = exc.strerror or str(exc)
+            raise EmbeddedServerError(
+                f"cannot use the embedded server's home{where}: {reason} (it belongs to another "
+                "user, or is not writable; set WORKHORSE_HOME to a directory of your own)"
+            ) from exc
+
+    return wrapper
+
+
 def home() -> Path:
     """The server's home: `$WORKHORSE_HOME`, else `/var/lib/workhorse` for root, else the
     user's data directory (e.g. `~/.local/share/workhorse`)."""
@@ -154,12 +183,15 @@ def home() -> Path:
     return Path(platformdirs.user_data_dir("workhorse"))
 
 
+@_one_line_errors
 def ensure_running(home: Path | None = None) -> str:
     """Start the home's server unless it already runs, and return its DSN.
 
     Safe to call from many processes at once: one starts the server, the others wait and reuse it.
     """
     layout = _layout(home)
+    # Before trusting the postmaster.pid (and the socket it names) that the home holds.
+    _check_home(layout)
     running = _read_postmaster(layout)
     if running is not None and running.ready:
         return _dsn(running.socket_dir, running.port)
@@ -176,6 +208,7 @@ def is_running(home: Path | None = None) -> bool:
     return running is not None and running.ready
 
 
+@_one_line_errors
 def dsn(home: Path | None = None) -> str:
     """The DSN of the home's server, whether or not it runs. Does not start it.
 
@@ -183,6 +216,7 @@ def dsn(home: Path | None = None) -> str:
     path for a socket, this picks (and creates) the fallback directory under /tmp.
     """
     layout = _layout(home)
+    _check_home(layout)
     running = _read_postmaster(layout)
     if running is not None:
         return _dsn(running.socket_dir, running.port)
@@ -196,12 +230,14 @@ def dsn(home: Path | None = None) -> str:
         return _dsn(str(_prepare_socket_dir(layout, _server_account())), _PORT)
 
 
+@_one_line_errors
 def stop(home: Path | None = None) -> bool:
     """Shut the home's server down (fast mode: sessions are disconnected, no crash recovery next
     time). Returns whether a server was running."""
     layout = _layout(home)
     if not layout.home.is_dir():
         return False
+    _check_home(layout)
     with _locked(layout):
         running = _read_postmaster(layout)
         if running is None:
@@ -232,6 +268,7 @@ def stop(home: Path | None = None) -> bool:
         return True
 
 
+@_one_line_errors
 def status(home: Path | None = None) -> EmbeddedStatus:
     """A snapshot of the home's server: whether it runs, its pid, DSN, data directory, version."""
     layout = _layout(home)
@@ -394,9 +431,14 @@ def _write_settings(layout: _Layout, account: pwd.struct_passwd | None, socket_d
         if target.read_text(encoding="utf-8") == text:
             return
     scratch = target.with_name(f".workhorse.conf.{secrets.token_hex(4)}")
-    scratch.write_text(text, encoding="utf-8")
-    if account is not None:
-        os.chown(scratch, account.pw_uid, account.pw_gid)
+    # The data directory belongs to the server user: create the file afresh, never through a
+    # link that user may have left under that name.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(scratch, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        if account is not None:
+            os.fchown(handle.fileno(), account.pw_uid, account.pw_gid)
     os.replace(scratch, target)
 
 
@@ -483,12 +525,134 @@ def _prepare_home(layout: _Layout, account: pwd.struct_passwd | None) -> None:
 
 def _ensure_home(layout: _Layout) -> None:
     as_root = os.geteuid() == 0
+    _check_home(layout)
     # As root the server user must be able to traverse the home to reach its own directories.
     layout.home.mkdir(parents=True, exist_ok=True, mode=0o755 if as_root else 0o700)
-    if as_root:
-        mode = layout.home.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            os.chmod(layout.home, stat.S_IMODE(mode) | stat.S_IXOTH)
+    info = _check_dir(layout.home)
+    if as_root and info is not None and not info.st_mode & stat.S_IXOTH:
+        # Through a descriptor opened without following links, on the inode just checked.
+        fd = os.open(layout.home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
+                os.fchmod(fd, stat.S_IMODE(now.st_mode) | stat.S_IXOTH)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Trust: which directories the server may live in
+#
+# The server trusts its local socket (trust auth, as the superuser), so whoever can write the
+# socket's directory, or swap the home or one of its directories for their own, owns the
+# server and runs programs as its user. Every directory of the home must therefore be a real
+# directory (not a symlink), owned by root, the invoking user or the server's user, and
+# writable by nobody else: not by others, and by its group only when that group is its
+# owner's own private group. Ownership is changed only through lchown, never through a link.
+
+
+def _trusted_owners() -> set[int]:
+    owners = {0, os.geteuid()}
+    server = _server_uid()
+    if server >= 0:
+        owners.add(server)
+    return owners
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
+    except KeyError:
+        return f"gid {gid}"
+
+
+def _private_group(uid: int, gid: int) -> bool:
+    """Whether `gid` is the user's own group: its primary group, named after it, with no other
+    member and no other user's primary group."""
+    try:
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    if user.pw_gid != gid or group.gr_name != user.pw_name:
+        return False
+    if set(group.gr_mem) - {user.pw_name}:
+        return False
+    return not any(other.pw_gid == gid and other.pw_uid != uid for other in pwd.getpwall())
+
+
+def _refuse(path: Path, why: str) -> EmbeddedServerError:
+    return EmbeddedServerError(
+        f"refusing to use {path} for the embedded PostgreSQL server: {why} "
+        "(set WORKHORSE_HOME to a directory of your own that only you can write)"
+    )
+
+
+def _check_dir(path: Path) -> os.stat_result | None:
+    """The directory's lstat, once it passes the trust rules above; None if it does not exist."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        raise _refuse(path, "it is a symbolic link")
+    if not stat.S_ISDIR(info.st_mode):
+        raise _refuse(path, "it is not a directory")
+    if info.st_uid not in _trusted_owners():
+        raise _refuse(path, f"it is owned by {_user_name(info.st_uid)}")
+    if info.st_mode & stat.S_IWOTH:
+        raise _refuse(path, f"it is writable by every user (mode {stat.S_IMODE(info.st_mode):o})")
+    if info.st_mode & stat.S_IWGRP and not _private_group(info.st_uid, info.st_gid):
+        raise _refuse(
+            path,
+            f"it is writable by the group {_group_name(info.st_gid)} "
+            f"(mode {stat.S_IMODE(info.st_mode):o}), which is not its owner's private group",
+        )
+    return info
+
+
+def _check_ancestors(path: Path) -> None:
+    """No one but a trusted user may rename the home away and put another in its place: every
+    existing directory above it (as written, and once links are resolved) is owned by a trusted
+    user and writable by others only when it is sticky (like /tmp), and a symbolic link on the
+    way is a trusted user's (its owner can point it elsewhere at any time)."""
+    trusted = _trusted_owners()
+    written = list(path.parents)
+    resolved = list(Path(os.path.realpath(path.parent)).joinpath("x").parents)
+    for ancestor in dict.fromkeys(written + resolved):
+        try:
+            info = os.lstat(ancestor)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in trusted:
+                raise _refuse(path, f"{ancestor} above it is a symbolic link owned by "
+                              f"{_user_name(info.st_uid)}")
+            continue
+        if info.st_uid not in trusted:
+            raise _refuse(path, f"{ancestor} above it is owned by {_user_name(info.st_uid)}")
+        if info.st_mode & stat.S_ISVTX:
+            continue
+        if info.st_mode & stat.S_IWOTH or (
+            info.st_mode & stat.S_IWGRP and not _private_group(info.st_uid, info.st_gid)
+        ):
+            raise _refuse(path, f"{ancestor} above it is writable by other users")
+
+
+def _check_home(layout: _Layout) -> None:
+    """Refuse a home, or a directory of it, that someone else could write or swap."""
+    _check_ancestors(layout.home)
+    if _check_dir(layout.home) is None:
+        return
+    for directory in (layout.run, layout.log_dir, layout.runtime):
+        _check_dir(directory)
 
 
 def _check_reachable(path: Path, account: pwd.struct_passwd) -> None:
@@ -512,11 +676,17 @@ def _check_reachable(path: Path, account: pwd.struct_passwd) -> None:
 
 
 def _make_owned_dir(path: Path, account: pwd.struct_passwd | None, mode: int) -> None:
-    path.mkdir(mode=mode, exist_ok=True)
+    _check_dir(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, mode)
+    info = _check_dir(path)
+    assert info is not None
     if account is not None:
-        info = path.stat()
         if info.st_uid != account.pw_uid or info.st_gid != account.pw_gid:
-            os.chown(path, account.pw_uid, account.pw_gid)
+            # lchown: a link put in its place since the check is changed, not its target.
+            os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+    elif info.st_uid != os.geteuid():
+        raise _refuse(path, f"it is owned by {_user_name(info.st_uid)}, not by you")
 
 
 def _default_socket_dir(layout: _Layout) -> Path | None:
@@ -556,7 +726,7 @@ def _prepare_socket_dir(layout: _Layout, account: pwd.struct_passwd | None) -> P
     # mkdtemp creates it 0700 with an unguessable name, so nobody can pre-create it.
     fallback = Path(tempfile.mkdtemp(prefix="workhorse-", dir="/tmp"))
     if account is not None:
-        os.chown(fallback, account.pw_uid, account.pw_gid)
+        os.chown(fallback, account.pw_uid, account.pw_gid, follow_symlinks=False)
     scratch = layout.socket_record.with_name(f".socket_dir.{secrets.token_hex(4)}")
     scratch.write_text(f"{fallback}\n", encoding="utf-8")
     os.replace(scratch, layout.socket_record)
@@ -595,6 +765,7 @@ def _copy_runtime(layout: _Layout, package: Path, libs: Path) -> Path:
             return target
     _ensure_home(layout)
     layout.runtime.mkdir(mode=0o755, exist_ok=True)
+    _check_dir(layout.runtime)
     # A copy interrupted by a kill leaves only a scratch directory behind.
     for leftover in layout.runtime.glob(".tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -694,7 +865,7 @@ def _locked(layout: _Layout) -> Iterator[None]:
     """Serialise starting and stopping across processes. The kernel drops a flock when its holder
     dies, even by SIGKILL, so a killed starter never blocks the next one."""
     _ensure_home(layout)
-    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         deadline = time.monotonic() + _LOCK_TIMEOUT
         while True:

@@ -68,18 +68,47 @@ def on_commit(task: Any, *args: Any, using: str = "default", **kwargs: Any) -> N
     transaction.on_commit(lambda: task.delay(*args, **kwargs), using=using)
 
 
+# OPTIONS that Django or psycopg consume in Python: they are not libpq connection parameters.
+_NOT_CONNINFO = frozenset({
+    "assume_role", "isolation_level", "pool", "server_side_binding", "cursor_factory",
+    "context", "prepare_threshold", "autocommit", "row_factory",
+})
+
+
 def database_url(using: str = "default") -> str:
     """The `WORKHORSE_DATABASE_URL` setting if the project has one, else a DSN for
-    `DATABASES[using]`."""
+    `DATABASES[using]`: its NAME, then its `OPTIONS` (libpq parameters such as `sslmode`,
+    `sslrootcert`, `options`, `service`), then USER, PASSWORD, HOST and PORT, merged in the
+    order Django's own backend merges them, so workhorse connects exactly as Django does."""
     from django.conf import settings
 
     explicit = getattr(settings, "WORKHORSE_DATABASE_URL", None)
     if explicit:
         return str(explicit)
     entry = settings.DATABASES[using]
-    params = {
-        "dbname": entry.get("NAME"), "user": entry.get("USER"),
-        "password": entry.get("PASSWORD"), "host": entry.get("HOST"),
-        "port": entry.get("PORT"),
-    }
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v})
+    options = dict(entry.get("OPTIONS") or {})
+    name = entry.get("NAME")
+    params: dict[str, Any] = {}
+    if name:
+        params["dbname"] = name
+    elif name is None and "NAME" in entry:
+        options.pop("service", None)
+        params["dbname"] = "postgres"
+    known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+    for key, value in options.items():
+        if key in _NOT_CONNINFO:
+            continue
+        if key not in known:
+            raise InvalidOptionsError(
+                f"DATABASES[{using!r}]['OPTIONS'] has {key!r}, which is not a libpq connection "
+                "parameter; workhorse cannot pass it on"
+            )
+        params[key] = value
+    for key, setting in (("user", "USER"), ("password", "PASSWORD"), ("host", "HOST"),
+                         ("port", "PORT")):
+        if entry.get(setting):
+            params[key] = entry[setting]
+    return make_conninfo(**{
+        k: ("1" if v is True else "0" if v is False else str(v))
+        for k, v in params.items() if v is not None and v != ""
+    })

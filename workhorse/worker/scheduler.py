@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from .. import _ops
+from .._text import markup_safe
 from ..app import App
 from ..errors import first_line
 from ..types import FiringPass, Schedule
@@ -79,7 +80,8 @@ def schedules_banner(app: App, stored: list[Schedule]) -> list[str]:
     declared ones differ from the stored ones (only synced schedules fire)."""
     if not app.schedules and not stored:
         return []
-    lines = [f"[dim]schedules[/]  {len(stored)} stored in namespace {app.name}, fired by every "
+    lines = [f"[dim]schedules[/]  {len(stored)} stored in namespace {markup_safe(app.name)}, "
+             "fired by every "
              "running supervisor of the app"]
     by_name = {s.name: s for s in stored}
     drift = []
@@ -94,7 +96,7 @@ def schedules_banner(app: App, stored: list[Schedule]) -> list[str]:
     if drift:
         lines.append("[yellow]warning:[/] the app's declared schedules differ from the stored "
                      "ones (run `workhorse sync`, or start the worker with --sync):")
-        lines += [f"  [yellow]•[/] {line}" for line in drift]
+        lines += [f"  [yellow]•[/] {markup_safe(line)}" for line in drift]
     return lines
 
 

@@ -45,6 +45,7 @@ from rich.text import Text
 
 from .. import database
 from .._durations import parse_duration, parse_lease
+from .._text import literal, markup_safe
 from ..app import App
 from ..errors import InvalidOptionsError
 from ..queue import Queue
@@ -286,8 +287,8 @@ def _print_banner(
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="dim")
     facts.add_column()
-    facts.add_row("app", f"{app_reference or app.name} ({len(app.tasks)} tasks)")
-    facts.add_row("namespace", app.name)
+    facts.add_row("app", literal(f"{app_reference or app.name} ({len(app.tasks)} tasks)"))
+    facts.add_row("namespace", literal(app.name))
     facts.add_row("database", database.mask(url))
     facts.add_row("supervisor", f"pid {os.getpid()} on {socket.gethostname()}")
     budget = (f", at most {settings.max_concurrent_tasks} in flight in all"
@@ -308,23 +309,25 @@ def _print_banner(
         health = in_force.get(name)
         controls = _in_force(health) if health is not None else ""
         if policy is None:
-            queues.add_row(name, "ungoverned", "", controls)
+            queues.add_row(literal(name), "ungoverned", "", controls)
         else:
-            queues.add_row(name, _stored_limits(policy), policy.namespace, controls)
+            queues.add_row(literal(name), _stored_limits(policy), literal(policy.namespace),
+                           controls)
     console.print(queues)
     if report is not None:
         changes = [f"{what} {', '.join(names)}" for what, names in (
             ("created", report.created), ("updated", report.updated),
             ("pruned", report.pruned), ("unchanged", report.unchanged)) if names]
-        console.print(f"[green]synced[/] namespace {app.name}: "
-                      + ("; ".join(changes) if changes else "no policies"), highlight=False)
+        console.print(f"[green]synced[/] namespace {markup_safe(app.name)}: "
+                      + (markup_safe("; ".join(changes)) if changes else "no policies"),
+                      highlight=False)
     else:
         drift = policy_drift(app, stored)
         if drift:
             console.print("[yellow]warning:[/] the app's declared limits differ from the stored "
                           "ones (run `workhorse sync`, or start the worker with --sync):")
             for line in drift:
-                console.print(f"  [yellow]•[/] {line}", highlight=False)
+                console.print(f"  [yellow]•[/] {markup_safe(line)}", highlight=False)
 
 
 # ---- the supervisor -----------------------------------------------------------------------------
@@ -600,7 +603,8 @@ class Supervisor:
             slot.quick_deaths += 1
             delay = _restart_delay(slot.quick_deaths)
             slot.restart_at = time.monotonic() + delay
-            self.console.print(f"[red]cannot start slot {slot.index}: {exc};[/] retrying in "
+            self.console.print(f"[red]cannot start slot {slot.index}: {markup_safe(exc)};[/] "
+                               "retrying in "
                                f"{delay:g}s", highlight=False)
 
     def _spawn(self, slot: _SlotProcess) -> None:

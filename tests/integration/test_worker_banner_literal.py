@@ -1,0 +1,56 @@
+"""The worker's banner shows stored names literally (issue 24, item 2, for `workhorse worker`):
+another namespace named with Rich markup, owning a queue the app serves, must not crash the
+worker with a MarkupError. A real worker process on a real database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from workhorse import ConcurrencyPolicyDefinition, Queue
+
+QUEUE = "shared[/]q"
+NAMESPACE = "ns[/]evil\x1b[31m"
+
+
+def test_banner_prints_markup_names_literally(
+    database_url: str, queue: Queue, tmp_path: Path
+) -> None:
+    queue.sync_concurrency_policies(
+        NAMESPACE, [ConcurrencyPolicyDefinition(queue=QUEUE, max_active=1)], prune=False)
+    (tmp_path / "bannerapp.py").write_text(textwrap.dedent(f"""
+        import workhorse
+        app = workhorse.App("mine[bold]")
+
+        @app.task(name="mine.work", queue={QUEUE!r}, max_active=2)
+        def work() -> None: ...
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "worker",
+         "bannerapp:app", "--slots", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 5  # the banner comes first, within a few seconds
+        while time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.2)
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert "MarkupError" not in err, err
+    assert "Traceback" not in err, err
+    assert worker.returncode == 0, err
+    assert "\x1b" not in out
+    assert QUEUE in out
+    assert "ns[/]evil\\x1b[31m" in out
+    assert "mine[bold]" in out
