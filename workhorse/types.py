@@ -189,7 +189,10 @@ def delay_seconds(delay: object) -> float:
         raise InvalidOptionsError(f"delay must be seconds or a timedelta, got {delay!r}")
     if delay != delay or delay in (float("inf"), float("-inf")):
         raise InvalidOptionsError(f"delay must be finite, got {delay!r}")
-    return float(delay)
+    try:
+        return float(delay)
+    except OverflowError:  # an int beyond any float
+        raise InvalidOptionsError(f"delay must be at most 1000 years, got {shown(delay)}") from None
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+?)\s*$")
@@ -219,6 +222,8 @@ class RateLimit:
                 f"{what} must look like N/s, N/m, N/h, N/d or N/<duration> (e.g. 100/m, 5/10s), "
                 f"got {spec!r}"
             )
+        if len(match.group(1)) > len(str(LIMIT_MAX)):  # int() refuses 4,300+ digits
+            raise InvalidPolicyError(f"{what}: N must be in [1, {LIMIT_MAX}], got {shown(spec)}")
         count, unit = int(match.group(1)), match.group(2)
         if unit in _RATE_UNITS:
             period = _RATE_UNITS[unit]

@@ -138,6 +138,15 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
     add("EnqueueOptions max_attempts bool", lambda: EnqueueOptions(max_attempts=True))
     add("EnqueueOptions delay NaN", lambda: EnqueueOptions(delay=NAN))
     add("EnqueueOptions delay inf", lambda: EnqueueOptions(delay=math.inf))
+    add("EnqueueOptions delay 10**400", lambda: EnqueueOptions(delay=10**400))
+    add("override rate 5000 digits", lambda: q.override_policy("api", rate_limit="9" * 5000 + "/m"))
+    add("policy rate 5000 digits", lambda: ConcurrencyPolicyDefinition("x", rate_limit="9" * 5000
+                                                                        + "/s"))
+    add("schedule every 10**400", lambda: ScheduleDefinition("s", "t", every=10**400))
+    add("schedule cron 5000 digits", lambda: ScheduleDefinition("s", "t", cron="9" * 5000
+                                                                + " * * * *"))
+    add("App retention 10**400", lambda: App("r", retention={"failed": 10**400}))
+    add("task timeout 10**400", lambda: App("t").task(timeout=10**400)(lambda: None))
     add("payload NaN", lambda: q.enqueue("t", {"args": [NAN], "kwargs": {}}))
     add("payload inf", lambda: q.enqueue("t", {"x": -math.inf}))
     add("payload nested 100k deep", lambda: q.enqueue("t", _nested(100_000)))
@@ -338,6 +347,11 @@ def _dashboard_cases(ready: int) -> list[tuple[str, str, str, dict[str, Any], se
         ("job 2**70", "GET", f"/jobs/{BIG}", {}, {404}),
         ("job 40 digits", "GET", "/jobs/" + "9" * 40, {}, {404}),
         ("job not a number", "GET", "/jobs/NaN", {}, {404, 405}),
+        ("job 5000 digits", "GET", "/jobs/" + "9" * 5000, {}, {404}),
+        ("jobs id 5000 digits", "GET", "/jobs?id=" + "9" * 5000, {}, {400}),
+        ("jobs before 5000 digits", "GET", "/jobs?before=" + "9" * 5000, {}, {400}),
+        ("reveal 5000 digits", "POST", "/jobs/" + "9" * 5000 + "/reveal", {}, {303, 404}),
+        ("cancel 5000 digits", "POST", "/jobs/cancel", {"id": "9" * 5000}, {400}),
         ("static traversal", "GET", "/static/../../../etc/passwd", {}, {404}),
         ("static missing", "GET", "/static/%00", {}, {404}),
         ("overview POST", "POST", "/", {}, {405}),

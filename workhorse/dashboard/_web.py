@@ -41,6 +41,7 @@ import uvicorn
 from jinja2 import Environment, PackageLoader, select_autoescape
 from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -444,9 +445,26 @@ def _filter(value: str | None, what: str) -> str | None:
 
 def _id(raw: str, what: str) -> int:
     raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ID:
+    # The length first: int() refuses more than 4,300 digits with a ValueError.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > MAX_ID:
         raise _Refused(400, f"{what} is a job id, a number, got {shown(raw)}")
     return int(raw)
+
+
+class _JobIdConvertor(Convertor[int]):
+    """Digits in a path, as an int; one too long for a bigint becomes MAX_ID + 1, which no job
+    has (404), where starlette's own `int` convertor lets int() fail (a 500 past 4,300 digits)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        return int(value) if len(value) <= 19 else MAX_ID + 1
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("workhorse_job_id", _JobIdConvertor())
 
 
 def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
@@ -663,8 +681,8 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         Route("/queue", page("queue", queue)),
         Route("/queue/{verb}", action(queue_action), methods=["POST"]),
         Route("/jobs", page("jobs", jobs)),
-        Route("/jobs/{job_id:int}", page("job", job)),
-        Route("/jobs/{job_id:int}/reveal", reveal, methods=["POST"]),
+        Route("/jobs/{job_id:workhorse_job_id}", page("job", job)),
+        Route("/jobs/{job_id:workhorse_job_id}/reveal", reveal, methods=["POST"]),
         Route("/jobs/{verb}", action(jobs_action), methods=["POST"]),
         Route("/workers", page("workers", workers)),
         Route("/schedules", page("schedules", schedules)),
