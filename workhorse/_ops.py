@@ -32,6 +32,7 @@ from .errors import (
     translate,
 )
 from .types import (
+    INT_MAX,
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
     ClaimedJob,
@@ -671,7 +672,7 @@ def complete_and_claim(
 
 def _check_claim(queue: str, limit: int) -> None:
     check_name("queue", queue)
-    check_count(limit, "limit", 0)
+    check_count(limit, "limit", -INT_MAX - 1)  # an integer; none claims nothing
 
 
 def _claimed(
