@@ -36,7 +36,10 @@ def parse_duration(
     elif isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            raise ValueError(f"{value!r} is too long: a duration is at most 366 days") from None
     else:
         match = _DURATION.match(str(value))
         if match is None:

@@ -64,7 +64,7 @@ def check_cron(expression: object) -> str:
     normalised = " ".join(fields)
     try:
         CronSim(normalised, _EPOCH)
-    except CronSimError as exc:
+    except (CronSimError, ValueError) as exc:  # ValueError: a number of 4,300+ digits
         raise InvalidScheduleError(f"bad cron expression {expression!r}: {exc}") from None
     return normalised
 

@@ -33,6 +33,7 @@ from .errors import (
     translate,
 )
 from .types import (
+    INT_MAX,
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
     ClaimedJob,
@@ -55,9 +56,13 @@ from .types import (
     SyncReport,
     ThroughputMinute,
     WorkerInfo,
+    check_count,
+    check_id,
     check_name,
+    check_optional_name,
     rate_text,
     retention_seconds,
+    shown,
 )
 
 T = TypeVar("T")
@@ -301,9 +306,7 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
 
 
 def _job_id(job_id: object) -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidOptionsError(f"a job id is an int, got {job_id!r}")
-    return job_id
+    return check_id(job_id)
 
 
 def get_job(job_id: int) -> Operation[Job | None]:
@@ -311,13 +314,18 @@ def get_job(job_id: int) -> Operation[Job | None]:
     return _job_from_row(rows[0]) if rows else None
 
 
-def _list_filters(status: str | None, limit: object) -> str | None:
-    """A job list's status (as stored) and limit, checked: InvalidOptionsError otherwise."""
+def _list_filters(status: str | None, limit: object, **names: str | None) -> str | None:
+    """A job list's status (as stored), limit and name filters, checked: InvalidOptionsError
+    otherwise (a filter no stored name can equal is an error, not an empty list)."""
+    for what, value in names.items():
+        check_optional_name(what, value)
     if status is not None:
+        if not isinstance(status, str):
+            raise InvalidOptionsError(f"a job status is a string, got {status!r}")
         try:
             status = JobStatus(status).value
         except ValueError:
-            raise InvalidOptionsError(f"unknown job status {status!r}") from None
+            raise InvalidOptionsError(f"unknown job status {shown(status)}") from None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidOptionsError(f"limit must be an int in [1, 10000], got {limit!r}")
     return status
@@ -332,7 +340,7 @@ def list_jobs(
     limit: int = 50,
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
-    status = _list_filters(status, limit)
+    status = _list_filters(status, limit, queue=queue, key=key, task=task)
     rows = yield _sql.statement("list_jobs"), {
         "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
     }
@@ -359,9 +367,9 @@ def browse_jobs(
     `limit`, each read bounded whatever the filters (see JobPage): `window` ids (default
     BROWSE_WINDOW) of the primary key, and the rows of the indexed statuses. Unlike `list_jobs`,
     exact only for the statuses with an index; that is what keeps a page fast on a long history."""
-    status = _list_filters(status, limit)
-    if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
-        raise InvalidOptionsError(f"before must be a job id, got {before!r}")
+    status = _list_filters(status, limit, queue=queue, key=key, task=task)
+    if before is not None:
+        check_id(before, "before (a job id)")
     window = BROWSE_WINDOW if window is None else window
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise InvalidOptionsError(f"window must be a positive int, got {window!r}")
@@ -384,14 +392,19 @@ def browse_jobs(
 
 
 def held_job_ids(queue: str | None, limit: int) -> Operation[list[int]]:
+    check_optional_name("queue", queue)
+    check_count(limit, "limit")
     rows = yield _sql.statement("held_job_ids"), (queue, queue, limit)
     return [row[0] for row in rows]
 
 
 def _job_ids(ids: Iterable[int]) -> list[int]:
-    if isinstance(ids, int | str | bytes):
-        raise InvalidOptionsError(f"job ids must be a list of ints, got {ids!r}")
-    return [_job_id(i) for i in ids]
+    if isinstance(ids, int | str | bytes) or ids is None:
+        raise InvalidOptionsError(f"job ids must be a list of ints, got {shown(ids)}")
+    try:
+        return [check_id(i) for i in ids]
+    except TypeError:
+        raise InvalidOptionsError(f"job ids must be a list of ints, got {shown(ids)}") from None
 
 
 def retention_json(retention: dict[str, float | None] | None = None) -> str:
@@ -443,7 +456,7 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
 
 def resting_jobs(ids: Iterable[int]) -> Operation[set[int]]:
     """Which of these jobs are succeeded, failed, held or canceled."""
-    rows = yield _sql.statement("resting_jobs"), (list(ids),)
+    rows = yield _sql.statement("resting_jobs"), (_job_ids(ids),)
     return {row[0] for row in rows}
 
 
@@ -463,8 +476,12 @@ def prune_jobs(
             raise InvalidOptionsError(
                 f"only finished jobs are pruned (succeeded, failed, held, canceled), got {status!r}"
             )
-    if older_than is not None and (isinstance(older_than, bool) or older_than < 0):
-        raise InvalidOptionsError(f"older_than must be seconds >= 0, got {older_than!r}")
+    check_count(limit, "limit", 0)
+    if older_than is not None and (
+        isinstance(older_than, bool) or not isinstance(older_than, int | float)
+        or not 0 <= older_than <= MAX_DELAY_SECONDS  # also NaN, which compares false
+    ):
+        raise InvalidOptionsError(f"older_than must be seconds >= 0, got {shown(older_than)}")
     rows = yield _sql.statement("prune_jobs"), (limit, older_than, chosen)
     return int(rows[0][0])
 
@@ -473,6 +490,7 @@ def prune_jobs(
 
 
 def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
+    check_optional_name("namespace", namespace)
     rows = yield _sql.statement("list_policies"), (namespace, namespace)
     return [
         ConcurrencyPolicy(
@@ -673,8 +691,7 @@ def complete_and_claim(
 
 def _check_claim(queue: str, limit: int) -> None:
     check_name("queue", queue)
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidOptionsError(f"limit must be an int, got {limit!r}")
+    check_count(limit, "limit", -INT_MAX - 1)  # an integer; none claims nothing
 
 
 def _claimed(
@@ -762,8 +779,8 @@ def complete_encoded(
 def complete(outcomes: Sequence[tuple[int, int, Any]]) -> Operation[set[int]]:
     """Record successes `(job_id, fence, result)` with the default retention; returns the ids
     accepted."""
-    encoded = [(job_id, fence, encode_json(result, "result"), DEFAULT_RETENTION_JSON)
-               for job_id, fence, result in outcomes]
+    encoded = [(check_id(job_id), check_id(fence, "a fence"), encode_json(result, "result"),
+                DEFAULT_RETENTION_JSON) for job_id, fence, result in outcomes]
     accepted = yield from complete_encoded(encoded)
     return {job_id for job_id, _ in accepted}
 
@@ -772,8 +789,11 @@ def fail(
     job_id: int, fence: int, error: dict[str, Any], retry_at: datetime | None,
     retention: str = DEFAULT_RETENTION_JSON,
 ) -> Operation[JobStatus]:
+    if retry_at is not None and not isinstance(retry_at, datetime):
+        raise InvalidOptionsError(f"retry_at must be a datetime, got {shown(retry_at)}")
     rows = yield _sql.statement("fail"), (
-        job_id, fence, encode_json(error, "error"), retry_at, retention)
+        check_id(job_id), check_id(fence, "a fence"), encode_json(error, "error"), retry_at,
+        retention)
     status = rows[0][0] if rows else None
     if status is None:
         raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the failure was not recorded")
@@ -798,8 +818,8 @@ def renew_leases(leases: Sequence[tuple[int, int, float]]) -> Operation[dict[int
     if not leases:
         return {}
     rows = yield _sql.statement("heartbeat"), (
-        [job_id for job_id, _, _ in leases],
-        [fence for _, fence, _ in leases],
+        [check_id(job_id) for job_id, _, _ in leases],
+        [check_id(fence, "a fence") for _, fence, _ in leases],
         [lease_seconds(seconds) for _, _, seconds in leases],
     )
     return {row[0]: bool(row[1]) for row in rows}
@@ -918,6 +938,7 @@ def _schedule_from_row(row: Sequence[Any]) -> Schedule:
 
 
 def list_schedules(namespace: str | None = None) -> Operation[list[Schedule]]:
+    check_optional_name("namespace", namespace)
     rows = yield _sql.statement("list_schedules"), (namespace, namespace)
     return [_schedule_from_row(row) for row in rows]
 

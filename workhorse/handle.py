@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import JobNotFoundError, TaskCanceledError, TaskFailedError
-from .types import Job, JobStatus
+from .types import Job, JobStatus, check_id
 
 
 class Enqueuer(Protocol):
@@ -78,6 +78,11 @@ class JobHandle:
 
     id: int
     enqueuer: Enqueuer = field(repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # A handle is made for a stored id (a bigint): `app.handle(2**70)` fails here, typed.
+        if type(self.id) is not int or not 0 < self.id < 2**63:
+            check_id(self.id)
 
     def job(self) -> Job | None:
         """The Job as stored now, or None when there is no such job (pruned by retention?).

@@ -98,16 +98,60 @@ def retention_seconds(
     return merged
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to about `limit` characters, for error messages: a 10,000-character
+    name must not become a 10,000-character message (or page)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more)"
+
+
 def check_name(
     what: str, value: object, error: type[WorkhorseError] = InvalidOptionsError
 ) -> str:
-    """`value` if it is a name PostgreSQL can store (1-255 characters, no NUL); else `error`
-    (InvalidPolicyError where the name belongs to a policy declaration)."""
+    """`value` if it is a name PostgreSQL can store (1-255 characters, no NUL, valid Unicode:
+    no lone surrogate); else `error` (InvalidPolicyError where the name belongs to a policy
+    declaration). Checked before any statement is sent, so a bad name writes nothing."""
     if not isinstance(value, str) or not 1 <= len(value) <= NAME_MAX:
-        raise error(f"{what} must be a string of 1-{NAME_MAX} characters, got {value!r}")
+        raise error(f"{what} must be a string of 1-{NAME_MAX} characters, got {shown(value)}")
     if "\x00" in value:
-        raise error(f"{what} must not contain NUL characters")
+        raise error(f"{what} must not contain NUL characters, got {shown(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise error(f"{what} contains a lone surrogate (not valid Unicode): "
+                        f"{shown(value)}") from None
     return value
+
+
+def check_optional_name(
+    what: str, value: object, error: type[WorkhorseError] = InvalidOptionsError
+) -> str | None:
+    """None, or a name as `check_name` accepts it (a filter, an optional namespace)."""
+    return None if value is None else check_name(what, value, error)
+
+
+# Job ids (and fences) are PostgreSQL bigints.
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+def check_id(value: object, what: str = "a job id") -> int:
+    """`value` if it is an int (not a bool) within PostgreSQL's bigint; else
+    InvalidOptionsError, before anything is sent."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOptionsError(f"{what} is an int, got {shown(value)}")
+    if not BIGINT_MIN <= value <= BIGINT_MAX:
+        raise InvalidOptionsError(f"{what} must fit in a bigint (at most {BIGINT_MAX}), "
+                                  f"got {shown(value)}")
+    return int(value)
+
+
+def check_count(value: object, what: str, low: int = 1, high: int = INT_MAX) -> int:
+    """An int (not a bool) in [low, high]; else InvalidOptionsError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidOptionsError(f"{what} must be an int in [{low}, {high}], got {shown(value)}")
+    return int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +217,10 @@ def delay_seconds(delay: object) -> float:
         raise InvalidOptionsError(f"delay must be seconds or a timedelta, got {delay!r}")
     if delay != delay or delay in (float("inf"), float("-inf")):
         raise InvalidOptionsError(f"delay must be finite, got {delay!r}")
-    return float(delay)
+    try:
+        return float(delay)
+    except OverflowError:  # an int beyond any float
+        raise InvalidOptionsError(f"delay must be at most 1000 years, got {shown(delay)}") from None
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+?)\s*$")
@@ -203,6 +250,8 @@ class RateLimit:
                 f"{what} must look like N/s, N/m, N/h, N/d or N/<duration> (e.g. 100/m, 5/10s), "
                 f"got {spec!r}"
             )
+        if len(match.group(1)) > len(str(LIMIT_MAX)):  # int() refuses 4,300+ digits
+            raise InvalidPolicyError(f"{what}: N must be in [1, {LIMIT_MAX}], got {shown(spec)}")
         count, unit = int(match.group(1)), match.group(2)
         if unit in _RATE_UNITS:
             period = _RATE_UNITS[unit]

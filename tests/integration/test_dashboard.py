@@ -30,7 +30,7 @@ from workhorse.worker._registry import Registry
 from workhorse.worker.scheduler import Scheduler
 
 EVIL = "<script>alert(1)</script>"
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-at-least-32-characters"
 
 
 @pytest.fixture
@@ -63,11 +63,13 @@ def client(database_url: str) -> Iterator[TestClient]:
         yield test_client
 
 
-def _csrf(client: TestClient) -> str:
-    client.get("/")
-    token = client.cookies.get("workhorse_csrf")
-    assert token
-    return token
+def _csrf(client: TestClient, path: str = "/") -> str:
+    """The CSRF token the pages give this client's session (signed by the server: not the
+    value of any cookie)."""
+    html = client.get(path).text
+    found = re.search(r'<body data-csrf="([^"]+)"', html)
+    assert found, html[:500]
+    return found.group(1)
 
 
 def _control(conn: Any, queue: str) -> tuple[Any, ...] | None:
@@ -163,7 +165,7 @@ def test_a_bad_override_is_reported_and_writes_nothing(client, seeded, conn):
     csrf = _csrf(client)
     for form in ({"max_active": "lots"}, {"rate_limit": "fast"}, {}):
         response = client.post("/queue/override", data={"queue": "api", "csrf": csrf, **form})
-        assert response.status_code == 200
+        assert response.status_code == 400
         assert 'class="problem"' in response.text
     assert _control(conn, "api") is None
 
@@ -194,7 +196,7 @@ def test_read_only_hides_and_refuses_every_action(database_url, seeded, conn):
         for path, html in pages.items():
             assert 'method="post"' not in html, path
             assert "read-only" in html
-        csrf = client.cookies.get("workhorse_csrf")
+        csrf = _csrf(client)
         for path, form in [("/queue/pause", {"queue": "api"}),
                            ("/queue/override", {"queue": "api", "max_active": "1"}),
                            ("/queue/clear-override", {"queue": "api"}),
@@ -224,7 +226,7 @@ def test_a_token_is_required_by_cookie_or_bearer_header(database_url, seeded, co
 
         login = client.get("/login?next=/workers")
         assert login.status_code == 200 and TOKEN not in login.text
-        csrf = client.cookies.get("workhorse_csrf")
+        csrf = _csrf(client, "/login?next=/workers")
         wrong = client.post("/login", data={"csrf": csrf, "token": "guess", "next": "/workers"})
         assert wrong.status_code == 401 and "workhorse_session" not in client.cookies
         right = client.post("/login", data={"csrf": csrf, "token": TOKEN, "next": "/workers"},
@@ -232,7 +234,7 @@ def test_a_token_is_required_by_cookie_or_bearer_header(database_url, seeded, co
         assert right.status_code == 303 and right.headers["location"] == "/workers"
         assert TOKEN not in client.cookies.get("workhorse_session", "")
         assert client.get("/workers").status_code == 200
-        client.post("/logout", data={"csrf": csrf})
+        client.post("/logout", data={"csrf": _csrf(client, "/workers")})
         assert client.get("/", follow_redirects=False).status_code == 303
 
 

@@ -5,10 +5,12 @@ the operator's actions (pause, resume, override, retry, cancel).
 Server-rendered pages (Starlette and Jinja2, every value escaped), refreshed in place by htmx
 polling; every asset ships in the package. `workhorse dashboard` serves it with uvicorn:
 
-    workhorse dashboard --host 127.0.0.1 --port 8642 [--read-only]
+    workhorse dashboard --host 127.0.0.1 --port 8642 [--read-only] [--redact]
+                        [--tls-cert cert.pem --tls-key key.pem]
 
-On a loopback address no token is needed. Any other address needs WORKHORSE_DASHBOARD_TOKEN,
-which the dashboard then requires (a login form that sets a cookie, or `Authorization: Bearer`).
+On a loopback address no token is needed. Any other address needs WORKHORSE_DASHBOARD_TOKEN
+(at least 32 characters), which the dashboard then requires, on loopback too when it is set: a
+login form that sets a signed, expiring session cookie, or `Authorization: Bearer`.
 
 >>> from workhorse.dashboard import create_app          # doctest: +SKIP
 >>> asgi_app = create_app("postgresql://...", read_only=True)
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 TOKEN_ENV = "WORKHORSE_DASHBOARD_TOKEN"
+MIN_TOKEN_LENGTH = 32
 EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
 INSTALL_HINT = "pip install 'workhorse[dashboard]'"
 
@@ -50,33 +53,67 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_token(token: str) -> str:
+    """`token` if the dashboard can use it: at least MIN_TOKEN_LENGTH characters of printable
+    text, with no blank at either end (the login form trims what is typed); else
+    InvalidOptionsError, in one line that names the variable."""
+    from ..errors import InvalidOptionsError
+
+    problem = None
+    if not isinstance(token, str):
+        problem = "must be a string"
+    elif len(token) < MIN_TOKEN_LENGTH:
+        problem = f"is {len(token)} characters long; it needs at least {MIN_TOKEN_LENGTH}"
+    elif token != token.strip():
+        problem = "begins or ends with a blank"
+    elif not token.isprintable():
+        problem = "contains a control character"
+    else:
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "is not valid UTF-8 text"
+    if problem is not None:
+        raise InvalidOptionsError(
+            f"{TOKEN_ENV} {problem} (make one with: python3 -c 'import secrets; "
+            f"print(secrets.token_urlsafe(32))')")
+    return token
+
+
 def configured_token() -> str | None:
     """WORKHORSE_DASHBOARD_TOKEN, or None when it is unset or empty."""
     return os.environ.get(TOKEN_ENV) or None
 
 
 def create_app(url: str, *, read_only: bool = False, token: str | None = None,
-               local_only: bool = False) -> Starlette:
-    """The dashboard as an ASGI application on the database at `url`. With `token`, every page
-    needs it (a login cookie or a bearer header); `read_only` hides and refuses every action;
-    `local_only` answers only requests addressed to a loopback host name (what `serve` sets
-    when no token guards it)."""
+               local_only: bool = False, redact: bool = False) -> Starlette:
+    """The dashboard as an ASGI application on the database at `url`. With `token` (at least
+    32 characters), every page needs it (a login session or a bearer header); `read_only`
+    hides and refuses every action; `redact` hides payloads and results, shown only to a
+    request that carries the token itself; `local_only` answers only requests addressed to a
+    loopback host name (what `serve` sets when no token guards it)."""
     from ._web import build
 
-    return build(url, read_only=read_only, token=token, local_only=local_only)
+    return build(url, read_only=read_only, token=token, local_only=local_only, redact=redact)
 
 
 def serve(url: str, *, host: str, port: int, read_only: bool, token: str | None,
+          redact: bool = False, tls_cert: str | None = None, tls_key: str | None = None,
           **uvicorn_options: Any) -> None:
-    """Serve the dashboard with uvicorn until interrupted."""
+    """Serve the dashboard with uvicorn until interrupted (over https with `tls_cert` and
+    `tls_key`, PEM files)."""
     import uvicorn
 
     from ._web import Server
 
-    app = create_app(url, read_only=read_only, token=token, local_only=token is None)
+    if tls_cert is not None:
+        uvicorn_options.update(ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+    app = create_app(url, read_only=read_only, token=token, local_only=token is None,
+                     redact=redact)
     config = uvicorn.Config(app, host=host,
                             port=port, access_log=False, log_level="warning", **uvicorn_options)
     Server(config).run()
 
 
-__all__ = ["TOKEN_ENV", "configured_token", "create_app", "is_loopback", "missing_extra", "serve"]
+__all__ = ["MIN_TOKEN_LENGTH", "TOKEN_ENV", "check_token", "configured_token", "create_app",
+           "is_loopback", "missing_extra", "serve"]

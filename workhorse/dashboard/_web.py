@@ -1,9 +1,23 @@
-"""The dashboard's routes, its login and CSRF checks, and the rendering of its pages.
+"""The dashboard's routes, its login, session and CSRF checks, and the rendering of its pages.
 
 Every page is rendered on the server (its first response holds every number) and has one live
 region that htmx re-fetches every few seconds (`?live=1` renders that region alone). Actions are
-form POSTs answered by a redirect, so they work without JavaScript too; each carries the CSRF
-token of a double-submit cookie. Jinja2 escapes every value.
+form POSTs answered by a redirect, so they work without JavaScript too. Jinja2 escapes every
+value.
+
+Sessions and CSRF. Each dashboard process draws a random secret when it starts.
+- A login (the token, on the form) sets a session cookie `<id>.<expiry>.<signature>`, signed with
+  that secret; it expires after SESSION_SECONDS, logout revokes its id, and a restart of the
+  process ends every session.
+- Every form carries a CSRF token that is the secret's signature of the session's id (before a
+  login, or without a token, of a random browser id kept in a cookie): a cookie that another page
+  planted cannot be turned into a token without the secret, and one session's token is no good in
+  another.
+- Every state-changing request whose `Sec-Fetch-Site` is not same-origin (or none), or whose
+  `Origin` names another host than the one it was sent to, is refused with 403 before it is read.
+- Wrong tokens (on the login form, the reveal form, or in a bearer header) are counted per client
+  address: after LOGIN_ATTEMPTS of them within LOGIN_WINDOW seconds, that address is answered 429
+  until the window has passed.
 """
 
 from __future__ import annotations
@@ -12,19 +26,22 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import psycopg
 import uvicorn
 from jinja2 import Environment, PackageLoader, select_autoescape
 from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -37,8 +54,8 @@ from .. import database
 from .._durations import parse_duration
 from ..errors import WorkhorseError, first_line
 from ..queue import Queue
-from ..types import JobStatus
-from . import _data, is_loopback
+from ..types import BIGINT_MAX, JobStatus, check_name, shown
+from . import _data, check_token, is_loopback
 
 SESSION_COOKIE = "workhorse_session"
 CSRF_COOKIE = "workhorse_csrf"
@@ -46,14 +63,26 @@ CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 LIVE_SECONDS = 2
 # Job ids are bigint; one retry or cancel takes at most this many.
-MAX_ID = 2**63 - 1
+MAX_ID = BIGINT_MAX
 MAX_IDS = 10_000
+# A login lasts this long (then the login form again); logout ends it at once.
+SESSION_SECONDS = 8 * 3600
+# Wrong tokens from one client address: at most this many within this many seconds.
+LOGIN_ATTEMPTS = 5
+LOGIN_WINDOW = 60.0
+# Client addresses whose wrong tokens are remembered at most (the oldest are forgotten first).
+LOGIN_CLIENTS = 10_000
+_BROWSER_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 # The pages with a live region (`_<page>.html`, re-fetched with `?live=1`).
 LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules"}
 # Pages anyone may fetch: the login form and its assets.
 PUBLIC_PREFIXES = ("/login", "/static/")
-# Actions refused by --read-only (every POST but logging in and out).
+# Actions refused by --read-only (every POST but logging in and out, and revealing a payload).
 SESSION_PATHS = ("/login", "/logout")
+_REVEAL_PATH = re.compile(r"^/jobs/[0-9]+/reveal$")
+# What a state-changing request may say in Sec-Fetch-Site: sent by this site's own pages, or typed
+# by the user ("none"); "same-site" is another origin (a sibling host or port) and is refused.
+ALLOWED_FETCH_SITES = ("same-origin", "none")
 # Scripts from our own static files only: no inline script, nothing from elsewhere.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -61,14 +90,14 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def session_value(token: str) -> str:
-    """What the login cookie holds: derived from the token, so the token itself is not stored
-    in the browser, and changing the token logs everyone out."""
-    return hmac.new(token.encode(), b"workhorse-dashboard-session", hashlib.sha256).hexdigest()
+def _now() -> float:
+    """The clock sessions and the login limit read (a function, so that tests can move it)."""
+    return time.time()
 
 
 def _same(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and hmac.compare_digest(a.encode(), b.encode())
+    return a is not None and b is not None and hmac.compare_digest(
+        a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
 
 
 def _local_path(target: str | None, default: str = "/") -> str:
@@ -80,11 +109,16 @@ def _local_path(target: str | None, default: str = "/") -> str:
 
 class Dashboard:
     def __init__(self, url: str, *, read_only: bool, token: str | None,
-                 local_only: bool = False) -> None:
+                 local_only: bool = False, redact: bool = False) -> None:
         self.url = url
         self.local_only = local_only
         self.read_only = read_only
-        self.token = token
+        self.redact = redact
+        self.token = check_token(token) if token is not None else None
+        self.secret = secrets.token_bytes(32)
+        self.lock = threading.Lock()
+        self.revoked: dict[str, float] = {}       # session id -> its expiry
+        self.failures: dict[str, list[float]] = {}  # client address -> its wrong tokens' times
         self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False,
                                    kwargs={"autocommit": True}, name="workhorse-dashboard")
         self.templates = Environment(
@@ -99,7 +133,11 @@ class Dashboard:
 
     def render(self, request: Request, page: str, status_code: int = 200,
                **context: Any) -> HTMLResponse:
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        browser = request.cookies.get(CSRF_COOKIE)
+        fresh = browser is None or not _BROWSER_ID.match(browser)
+        if fresh:
+            browser = secrets.token_urlsafe(32)
+        csrf = self.csrf_token(request, browser)
         live = request.query_params.get("live") == "1" and page in LIVE_PAGES
         template = self.templates.get_template(f"_{page}.html" if live else f"{page}.html")
         values = {
@@ -107,36 +145,156 @@ class Dashboard:
             "needs_login": self.token is not None, "live_seconds": LIVE_SECONDS,
             "notice": request.query_params.get("done"),
             "problem": request.query_params.get("error"),
+            "redact": self.redact, "can_reveal": self.token is not None,
         }
         html = template.render({**values, **context})
         response = HTMLResponse(html, status_code=status_code)
-        if request.cookies.get(CSRF_COOKIE) != csrf:
-            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", path="/")
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, str(browser), httponly=True, samesite="strict",
+                                path="/", secure=_https(request))
         return response
 
+    # ---- signatures, sessions, CSRF ------------------------------------------------------
+
+    def sign(self, kind: str, value: str) -> str:
+        return hmac.new(self.secret, f"{kind}|{value}".encode(), hashlib.sha256).hexdigest()
+
+    def new_session(self) -> str:
+        """A session cookie's value: a random id and its expiry, signed."""
+        value = f"{secrets.token_urlsafe(18)}.{int(_now()) + SESSION_SECONDS}"
+        return f"{value}.{self.sign('session', value)}"
+
+    def session(self, request: Request) -> tuple[str, float] | None:
+        """The (id, expiry) of the request's session cookie when it is ours, unexpired and not
+        revoked; None otherwise."""
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie or cookie.count(".") != 2:
+            return None
+        sid, expires, signature = cookie.split(".")
+        if not _same(signature, self.sign("session", f"{sid}.{expires}")):
+            return None
+        try:
+            until = float(int(expires))
+        except ValueError:
+            return None
+        if until <= _now() or sid in self.revoked:
+            return None
+        return sid, until
+
+    def revoke(self, request: Request) -> None:
+        found = self.session(request)
+        with self.lock:
+            now = _now()
+            for sid, until in list(self.revoked.items()):
+                if until <= now:
+                    del self.revoked[sid]
+            if found is not None:
+                self.revoked[found[0]] = found[1]
+
+    def csrf_token(self, request: Request, browser: str | None = None) -> str | None:
+        """The CSRF token of this request's session (or, before a login and without a token,
+        of its browser id): the secret's signature of it. None without either."""
+        found = self.session(request) if self.token is not None else None
+        if found is not None:
+            return self.sign("csrf", f"session:{found[0]}")
+        browser = browser if browser is not None else request.cookies.get(CSRF_COOKIE)
+        if browser is None or not _BROWSER_ID.match(browser):
+            return None
+        return self.sign("csrf", f"browser:{browser}")
+
+    # ---- wrong tokens ----------------------------------------------------------------------
+
+    def blocked_for(self, client: str) -> float:
+        """Seconds until `client` may present a token again (0: it may now)."""
+        with self.lock:
+            now = _now()
+            recent = [t for t in self.failures.get(client, ()) if t > now - LOGIN_WINDOW]
+            if recent:
+                self.failures[client] = recent
+            else:
+                self.failures.pop(client, None)
+            if len(recent) < LOGIN_ATTEMPTS:
+                return 0.0
+            return max(recent[-LOGIN_ATTEMPTS] + LOGIN_WINDOW - now, 1.0)
+
+    def failed(self, client: str) -> None:
+        with self.lock:
+            self.failures.setdefault(client, []).append(_now())
+            self.failures[client] = self.failures[client][-LOGIN_ATTEMPTS:]
+            while len(self.failures) > LOGIN_CLIENTS:
+                del self.failures[next(iter(self.failures))]
+
+    def right_token(self, request: Request, sent: str | None) -> bool:
+        """Whether `sent` is the token; a wrong one counts against the client's address."""
+        if self.token is not None and _same(sent, self.token):
+            return True
+        self.failed(_client(request))
+        return False
+
     # ---- checks --------------------------------------------------------------------------
+
+    def bearer(self, request: Request) -> str | None:
+        header = request.headers.get("authorization", "")
+        return header[7:].strip() if header.lower().startswith("bearer ") else None
+
+    def bearer_ok(self, request: Request) -> bool:
+        return self.token is not None and _same(self.bearer(request), self.token)
 
     def authenticated(self, request: Request) -> bool:
         if self.token is None:
             return True
-        header = request.headers.get("authorization", "")
-        if header.lower().startswith("bearer "):
-            return _same(header[7:].strip(), self.token)
-        return _same(request.cookies.get(SESSION_COOKIE), session_value(self.token))
+        if self.bearer(request) is not None:
+            return self.bearer_ok(request)
+        return self.session(request) is not None
 
     async def checked_form(self, request: Request) -> FormData:
-        """The POSTed form, once its CSRF token matched the cookie's (a bearer-authenticated
-        client sends no cookie a browser would add on its own, so it needs none)."""
+        """The POSTed form, once its CSRF token is this session's (a client that sends the
+        token itself as a bearer header sends nothing a browser would add on its own, so it
+        needs none)."""
         form = await request.form()
-        if self.token is not None and request.headers.get("authorization", "").lower(
-                ).startswith("bearer "):
-            return form  # the Guard checked the token already
+        if self.bearer_ok(request):
+            return form
         sent = form.get(CSRF_FIELD)
         sent = sent if isinstance(sent, str) else request.headers.get(CSRF_HEADER)
-        if not _same(sent, request.cookies.get(CSRF_COOKIE)):
-            raise _Refused(403, "the form's CSRF token does not match: reload the page and try "
-                                "again")
+        if not _same(sent, self.csrf_token(request)):
+            raise _Refused(403, "the form's CSRF token is not this session's: reload the page "
+                                "and try again")
         return form
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client is not None else "-"
+
+
+def _port(scheme: str, port: int | None) -> int | None:
+    return port if port is not None else {"http": 80, "https": 443}.get(scheme)
+
+
+def foreign(request: Request) -> str | None:
+    """Why a state-changing request comes from another site (None: it does not): its
+    Sec-Fetch-Site is cross-site or same-site, or its Origin is not the host it was sent to.
+    A client that sends neither header (curl, a script) is not a browser page of another site."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in ALLOWED_FETCH_SITES:
+        return f"a {site} request (Sec-Fetch-Site)"
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    try:
+        sent = urlsplit(origin.strip())
+        host = urlsplit(f"//{request.headers.get('host', '')}")
+        sent_port, host_port = sent.port, host.port
+    except ValueError:
+        return f"from origin {shown(origin)}"
+    scheme = sent.scheme.lower()
+    if (scheme not in ("http", "https") or not sent.hostname or sent.hostname != host.hostname
+            or _port(scheme, sent_port) != _port(request.url.scheme, host_port)):
+        return f"from origin {shown(origin)}"
+    return None
 
 
 class _Refused(Exception):
@@ -162,7 +320,15 @@ class Guard(BaseHTTPMiddleware):
             # pointed at 127.0.0.1 (DNS rebinding) must not read or act on it.
             response = PlainTextResponse("this dashboard answers to a loopback host name only",
                                          421)
+        elif request.method not in ("GET", "HEAD") and (why := foreign(request)) is not None:
+            response = PlainTextResponse(f"refused: {why}; actions are taken from the "
+                                         "dashboard's own pages", 403)
+        elif (self.dashboard.token is not None and self.dashboard.bearer(request) is not None
+              and (wait := self.dashboard.blocked_for(_client(request)))):
+            response = _too_many(wait)
         elif not path.startswith(PUBLIC_PREFIXES) and not self.dashboard.authenticated(request):
+            if self.dashboard.bearer(request) is not None:
+                self.dashboard.failed(_client(request))
             if request.method == "GET" and "authorization" not in request.headers and (
                     "hx-request" not in request.headers):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
@@ -171,11 +337,13 @@ class Guard(BaseHTTPMiddleware):
                 response = PlainTextResponse("a token is needed: log in, or send "
                                              "Authorization: Bearer <token>", 401)
         elif (self.dashboard.read_only and request.method not in ("GET", "HEAD")
-              and path not in SESSION_PATHS):
+              and path not in SESSION_PATHS and not _REVEAL_PATH.match(path)):
             response = PlainTextResponse("this dashboard is read-only", 403)
         else:
             try:
                 response = await call_next(request)
+            except WorkhorseError as exc:  # a bad value that no route caught: still no 500
+                response = PlainTextResponse(first_line(exc), 400)
             except psycopg.Error as exc:
                 response = PlainTextResponse(f"database error: {first_line(exc)}", 503)
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
@@ -186,6 +354,11 @@ class Guard(BaseHTTPMiddleware):
         else:
             response.headers["Cache-Control"] = "no-store"
         return response
+
+
+def _too_many(wait: float) -> Response:
+    return PlainTextResponse(f"too many wrong tokens from this address: try again in "
+                             f"{wait:.0f} s", 429, headers={"Retry-After": f"{wait:.0f}"})
 
 
 def _host_name(request: Request) -> str:
@@ -254,8 +427,50 @@ _DONE = {"pause": "paused", "resume": "resumed", "override": "override set",
          "clear-override": "override cleared"}
 
 
-def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> Starlette:
-    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only)
+def _name(value: str | None, what: str) -> str:
+    """A name sent by a page (a query parameter or a form field): as it was sent, since a
+    queue name may begin or end with blanks, once it is one a queue can have; else _Refused
+    400, before anything is read or written."""
+    if value is None or not value.strip():
+        raise _Refused(400, f"which {what}? none was given")
+    try:
+        return check_name(what, value)
+    except WorkhorseError as exc:
+        raise _Refused(400, str(exc)) from None
+
+
+def _filter(value: str | None, what: str) -> str | None:
+    return None if value is None or not value.strip() else _name(value, what)
+
+
+def _id(raw: str, what: str) -> int:
+    raw = raw.strip()
+    # The length first: int() refuses more than 4,300 digits with a ValueError.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > MAX_ID:
+        raise _Refused(400, f"{what} is a job id, a number, got {shown(raw)}")
+    return int(raw)
+
+
+class _JobIdConvertor(Convertor[int]):
+    """Digits in a path, as an int; one too long for a bigint becomes MAX_ID + 1, which no job
+    has (404), where starlette's own `int` convertor lets int() fail (a 500 past 4,300 digits)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        return int(value) if len(value) <= 19 else MAX_ID + 1
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("workhorse_job_id", _JobIdConvertor())
+
+
+def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
+          redact: bool = False) -> Starlette:
+    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only,
+                          redact=redact)
 
     def page(name: str, reader: Callable[[Request, psycopg.Connection[Any]], dict[str, Any]]
              ) -> Callable[[Request], Awaitable[Response]]:
@@ -265,6 +480,8 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
             except _Refused as refused:
                 return dashboard.render(request, "problem", refused.status,
                                         message=refused.message)
+            except WorkhorseError as exc:  # a value the operation refused before reading
+                return dashboard.render(request, "problem", 400, message=str(exc))
             return dashboard.render(request, name, **context)
         return endpoint
 
@@ -273,9 +490,9 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
 
     def queue(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         # By query parameter, not in the path: a queue name may hold any character.
-        name = request.query_params.get("name")
-        if not name:
+        if not request.query_params.get("name"):
             raise _Refused(400, "which queue? /queue?name=<queue>")
+        name = _name(request.query_params.get("name"), "queue")
         return {"view": _data.queue_page(conn, name)}
 
     def jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -286,12 +503,11 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         found = {}
         for name in ("id", "before"):
             raw = (params.get(name) or "").strip()
-            if raw and (not raw.isdigit() or int(raw) > MAX_ID):
-                raise _Refused(400, f"{name} is a job id, a number, got {raw!r}")
-            found[name] = int(raw) if raw else None
+            found[name] = _id(raw, name) if raw else None
         chosen = _data.JobFilter(
-            queue=params.get("queue") or None, status=status, task=params.get("task") or None,
-            key=params.get("key") or None, id=found["id"], before=found["before"],
+            queue=_filter(params.get("queue"), "queue"), status=status,
+            task=_filter(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
+            id=found["id"], before=found["before"],
         )
         query = urlencode(chosen.query())
         listed = _data.jobs(conn, chosen)
@@ -304,7 +520,11 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         found = _data.job(conn, job_id) if job_id <= MAX_ID else None
         if found is None:
             raise _Refused(404, f"no job {request.path_params['job_id']}")
-        return {"job": found}
+        # Under --redact, a script that sends the token itself may ask for the payload.
+        shown_in_full = not dashboard.redact or (
+            request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+        return {"job": found, "redacted": not shown_in_full,
+                "revealed": dashboard.redact and shown_in_full}
 
     def workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"workers": _data.workers(conn)}
@@ -326,10 +546,14 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         return endpoint
 
     def queue_action(request: Request, form: FormData, q: Queue) -> Response:
-        name = _text(form, "queue")
+        sent = form.get("queue")
         verb = request.path_params["verb"]
-        if name is None:
+        if not isinstance(sent, str) or not sent.strip():
             return PlainTextResponse("which queue? a form field `queue` is needed", 400)
+        try:
+            name = _name(sent, "queue")
+        except _Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
         back = f"/queue?{urlencode({'name': name})}"
         try:
             if verb == "pause":
@@ -349,17 +573,17 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
                 )
             else:
                 return PlainTextResponse(f"no action {verb!r}", 404)
-        except (WorkhorseError, ValueError) as exc:
-            return _redirect_with(back, error=str(exc))
+        except (WorkhorseError, ValueError) as exc:  # refused before anything was written
+            return dashboard.render(request, "problem", 400, message=str(exc), back=back)
         return _redirect_with(back, done=_DONE[verb])
 
     def jobs_action(request: Request, form: FormData, q: Queue) -> Response:
         verb = request.path_params["verb"]
         back = _local_path(_text(form, "back"), "/jobs")
         try:
-            ids = [int(str(v)) for v in form.getlist("id")]
-        except ValueError:
-            return PlainTextResponse("job ids are numbers", 400)
+            ids = [_id(str(v), "id") for v in form.getlist("id")]
+        except _Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
         if not ids:
             return _redirect_with(back, error="no job chosen")
         if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
@@ -388,12 +612,15 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         except _Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
         target = _local_path(_text(form, "next"))
-        if not _same(_text(form, "token"), dashboard.token):
+        wait = dashboard.blocked_for(_client(request))
+        if wait:
+            return _too_many(wait)
+        if not dashboard.right_token(request, _text(form, "token")):
             return dashboard.render(request, "login", 401, next=target,
                                     problem="that is not the dashboard's token")
         response = RedirectResponse(target, 303)
-        response.set_cookie(SESSION_COOKIE, session_value(dashboard.token), httponly=True,
-                            samesite="strict", path="/")
+        response.set_cookie(SESSION_COOKIE, dashboard.new_session(), max_age=SESSION_SECONDS,
+                            httponly=True, samesite="strict", path="/", secure=_https(request))
         return response
 
     async def logout(request: Request) -> Response:
@@ -401,9 +628,44 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
             await dashboard.checked_form(request)
         except _Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
+        dashboard.revoke(request)  # the cookie is dead even if someone kept a copy
         response = RedirectResponse("/login" if dashboard.token else "/", 303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                               secure=_https(request))
         return response
+
+    async def reveal(request: Request) -> Response:
+        """The job page with its payload and result, under --redact: the form must carry the
+        token itself (a login alone does not show them), and it is not refreshed live."""
+        try:
+            form = await dashboard.checked_form(request)
+        except _Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
+        if not dashboard.redact:
+            return RedirectResponse(f"/jobs/{request.path_params['job_id']}", 303)
+        if dashboard.token is None:
+            return PlainTextResponse("payloads are hidden (--redact) and this dashboard has no "
+                                     "token to reveal them with: set WORKHORSE_DASHBOARD_TOKEN",
+                                     403)
+        wait = dashboard.blocked_for(_client(request))
+        if wait:
+            return _too_many(wait)
+        if not dashboard.bearer_ok(request) and not dashboard.right_token(
+                request, _text(form, "token")):
+            return PlainTextResponse("that is not the dashboard's token: the payload stays "
+                                     "hidden", 403)
+        job_id = int(request.path_params["job_id"])
+
+        def read(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            found = _data.job(conn, job_id) if job_id <= MAX_ID else None
+            if found is None:
+                raise _Refused(404, f"no job {job_id}")
+            return {"job": found, "redacted": False, "revealed": True}
+        try:
+            context = await _in_thread(dashboard, read, request)
+        except _Refused as refused:
+            return dashboard.render(request, "problem", refused.status, message=refused.message)
+        return dashboard.render(request, "job", **context)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -419,7 +681,8 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool) -> 
         Route("/queue", page("queue", queue)),
         Route("/queue/{verb}", action(queue_action), methods=["POST"]),
         Route("/jobs", page("jobs", jobs)),
-        Route("/jobs/{job_id:int}", page("job", job)),
+        Route("/jobs/{job_id:workhorse_job_id}", page("job", job)),
+        Route("/jobs/{job_id:workhorse_job_id}/reveal", reveal, methods=["POST"]),
         Route("/jobs/{verb}", action(jobs_action), methods=["POST"]),
         Route("/workers", page("workers", workers)),
         Route("/schedules", page("schedules", schedules)),
@@ -479,4 +742,4 @@ async def _in_thread_plain(dashboard: Dashboard,
     return await run_in_threadpool(run)
 
 
-__all__ = ["build", "session_value"]
+__all__ = ["build"]

@@ -1,0 +1,517 @@
+"""Issue #24's bad-input sweep: hostile values (NUL, lone surrogates, 10,000-character names, ids
+beyond bigint, NaN and infinity, deeply nested payloads) sent through the public API (Queue,
+AsyncQueue, App, tasks, JobHandle, the option types), the CLI and every dashboard route. Each one
+gets a typed error (a WorkhorseError), a one-line CLI error (exit 1, or 2 for a usage error), or a
+4xx, and the database is unchanged afterwards (every table of the schema compared).
+
+Valid but awkward names (markup, quotes, `<script>`, right-to-left text, emoji, SQL) work
+through the same surfaces and come back literally: from the API and `--json` as they were
+stored, in the dashboard HTML-escaped (never as markup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from markupsafe import escape
+
+pytest.importorskip("starlette")
+pytest.importorskip("jinja2")
+
+from starlette.testclient import TestClient
+
+from workhorse import (
+    App,
+    AsyncQueue,
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    Queue,
+    ScheduleDefinition,
+    WorkhorseError,
+)
+from workhorse.cli import main
+from workhorse.dashboard import create_app
+from workhorse.handle import JobHandle
+
+NUL = "a\x00b"
+SURROGATE = "a\ud800b"
+HUGE = "q" * 10_000
+TOO_LONG = "q" * 256
+BIG = 2**70
+BEYOND = 2**63
+BELOW = -(2**63) - 1
+NAN = math.nan
+TOKEN = "sweep-token-with-more-than-32-characters"
+
+AWKWARD = [
+    "<script>alert(1)</script>",
+    "quote\"double'single`back",
+    "[bold red]x[/bold red]",
+    "broken[/]markup",
+    "עברית RTL \u202eevil\u202c",
+    "emoji 🐎🔥 ünïcödé",
+    "&amp; &lt;entity&gt;",
+    "{{ 7*7 }} {% if %}",
+    "' OR 1=1 -- ;DROP TABLE jobs",
+    "back\\slash %s %(x)s _%",
+]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _state(url: str) -> dict[str, str]:
+    """Every table of the workhorse schema, as a digest of its rows."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [row[0] for row in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'workhorse' AND c.relkind IN ('r', 'p') ORDER BY 1")]
+        found = {}
+        for table in tables:
+            row = conn.execute(psycopg.sql.SQL(
+                "SELECT count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), ''))"
+                " FROM workhorse.{} t").format(psycopg.sql.Identifier(table))).fetchone()
+            found[table] = f"{row[0]}:{row[1]}"
+        return found
+
+
+@pytest.fixture
+def world(database_url: str, queue: Queue) -> Iterator[dict[str, Any]]:
+    """A governed queue with a ready job, a failed one and a schedule, and an app over it."""
+    queue.sync_concurrency_policies("sweep", [ConcurrencyPolicyDefinition("api", max_active=3)])
+    ready = queue.enqueue("sweep.task", {"args": [1], "kwargs": {}}, EnqueueOptions(queue="api"))
+    failing = queue.enqueue("sweep.task", {"args": [2], "kwargs": {}},
+                            EnqueueOptions(queue="api", max_attempts=1, priority=5))
+    (claimed,) = queue.claim("api", 1, 60)
+    assert claimed.id == failing
+    queue.fail(claimed.id, claimed.fence, {"type": "E", "message": "m", "traceback": ""})
+    queue.sync_schedules("sweep", [ScheduleDefinition("nightly", "sweep.task",
+                                                      cron="0 3 * * *")])
+    app = App("sweep", database_url)
+
+    @app.task(name="sweep.task", queue="api")
+    def task(n: int) -> None: ...
+
+    @app.task(name="sweep.keyed", queue="keyed", concurrency_key=lambda k: k)
+    def keyed(k: str) -> None: ...
+
+    try:
+        yield {"app": app, "task": task, "keyed": keyed, "ready": ready, "url": database_url}
+    finally:
+        app.close()
+
+
+def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
+               ) -> list[tuple[str, Callable[[], Any]]]:
+    app, task, keyed = world["app"], world["task"], world["keyed"]
+    ok = {"args": [], "kwargs": {}}
+    ready = world["ready"]
+    cases: list[tuple[str, Callable[[], Any]]] = []
+
+    def add(name: str, call: Callable[[], Any]) -> None:
+        cases.append((name, call))
+
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("256", TOO_LONG),
+                       ("empty", "")):
+        add(f"enqueue task {label}", lambda bad=bad: q.enqueue(bad, ok))
+        add(f"EnqueueOptions queue {label}", lambda bad=bad: EnqueueOptions(queue=bad))
+        add(f"EnqueueOptions key {label}", lambda bad=bad: EnqueueOptions(concurrency_key=bad))
+        add(f"list_jobs queue {label}", lambda bad=bad: q.list_jobs(queue=bad))
+        add(f"pause {label}", lambda bad=bad: q.pause(bad))
+    add("EnqueueOptions idempotency NUL", lambda: EnqueueOptions(idempotency_key=NUL))
+    add("EnqueueOptions priority huge", lambda: EnqueueOptions(priority=BIG))
+    add("EnqueueOptions priority NaN", lambda: EnqueueOptions(priority=NAN))  # type: ignore[arg-type]
+    add("EnqueueOptions max_attempts bool", lambda: EnqueueOptions(max_attempts=True))
+    add("EnqueueOptions delay NaN", lambda: EnqueueOptions(delay=NAN))
+    add("EnqueueOptions delay inf", lambda: EnqueueOptions(delay=math.inf))
+    add("EnqueueOptions delay 10**400", lambda: EnqueueOptions(delay=10**400))
+    add("override rate 5000 digits", lambda: q.override_policy("api", rate_limit="9" * 5000 + "/m"))
+    add("policy rate 5000 digits", lambda: ConcurrencyPolicyDefinition("x", rate_limit="9" * 5000
+                                                                        + "/s"))
+    add("schedule every 10**400", lambda: ScheduleDefinition("s", "t", every=10**400))
+    add("schedule cron 5000 digits", lambda: ScheduleDefinition("s", "t", cron="9" * 5000
+                                                                + " * * * *"))
+    add("App retention 10**400", lambda: App("r", retention={"failed": 10**400}))
+    add("task timeout 10**400", lambda: App("t").task(timeout=10**400)(lambda: None))
+    add("payload NaN", lambda: q.enqueue("t", {"args": [NAN], "kwargs": {}}))
+    add("payload inf", lambda: q.enqueue("t", {"x": -math.inf}))
+    add("payload nested 100k deep", lambda: q.enqueue("t", _nested(100_000)))
+    add("payload NUL", lambda: q.enqueue("t", {"x": "\x00"}))
+    add("payload surrogate", lambda: q.enqueue("t", {"x": "\udfff"}))
+    add("payload surrogate key", lambda: q.enqueue("t", {"\ud800": 1}))
+    add("payload over 1 MiB", lambda: q.enqueue("t", {"x": "x" * (1024 * 1024 + 1)}))
+    add("payload not JSON", lambda: q.enqueue("t", {"x": object()}))
+    add("enqueue_many bad item", lambda: q.enqueue_many([("t", ok, None), ("only-two", ok)]))
+    add("enqueue_many NaN in second", lambda: q.enqueue_many([("t", ok, None),
+                                                              ("t", [NAN], None)]))
+    for label, bad in (("2**70", BIG), ("2**63", BEYOND), ("below bigint", BELOW),
+                       ("bool", True), ("float", 1.0), ("str", "1"), ("NaN", NAN)):
+        add(f"get_job {label}", lambda bad=bad: q.get_job(bad))
+        add(f"cancel_jobs {label}", lambda bad=bad: q.cancel_jobs([ready, bad]))
+        add(f"retry_jobs {label}", lambda bad=bad: q.retry_jobs([bad]))
+    add("cancel_jobs a string", lambda: q.cancel_jobs("12"))  # type: ignore[arg-type]
+    add("cancel_jobs an int", lambda: q.cancel_jobs(12))  # type: ignore[arg-type]
+    add("list_jobs key surrogate", lambda: q.list_jobs(key=SURROGATE))
+    add("list_jobs task 10k", lambda: q.list_jobs(task=HUGE))
+    add("list_jobs status unknown", lambda: q.list_jobs(status="nope"))
+    add("list_jobs status NUL", lambda: q.list_jobs(status=NUL))
+    add("list_jobs limit huge", lambda: q.list_jobs(limit=BIG))
+    add("list_jobs limit NaN", lambda: q.list_jobs(limit=NAN))  # type: ignore[arg-type]
+    add("resume surrogate", lambda: q.resume(SURROGATE))
+    add("clear_override NUL", lambda: q.clear_override(NUL))
+    add("override 10k name", lambda: q.override_policy(HUGE, max_active=1))
+    add("override max_active huge", lambda: q.override_policy("api", max_active=BIG))
+    add("override max_active NaN", lambda: q.override_policy("api", max_active=NAN))  # type: ignore[arg-type]
+    add("override expires_in NaN", lambda: q.override_policy("api", max_active=1,
+                                                              expires_in=NAN))
+    add("override expires_in inf", lambda: q.override_policy("api", max_active=1,
+                                                              expires_in=math.inf))
+    add("override rate nan/m", lambda: q.override_policy("api", rate_limit="nan/m"))
+    add("override rate huge", lambda: q.override_policy("api", rate_limit=f"{BIG}/m"))
+    add("policy queue surrogate", lambda: ConcurrencyPolicyDefinition(SURROGATE, max_active=1))
+    add("policy max_active huge", lambda: ConcurrencyPolicyDefinition("x", max_active=BIG))
+    add("sync namespace NUL", lambda: q.sync_concurrency_policies(NUL, []))
+    add("sync namespace 10k", lambda: q.sync_concurrency_policies(HUGE, []))
+    add("list policies NUL", lambda: q.list_concurrency_policies(NUL))
+    add("list schedules surrogate", lambda: q.list_schedules(SURROGATE))
+    add("schedule name NUL", lambda: ScheduleDefinition(NUL, "t", cron="* * * * *"))
+    add("schedule every NaN", lambda: ScheduleDefinition("s", "t", every=NAN))
+    add("schedule tz NUL", lambda: ScheduleDefinition("s", "t", cron="* * * * *", tz=NUL))
+    add("schedule args NaN", lambda: q.sync_schedules("sweep", [
+        ScheduleDefinition("s", "t", cron="* * * * *", args=[NAN])]))
+    add("sync_schedules namespace surrogate", lambda: q.sync_schedules(SURROGATE, []))
+    add("prune older_than NaN", lambda: q.prune_jobs(older_than=NAN))
+    add("prune limit huge", lambda: q.prune_jobs(limit=BIG))
+    add("claim queue NUL", lambda: q.claim(NUL, 1, 30))
+    add("claim limit huge", lambda: q.claim("api", BIG, 30))
+    add("claim lease NaN", lambda: q.claim("api", 1, NAN))
+    add("complete id huge", lambda: q.complete(BIG, 1))
+    add("fail id huge", lambda: q.fail(BIG, 1, {"type": "E", "message": "", "traceback": ""}))
+    add("heartbeat id huge", lambda: q.heartbeat([(BIG, 1, 30.0)]))
+    add("heartbeat lease NaN", lambda: q.heartbeat([(ready, 1, NAN)]))
+    # AsyncQueue: the same operations, awaited.
+    add("async cancel_jobs 2**70", lambda: aq_run(lambda aq: aq.cancel_jobs([BIG])))
+    add("async list_jobs NUL", lambda: aq_run(lambda aq: aq.list_jobs(queue=NUL)))
+    add("async enqueue task surrogate", lambda: aq_run(lambda aq: aq.enqueue(SURROGATE, ok)))
+    add("async get_job 2**63", lambda: aq_run(lambda aq: aq.get_job(BEYOND)))
+    add("async pause 10k", lambda: aq_run(lambda aq: aq.pause(HUGE)))
+    # The app layer.
+    add("App name NUL", lambda: App(NUL))
+    add("App name surrogate", lambda: App(SURROGATE))
+    add("app.queue 10k", lambda: app.queue(HUGE, max_active=1))
+    add("app.task name surrogate", lambda: app.task(name=SURROGATE)(lambda: None))
+    add("apply_async queue NUL", lambda: task.apply_async(args=(1,), queue=NUL))
+    add("apply_async key 10k", lambda: task.apply_async(args=(1,), concurrency_key=HUGE))
+    add("apply_async priority NaN", lambda: task.apply_async(args=(1,), priority=NAN))
+    add("delay payload NaN", lambda: task.delay(NAN))
+    add("delay payload nested", lambda: task.delay(_nested(5000)))
+    add("key callable gives NUL", lambda: keyed.delay(NUL))
+    add("key callable gives surrogate", lambda: keyed.delay(SURROGATE))
+    add("send_task name NUL", lambda: app.send_task(NUL, args=[1]))
+    add("app.cancel 2**70", lambda: app.cancel([BIG]))
+    add("app.retry bool", lambda: app.retry([True]))
+    add("app.get_job below bigint", lambda: app.get_job(BELOW))
+    add("app.handle 2**70", lambda: app.handle(BIG))
+    add("JobHandle 2**63", lambda: JobHandle(BEYOND, app))
+    add("JobHandle(str)", lambda: JobHandle("1", app))  # type: ignore[arg-type]
+    return cases
+
+
+def test_the_public_api_refuses_bad_input_typed_and_writes_nothing(world, conn):
+    q = Queue(conn)
+
+    def aq_run(call: Callable[[AsyncQueue], Any]) -> Any:
+        async def run() -> Any:
+            async with await psycopg.AsyncConnection.connect(world["url"],
+                                                             autocommit=True) as aconn:
+                return await call(AsyncQueue(aconn))
+        return asyncio.run(run())
+
+    cases = _api_cases(world, q, aq_run)
+    before = _state(world["url"])
+    wrong = []
+    for name, call in cases:
+        try:
+            got = call()
+        except WorkhorseError:
+            continue
+        except Exception as exc:  # any other type is the failure looked for
+            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
+        else:
+            wrong.append(f"{name}: no error, got {got!r:.100}")
+    assert wrong == [], "\n".join(wrong)
+    assert _state(world["url"]) == before
+    assert q.get_job(world["ready"]).status.value == "ready"  # the connection still works
+
+
+_CLI_CASES: list[tuple[str, list[str]]] = [
+    ("jobs show 2**70", ["jobs", "show", str(BIG)]),
+    ("jobs show below bigint", ["jobs", "show", str(BELOW)]),
+    ("jobs cancel 2**70", ["jobs", "cancel", "1", str(BIG)]),
+    ("jobs cancel 2**63", ["jobs", "cancel", str(BEYOND)]),
+    ("jobs retry 2**63", ["jobs", "retry", str(BEYOND)]),
+    ("jobs retry NaN", ["jobs", "retry", "nan"]),
+    ("jobs list --queue surrogate", ["jobs", "list", "--queue", SURROGATE]),
+    ("jobs list --queue NUL", ["jobs", "list", "--queue", NUL]),
+    ("jobs list --key 10k", ["jobs", "list", "--key", HUGE]),
+    ("jobs list --task surrogate", ["jobs", "list", "--task", SURROGATE]),
+    ("jobs list --limit huge", ["jobs", "list", "--limit", str(BIG)]),
+    ("jobs list --status bogus", ["jobs", "list", "--status", "bogus"]),
+    ("queues pause surrogate", ["queues", "pause", SURROGATE]),
+    ("queues pause 10k", ["queues", "pause", HUGE]),
+    ("queues resume NUL", ["queues", "resume", NUL]),
+    ("policies override 10k", ["policies", "override", HUGE, "--max-active", "1"]),
+    ("policies override --rate-limit nan/m", ["policies", "override", "api", "--rate-limit",
+                                              "nan/m"]),
+    ("policies override --for nan", ["policies", "override", "api", "--max-active", "1",
+                                     "--for", "nan"]),
+    ("policies override --max-active huge", ["policies", "override", "api", "--max-active",
+                                             str(BIG)]),
+    ("policies clear-override surrogate", ["policies", "clear-override", SURROGATE]),
+    ("policies --namespace NUL", ["policies", "--namespace", NUL]),
+    ("schedules --namespace 10k", ["schedules", "--namespace", HUGE]),
+    ("jobs retry --held --queue 10k", ["jobs", "retry", "--held", "--queue", HUGE]),
+    ("jobs prune --older-than nan", ["jobs", "prune", "--older-than", "nan"]),
+    ("jobs prune --older-than inf", ["jobs", "prune", "--older-than", "inf"]),
+]
+
+
+def test_the_cli_refuses_bad_input_in_one_line_and_writes_nothing(world):
+    url = world["url"]
+    before = _state(url)
+    wrong = []
+    for name, args in _CLI_CASES:
+        result = CliRunner().invoke(main, ["--database-url", url, *args])
+        lines = (result.stderr or result.output).strip().splitlines()
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            wrong.append(f"{name}: raised {type(result.exception).__name__}: "
+                         f"{result.exception!s:.100}")
+        elif result.exit_code not in (1, 2):
+            wrong.append(f"{name}: exit {result.exit_code}: {result.output[:100]}")
+        elif "Traceback" in result.output or "database error" in result.output:
+            wrong.append(f"{name}: {lines[-1][:150] if lines else ''}")
+        elif result.exit_code == 1 and len(lines) != 1:
+            wrong.append(f"{name}: {len(lines)} lines: {result.output[:200]}")
+    assert wrong == [], "\n".join(wrong)
+    assert _state(url) == before
+
+
+def test_a_real_cli_process_refuses_a_name_that_is_not_utf8(world):
+    """A byte string that is not UTF-8 on the command line becomes a lone surrogate in
+    Python (surrogateescape): one line, exit 1, nothing written."""
+    before = _state(world["url"])
+    done = subprocess.run([sys.executable.encode(), b"-m", b"workhorse", b"--database-url",
+                           world["url"].encode(), b"queues", b"pause", b"caf\xe9"],
+                          capture_output=True, timeout=60)
+    stderr = done.stderr.decode(errors="replace")
+    assert done.returncode == 1, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "surrogate" in stderr, stderr
+    assert _state(world["url"]) == before
+
+
+def _dashboard_cases(ready: int) -> list[tuple[str, str, str, dict[str, Any], set[int]]]:
+    """(name, method, path, form, acceptable statuses); the form's csrf is filled in."""
+    long_ids = [str(i) for i in range(1, 10_002)]
+    return [
+        ("queue NUL", "GET", "/queue?name=a%00b", {}, {400}),
+        ("queue 300", "GET", "/queue?name=" + "q" * 300, {}, {400}),
+        ("queue 10k", "GET", "/queue?name=" + HUGE, {}, {400}),
+        ("queue empty", "GET", "/queue?name=", {}, {400}),
+        ("queue blank", "GET", "/queue?name=%20%20", {}, {400}),
+        ("queue live NUL", "GET", "/queue?name=%00&live=1", {}, {400}),
+        ("jobs key NUL", "GET", "/jobs?key=a%00b", {}, {400}),
+        ("jobs queue 10k", "GET", "/jobs?queue=" + HUGE, {}, {400}),
+        ("jobs task NUL", "GET", "/jobs?task=%00", {}, {400}),
+        ("jobs status bogus", "GET", "/jobs?status=bogus", {}, {400}),
+        ("jobs status NUL", "GET", "/jobs?status=%00", {}, {400}),
+        ("jobs id 2**70", "GET", f"/jobs?id={BIG}", {}, {400}),
+        ("jobs id NaN", "GET", "/jobs?id=NaN", {}, {400}),
+        ("jobs id superscript", "GET", "/jobs?id=%C2%B2", {}, {400}),
+        ("jobs id negative", "GET", "/jobs?id=-1", {}, {400}),
+        ("jobs before 2**63", "GET", f"/jobs?before={BEYOND}", {}, {400}),
+        ("jobs live and NUL", "GET", "/jobs?key=%00&live=1", {}, {400}),
+        ("job 2**70", "GET", f"/jobs/{BIG}", {}, {404}),
+        ("job 40 digits", "GET", "/jobs/" + "9" * 40, {}, {404}),
+        ("job not a number", "GET", "/jobs/NaN", {}, {404, 405}),
+        ("job 5000 digits", "GET", "/jobs/" + "9" * 5000, {}, {404}),
+        ("jobs id 5000 digits", "GET", "/jobs?id=" + "9" * 5000, {}, {400}),
+        ("jobs before 5000 digits", "GET", "/jobs?before=" + "9" * 5000, {}, {400}),
+        ("reveal 5000 digits", "POST", "/jobs/" + "9" * 5000 + "/reveal", {}, {303, 404}),
+        ("cancel 5000 digits", "POST", "/jobs/cancel", {"id": "9" * 5000}, {400}),
+        ("static traversal", "GET", "/static/../../../etc/passwd", {}, {404}),
+        ("static missing", "GET", "/static/%00", {}, {404}),
+        ("overview POST", "POST", "/", {}, {405}),
+        ("workers POST", "POST", "/workers", {}, {405}),
+        ("schedules POST", "POST", "/schedules", {}, {405}),
+        ("pause NUL", "POST", "/queue/pause", {"queue": NUL}, {400}),
+        ("pause 10k", "POST", "/queue/pause", {"queue": HUGE}, {400}),
+        ("pause missing queue", "POST", "/queue/pause", {}, {400}),
+        ("resume 300", "POST", "/queue/resume", {"queue": "q" * 300}, {400}),
+        ("clear-override NUL", "POST", "/queue/clear-override", {"queue": NUL}, {400}),
+        ("override max_active NaN", "POST", "/queue/override",
+         {"queue": "api", "max_active": "NaN"}, {400}),
+        ("override max_active huge", "POST", "/queue/override",
+         {"queue": "api", "max_active": str(BIG)}, {400}),
+        ("override max_active 5000 digits", "POST", "/queue/override",
+         {"queue": "api", "max_active": "9" * 5000}, {400}),
+        ("override for nan", "POST", "/queue/override",
+         {"queue": "api", "max_active": "1", "for": "nan"}, {400}),
+        ("override rate nan/m", "POST", "/queue/override",
+         {"queue": "api", "rate_limit": "nan/m"}, {400}),
+        ("override rate huge", "POST", "/queue/override",
+         {"queue": "api", "rate_limit": f"{BIG}/m"}, {400}),
+        ("queue verb unknown", "POST", "/queue/drop", {"queue": "api"}, {404}),
+        ("cancel 2**70", "POST", "/jobs/cancel", {"id": [str(ready), str(BIG)]}, {400}),
+        ("cancel NaN", "POST", "/jobs/cancel", {"id": "NaN"}, {400}),
+        ("cancel negative", "POST", "/jobs/cancel", {"id": "-1"}, {400}),
+        ("retry superscript", "POST", "/jobs/retry", {"id": "²"}, {400}),
+        ("retry 10,001 ids", "POST", "/jobs/retry", {"id": long_ids}, {400}),
+        ("jobs verb unknown", "POST", "/jobs/drop", {"id": str(ready)}, {404}),
+        ("reveal 2**70", "POST", f"/jobs/{BIG}/reveal", {"token": TOKEN}, {303, 404}),
+    ]
+
+
+def _refusals(client: TestClient, cases: list[tuple[str, str, str, dict[str, Any], set[int]]],
+              csrf: str) -> list[str]:
+    wrong = []
+    for name, method, path, form, statuses in cases:
+        if method == "GET":
+            response = client.get(path, follow_redirects=False)
+        else:
+            response = client.post(path, data={**form, "csrf": csrf}, follow_redirects=False)
+        if response.status_code not in statuses:
+            wrong.append(f"{name}: {response.status_code} {response.text[:120]!r}")
+        elif response.status_code == 400 and not response.text.strip():
+            wrong.append(f"{name}: 400 without a message")
+    return wrong
+
+
+# Every action route with a forged or NUL CSRF token, or the right one from another origin.
+_CSRF_CASES = [(path, form, headers, sent)
+               for path, form in (("/queue/pause", {"queue": "api"}),
+                                  ("/queue/override", {"queue": "api", "max_active": "1"}),
+                                  ("/jobs/cancel", {"id": "1"}), ("/jobs/retry", {"id": "2"}),
+                                  ("/logout", {}))
+               for headers, sent in (({}, "forged"), ({}, NUL),
+                                     ({"Origin": "http://evil.example"}, None))]
+# With a token (and --redact): bad tokens on the login form and in a bearer header.
+_LOGIN_CASES = [("login 10k token", {"token": HUGE}, 401),
+                ("login NUL token", {"token": NUL}, 401),
+                ("login no csrf", {"token": TOKEN, "csrf": ""}, 403)]
+_BEARER_PATHS = ["/", "/workers", "/schedules", "/jobs/1?reveal=1"]
+
+
+def test_every_dashboard_route_refuses_bad_input_with_a_4xx_and_writes_nothing(world):
+    url = world["url"]
+    before = _state(url)
+    with TestClient(create_app(url)) as client:
+        csrf = re.search(r'data-csrf="([^"]+)"', client.get("/").text).group(1)
+        wrong = _refusals(client, _dashboard_cases(world["ready"]), csrf)
+        for path, form, headers, sent in _CSRF_CASES:
+            response = client.post(path, data={**form, "csrf": csrf if sent is None else sent},
+                                   headers=headers, follow_redirects=False)
+            if response.status_code != 403:
+                wrong.append(f"{path} csrf={sent!r:.10} {headers}: {response.status_code}")
+    with TestClient(create_app(url, token=TOKEN, redact=True)) as client:
+        login_csrf = re.search(r'data-csrf="([^"]+)"', client.get("/login").text).group(1)
+        for name, form, status in _LOGIN_CASES:
+            response = client.post("/login", data={"csrf": login_csrf, **form},
+                                   follow_redirects=False)
+            if response.status_code != status:
+                wrong.append(f"{name}: {response.status_code}")
+        for path in _BEARER_PATHS:
+            response = client.get(path, headers={"Authorization": "Bearer " + "x" * 40})
+            if response.status_code not in (401, 429):
+                wrong.append(f"bearer {path}: {response.status_code}")
+    assert wrong == [], "\n".join(wrong)
+    assert _state(url) == before
+
+
+def test_awkward_but_valid_names_work_and_are_shown_literally(world, conn):
+    url = world["url"]
+    q = Queue(conn)
+    ids = {}
+    for name in AWKWARD:
+        ids[name] = q.enqueue(name, {"args": [name], "kwargs": {}},
+                              EnqueueOptions(queue=name, concurrency_key=name,
+                                             idempotency_key=name))
+        q.sync_concurrency_policies(name, [ConcurrencyPolicyDefinition(name, max_active=2)])
+        assert q.pause(name).paused
+    for name, job_id in ids.items():
+        job = q.get_job(job_id)
+        assert (job.task, job.queue, job.concurrency_key, job.payload["args"]) == (
+            name, name, name, [name])
+        assert [j.id for j in q.list_jobs(queue=name, key=name, task=name)] == [job_id]
+        assert [p.queue for p in q.list_concurrency_policies(name)] == [name]
+    assert {s.queue for s in q.list_queues()} >= set(AWKWARD)
+    assert {p.queue for p in q.health().policies if p.paused} >= set(AWKWARD)
+    # The CLI's JSON gives them back whole and exact.
+    for name, job_id in ids.items():
+        shown = CliRunner().invoke(main, ["--database-url", url, "jobs", "show", str(job_id),
+                                          "--json"])
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)["queue"] == name
+        listed = CliRunner().invoke(main, ["--database-url", url, "jobs", "list", "--queue",
+                                           name, "--key", name, "--json"])
+        assert [j["id"] for j in json.loads(listed.stdout)] == [job_id], listed.output
+        resumed = CliRunner().invoke(main, ["--database-url", url, "queues", "resume", name,
+                                            "--json"])
+        assert resumed.exit_code == 0 and json.loads(resumed.stdout)["queue"] == name
+    queues = json.loads(CliRunner().invoke(main, ["--database-url", url, "queues",
+                                                  "--json"]).stdout)
+    assert {row["queue"] for row in queues} >= set(AWKWARD)
+    # The dashboard: escaped everywhere, never markup; actions on them work.
+    with TestClient(create_app(url)) as client:
+        csrf = re.search(r'data-csrf="([^"]+)"', client.get("/").text).group(1)
+        pages = ["/", "/jobs"]
+        for name, job_id in ids.items():
+            pages += [f"/queue?{_query(name=name)}", f"/jobs/{job_id}",
+                      f"/jobs?{_query(queue=name, key=name, task=name)}"]
+            response = client.post("/queue/pause", data={"queue": name, "csrf": csrf},
+                                   follow_redirects=False)
+            assert response.status_code == 303, (name, response.text)
+        for path in pages:
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.text[:300])
+            html = response.text
+            assert "<script>alert(1)</script>" not in html, path
+        for name, job_id in ids.items():
+            detail = client.get(f"/jobs/{job_id}").text
+            assert str(escape(name)) in detail, name
+            queue_page = client.get(f"/queue?{_query(name=name)}").text
+            assert str(escape(name)) in queue_page, name
+            listed = client.get(f"/jobs?{_query(queue=name, key=name, task=name)}").text
+            assert f'data-job="{job_id}"' in listed, name
+    assert {p.queue for p in q.health().policies if p.paused} >= set(AWKWARD)
+
+
+def _query(**params: str) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode(params)
+
+
+def test_the_sweep_has_at_least_80_cases():
+    stub: dict[str, Any] = {"app": None, "task": None, "keyed": None, "ready": 1}
+    counts = {
+        "api": len(_api_cases(stub, None, None)),  # type: ignore[arg-type]
+        "cli": len(_CLI_CASES) + 1,  # and the real process with a non-UTF-8 name
+        "dashboard": (len(_dashboard_cases(1)) + len(_CSRF_CASES) + len(_LOGIN_CASES)
+                      + len(_BEARER_PATHS)),
+    }
+    assert counts["api"] >= 80 and counts["cli"] >= 20 and counts["dashboard"] >= 40, counts
+    assert sum(counts.values()) >= 80
