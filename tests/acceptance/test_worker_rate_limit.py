@@ -11,12 +11,11 @@ from collections import defaultdict
 import pytest
 from apps import rated
 from apps.harness import Worker, scalar, wait_for
-
 from sql_names import called_functions
 
 from workhorse import Queue
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
 
 JOBS = 100
 

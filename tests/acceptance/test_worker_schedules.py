@@ -14,7 +14,7 @@ import pytest
 from apps import scheduled
 from apps.harness import Worker, scalar, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
 
 RUN_FOR = 10.0
 # How late an occurrence may be enqueued: generous (a busy machine is slow), and well inside the
