@@ -31,6 +31,9 @@ import psycopg
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops
 
 RETENTION = _ops.DEFAULT_RETENTION_JSON
+# How long a claimer or flipper goes on at most: generous, since a machine busy with other work
+# can take minutes over what takes seconds on an idle one (the queue draining ends it sooner).
+MAX_SECONDS = 300
 
 # The checker. `overlap` has one row per scope: '' for the queue, and one per key. A claimer calls
 # checker_enter right after its claim committed and checker_exit before it completes, so each job's
@@ -183,7 +186,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         q = Queue(conn)
         _ready()
-        deadline = time.monotonic() + o.get("max_seconds", 60)
+        deadline = time.monotonic() + o.get("max_seconds", MAX_SECONDS)
         last_check = 0.0
         while time.monotonic() < deadline:
             if broken:
@@ -248,7 +251,7 @@ def _flip(url: str, o: dict[str, Any]) -> dict[str, Any]:
     with psycopg.connect(url) as conn:  # not autocommit: sync and its log row commit together
         q = Queue(conn)
         _ready()
-        deadline = time.monotonic() + o.get("max_seconds", 60)
+        deadline = time.monotonic() + o.get("max_seconds", MAX_SECONDS)
         # With `seconds`, flip for that long and stop on values[0]; otherwise until the queue
         # drains.
         until = time.monotonic() + o["seconds"] if "seconds" in o else None

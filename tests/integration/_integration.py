@@ -59,7 +59,7 @@ def start(processes: list[subprocess.Popen[str]], delay: float = 0.05) -> float:
     return start_at
 
 
-def collect(processes: list[subprocess.Popen[str]], timeout: float = 120) -> list[dict[str, Any]]:
+def collect(processes: list[subprocess.Popen[str]], timeout: float = 400) -> list[dict[str, Any]]:
     """Wait for every process; fail with its stderr if one did not exit cleanly."""
     deadline = time.monotonic() + timeout
     reports = []

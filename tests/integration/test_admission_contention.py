@@ -189,7 +189,7 @@ def test_budget_holds_with_reference_claimers_beside_the_product_claim(
 
 
 def test_budget_holds_while_the_policy_flips(conn: Any, database_url: str) -> None:
-    ids = _setup(conn, jobs=2000, keys=20, policy=(5, 2))
+    ids = _setup(conn, jobs=1000, keys=20, policy=(5, 2))
     claimers = [
         spawn("claim", database_url, queue=QUEUE, check_max=5, check_per=2) for _ in range(8)
     ]
