@@ -1,7 +1,8 @@
-"""The claim in one process: rate limits, pause and resume, overrides, the rolling-upgrade rule
-for the 0.1 claim, the heartbeat race, and bad input. Several processes at once are in
-test_rate_limit_contention.py. Time passes in the database (rewritten lease ends, bucket ends
-and expiries), not in sleeps that a busy machine stretches."""
+"""The claim in one process: rate limits, pause and resume, overrides, the heartbeat race, and
+bad input. Several processes at once are in test_rate_limit_contention.py; the rolling-upgrade
+rule (an older claim admits nothing from a queue using a newer feature) is in
+test_feature_levels.py. Time passes in the database (rewritten lease ends, bucket ends and
+expiries), not in sleeps that a busy machine stretches."""
 
 from __future__ import annotations
 
@@ -33,11 +34,6 @@ def _fill(queue: Queue, name: str, keys: list[str | None]) -> list[int]:
 
 def _claim(queue: Queue, name: str, limit: int) -> tuple[list[Any], float | None]:
     return _ops.execute(queue.conn, _ops.claim_batch(name, limit, 30))
-
-
-def _claim_v1(conn: psycopg.Connection[Any], name: str, limit: int) -> list[int]:
-    rows = conn.execute("SELECT id FROM workhorse.claim_v1(%s, %s, 30)", (name, limit)).fetchall()
-    return [row[0] for row in rows]
 
 
 def _live(conn: psycopg.Connection[Any], name: str) -> int:
@@ -249,35 +245,6 @@ def test_list_queues_shows_every_queue(queue: Queue) -> None:
     assert rows["g"].depth["ready"] == 2 and rows["g"].rate_limit == "9/m"
     assert rows["plain"].max_active is None and rows["plain"].depth["ready"] == 1
     assert rows["idle"].paused
-
-
-# ---- rolling upgrades ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("feature", ["rate_limit", "rate_limit_per_key", "pause", "override"])
-def test_claim_v1_admits_nothing_from_a_queue_using_a_v2_feature(
-    queue: Queue, feature: str
-) -> None:
-    if feature == "rate_limit":
-        queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("u", rate_limit="9/s")])
-    elif feature == "rate_limit_per_key":
-        queue.sync_concurrency_policies("ns", [
-            ConcurrencyPolicyDefinition("u", 10, rate_limit_per_key="9/s")])
-    elif feature == "pause":
-        queue.pause("u")
-    else:
-        queue.override_policy("u", max_active=2)
-    _fill(queue, "u", ["k"] * 3)
-    warnings: list[str] = []
-    queue.conn.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
-    assert _claim_v1(queue.conn, "u", 5) == []
-    assert any("claim_v1 admits nothing from queue u" in w for w in warnings)
-
-
-def test_claim_v1_still_serves_v1_queues(queue: Queue) -> None:
-    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("old", 2, 1)])
-    _fill(queue, "old", ["a", "a", "b"])
-    assert len(_claim_v1(queue.conn, "old", 5)) == 2
 
 
 # ---- the heartbeat race --------------------------------------------------------------------
