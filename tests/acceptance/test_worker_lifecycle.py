@@ -93,13 +93,13 @@ def test_a_refused_heartbeat_loses_the_lease_and_discards_the_attempt(
                     "--slots", "1", "--queues", "slow", "--dequeue-timeout", "1s")
     try:
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'l1:1'"),
-                 30, "the first attempt to start", worker)
+                 120, "the first attempt to start", worker)
         conn.execute("UPDATE workhorse.jobs SET lease_until = clock_timestamp() - interval '1 s'"
                      " WHERE id = %s AND attempts = 1", (job,))
         ended = "l1:cancelled" if kind == "async" else "l1:stale"
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = %s", ended),
-                 30, "the first attempt to learn that its lease was lost", worker)
-        wait_for(lambda: _status(conn, job) == "succeeded", 30, "the second attempt", worker)
+                 120, "the first attempt to learn that its lease was lost", worker)
+        wait_for(lambda: _status(conn, job) == "succeeded", 120, "the second attempt", worker)
     finally:
         code = worker.stop()
     assert code == 0, worker.output()

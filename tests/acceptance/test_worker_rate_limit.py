@@ -42,7 +42,7 @@ def test_a_fleet_keeps_a_rate_limit_exactly(database_url, conn, tmp_path):
         wait_for(
             lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'succeeded'")
             == JOBS,
-            60, f"{JOBS} jobs to succeed", *workers, interval=0.25,
+            180, f"{JOBS} jobs to succeed", *workers, interval=0.25,
         )
     finally:
         codes = [w.stop() for w in workers]
@@ -69,4 +69,9 @@ def test_a_fleet_keeps_a_rate_limit_exactly(database_url, conn, tmp_path):
                    claim_functions)
     assert calls > 0, f"no calls of {claim_functions} counted: the count checks nothing"
     seconds = max(times) - first
-    assert calls < 40 * (seconds + 1) * 4, f"{calls} claims in {seconds:.1f}s: slots polled"
+    # About one claim per start (each completion rides on the next claim) plus a wake-up or two
+    # per window per slot (4 slots): a slot that polls while the limit holds it back claims far
+    # more (a 2 ms poll on a busy machine: 339 against the 101 of a sleeping fleet).
+    slots = 4
+    bound = 2 * JOBS + 2 * slots * (seconds + 1)
+    assert calls <= bound, f"{calls} claims in {seconds:.1f}s (at most {bound:.0f}): slots polled"

@@ -36,7 +36,7 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
     try:
         for worker in fleet:
             worker.wait_for_slots(1)
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs") >= 1, 20,
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs") >= 1, 120,
                  "the first occurrence to fire", *fleet)
         started = time.monotonic()
         time.sleep(RUN_FOR / 2)
