@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from ci_guard import skip_or_fail, under_ci
 from pgbouncer_server import PgBouncer, binary
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -23,6 +24,37 @@ from workhorse import _sql
 from workhorse.queue import Queue
 
 _TEMPLATE_LOCK = 0x7465737474706C  # serializes template creation across xdist workers
+
+
+def _import_skip(longrepr: Any) -> str | None:
+    """The reason of a `pytest.importorskip` skip, or None for any other outcome."""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+        if "could not import" in reason:
+            return reason
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """Under CI (which installs every extra), a module skipped by `importorskip` fails."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    reason = _import_skip(report.longrepr) if report.skipped and under_ci() else None
+    if reason:
+        report.outcome = "failed"
+        report.longrepr = f"CI=1 and {reason}: .ci/run installs it, a skip would hide that"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The same for an `importorskip` inside a test."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    reason = _import_skip(report.longrepr) if report.skipped and under_ci() else None
+    if reason:
+        report.outcome = "failed"
+        report.longrepr = f"CI=1 and {reason}: .ci/run installs it, a skip would hide that"
 
 
 def _with_dbname(url: str, dbname: str) -> str:
@@ -103,7 +135,7 @@ def pgbouncer(server_url: str) -> Iterator[PgBouncer]:
     """PgBouncer 1.18 in transaction mode in front of the test server, for this test session.
     Its directory is under /tmp (not pytest's 0700 one): as root it runs as another user."""
     if binary() is None:
-        pytest.skip("pgbouncer is not installed (apt-get install -y pgbouncer; .ci/run does)")
+        skip_or_fail("pgbouncer is not installed (apt-get install -y pgbouncer; .ci/run does)")
     workdir = tempfile.mkdtemp(prefix="workhorse-pgbouncer-")
     bouncer = PgBouncer(server_url, Path(workdir)).start()
     try:

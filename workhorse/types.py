@@ -7,6 +7,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from . import _occurrences
@@ -280,8 +281,12 @@ class RateLimit:
         for unit, seconds in _RATE_UNITS.items():
             if self.period == seconds:
                 return f"{self.n}/{unit}"
-        # Fixed notation, every digit: the text must parse back to this very period.
-        period = format(self.period, "f").rstrip("0").rstrip(".")
+        # Fixed notation, every digit: the text must parse back to this very period. The
+        # shortest repr that round-trips, without an exponent (1/0.051000000000000004s for
+        # 51 ms, which format(..., "f") cut to 0.051: a different float).
+        period = format(Decimal(repr(self.period)), "f")
+        if "." in period:
+            period = period.rstrip("0").rstrip(".")
         return f"{self.n}/{period}s"
 
 

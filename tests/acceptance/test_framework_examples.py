@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 from apps.harness import scalar, wait_for
+from ci_guard import require
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("django")
-pytest.importorskip("fastapi")
-httpx = pytest.importorskip("httpx")
+require("django", "pip install -e '.[examples]'")
+require("fastapi", "pip install -e '.[examples]'")
+httpx = require("httpx", "pip install -e '.[examples]'")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,7 +9,7 @@ from apps.harness import Worker, scalar, wait_for
 
 from workhorse import Queue
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
 
 JOBS = 1200
 

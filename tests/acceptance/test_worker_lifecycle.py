@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from apps import lifecycle, probe
 from apps.harness import HERE, Worker, alive, scalar, wait_for
 
@@ -74,6 +75,38 @@ def test_a_cancel_request_cancels_an_async_handler(database_url, conn, tmp_path)
     assert code == 0, worker.output()
     assert _status(conn, job) == "canceled"
     assert "canceled on request" in worker.output()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_a_refused_heartbeat_loses_the_lease_and_discards_the_attempt(
+    database_url, conn, tmp_path, kind
+):
+    """The real path of a lost lease, no flag set by hand: the lease of a running first attempt
+    runs out (moved into the past in the database), the slot's next heartbeat is refused, and
+    the slot marks the job lost: an async handler is cancelled, a sync one's heartbeat() raises
+    StaleLeaseError. Nothing of that attempt is recorded; the job is claimed again and its
+    second attempt's result is the one stored."""
+    probe.setup(conn)
+    task = lifecycle.losable if kind == "async" else lifecycle.losable_sync
+    job = _enqueue(conn, task.call(("l1",)))
+    worker = Worker(database_url, "apps.lifecycle:app", tmp_path / "w.log",
+                    "--slots", "1", "--queues", "slow", "--dequeue-timeout", "1s")
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'l1:1'"),
+                 120, "the first attempt to start", worker)
+        conn.execute("UPDATE workhorse.jobs SET lease_until = clock_timestamp() - interval '1 s'"
+                     " WHERE id = %s AND attempts = 1", (job,))
+        ended = "l1:cancelled" if kind == "async" else "l1:stale"
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = %s", ended),
+                 120, "the first attempt to learn that its lease was lost", worker)
+        wait_for(lambda: _status(conn, job) == "succeeded", 120, "the second attempt", worker)
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
+    row = conn.execute("SELECT attempts, result #>> '{}', error FROM workhorse.jobs"
+                       " WHERE id = %s", (job,)).fetchone()
+    assert row == (2, "l1:2", None), row
+    assert f"job {job} (" in worker.output() and "lost its lease" in worker.output()
 
 
 def test_sigterm_drains_running_jobs_and_exits_0(database_url, conn, tmp_path):

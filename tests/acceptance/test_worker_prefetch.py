@@ -15,7 +15,7 @@ from apps.harness import Worker, scalar, wait_for
 
 from workhorse import Queue
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
 
 JOBS = 4000
 ONE_PLACE = ["--slots", "1", "--concurrency", "1", "--dequeue-timeout", "5s"]

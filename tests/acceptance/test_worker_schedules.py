@@ -14,9 +14,12 @@ import pytest
 from apps import scheduled
 from apps.harness import Worker, scalar, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
 
 RUN_FOR = 10.0
+# How late an occurrence may be enqueued: generous (a busy machine is slow), and well inside the
+# 60 s after which invariant 8 counts an occurrence as missed.
+MAX_LAG = 30.0
 
 
 def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
@@ -33,7 +36,7 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
     try:
         for worker in fleet:
             worker.wait_for_slots(1)
-        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs") >= 1, 20,
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs") >= 1, 120,
                  "the first occurrence to fire", *fleet)
         started = time.monotonic()
         time.sleep(RUN_FOR / 2)
@@ -41,6 +44,11 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
         fleet.append(Worker(database_url, "apps.scheduled:app", tmp_path / "w3.log", *args))
         fleet[-1].wait_for_slots(1)
         time.sleep(max(0.0, RUN_FOR - (time.monotonic() - started)))
+        # Repeat until met, with a deadline: every occurrence but the newest few has run.
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status <>"
+                                " 'succeeded' AND scheduled_for < now() - interval '3 s'") == 0,
+                 60, "the fired jobs to run", *fleet[1:])
+        settled = scalar(conn, "SELECT now() - interval '3 s'")
     finally:
         codes = [worker.stop() for worker in fleet[1:]]
     assert codes == [0, 0, 0], "\n".join(w.output() for w in fleet)
@@ -57,7 +65,8 @@ def test_three_supervisors_fire_each_occurrence_exactly_once_through_a_kill_9(
         "WHERE task = 'tick' AND status = 'succeeded'").fetchall()
     assert len(read) >= RUN_FOR - 1
     assert all(datetime.fromisoformat(text) == at for at, text in read), read
-    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status <> 'succeeded'") <= 1
+    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status <> 'succeeded'"
+                        " AND scheduled_for < %s", settled) == 0
     # The schedule's queue is a queue like any other for the operator.
     listed = json.loads(subprocess.run(
         [sys.executable, "-m", "workhorse", "--database-url", database_url, "queues", "--json"],
@@ -77,7 +86,7 @@ def check_one_job_per_occurrence(rows: list[tuple[datetime, int, datetime]]) -> 
     # enqueued close to its instant, by PostgreSQL's clock, the kill -9 included.
     first_pass = min(enqueued for _, _, enqueued in rows)
     lags = [(enqueued - at).total_seconds() for at, _, enqueued in rows if at > first_pass]
-    assert len(lags) >= RUN_FOR - 1 and max(lags) < 2.0, lags
+    assert len(lags) >= RUN_FOR - 1 and max(lags) < MAX_LAG, lags
 
 
 def test_the_occurrence_checker_fails_on_a_duplicate_a_gap_a_short_span_and_a_late_job() -> None:
@@ -88,7 +97,7 @@ def test_the_occurrence_checker_fails_on_a_duplicate_a_gap_a_short_span_and_a_la
     duplicate = [(at, 2 if k == 4 else n, e) for k, (at, n, e) in enumerate(good)]
     gap = good[:5] + good[6:]
     short = good[: int(RUN_FOR) - 2]
-    late = [(at, n, e + timedelta(seconds=3) if k == 6 else e)
+    late = [(at, n, e + timedelta(seconds=MAX_LAG + 1) if k == 6 else e)
             for k, (at, n, e) in enumerate(good)]
     for broken in (duplicate, gap, short, late):
         with pytest.raises(AssertionError):

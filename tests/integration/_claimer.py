@@ -3,7 +3,8 @@
 Modes:
 - `claim`: claim from one queue in a loop, hold each job 1-5 ms, complete it; between claim and
   complete, report the job to the overlap checker (see `CHECKER_SQL`). With `broken`, claim with
-  the deliberately unlocked `broken_claim` function instead of the product's claim. With
+  the deliberately unlocked `broken_claim` function instead of the product's claim; with `meet`
+  as well, the first claims of `meet` claimers race for certain (see `BROKEN_CLAIM_SQL`). With
   `reference`, claim through the reference claim (tests/fixtures/reference_claim.sql, 0.1's
   last) as its worker did (its jobs' successes ride on its next claim), beside the product's.
 - `flip`: flip the queue's policy between values every few ms until the queue drains (or for
@@ -30,6 +31,9 @@ import psycopg
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops
 
 RETENTION = _ops.DEFAULT_RETENTION_JSON
+# How long a claimer or flipper goes on at most: generous, since a machine busy with other work
+# can take minutes over what takes seconds on an idle one (the queue draining ends it sooner).
+MAX_SECONDS = 300
 
 # The checker. `overlap` has one row per scope: '' for the queue, and one per key. A claimer calls
 # checker_enter right after its claim committed and checker_exit before it completes, so each job's
@@ -80,19 +84,37 @@ $$;
 """
 
 # The pgqueuer #761 race on purpose: count in one snapshot, claim in the next, no lock. Used only
-# to prove that the checker can see a violation.
-BROKEN_CLAIM_SQL = """
-CREATE FUNCTION broken_claim(p_queue text, p_max integer, p_per integer)
+# to prove that the checker can see a violation. So that it races every time, not by luck, the
+# first claim of each of `p_meet` claimers waits, between its count and its update, until all of
+# them have counted: each announces itself with a session-level advisory lock (class BARRIER),
+# which no commit releases, and waits until `p_meet` backends of this database hold one. Every
+# one of them counted before any claimed, so all `p_meet` claim at once, past any limit below that.
+BARRIER = 0x6272  # the advisory lock class of the handshake (two-key form: no clash with workhorse)
+BROKEN_CLAIM_SQL = f"""
+CREATE FUNCTION broken_claim(p_queue text, p_max integer, p_per integer, p_meet integer)
 RETURNS TABLE (id bigint, fence bigint, ckey text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_active integer;
     v_saturated text[];
+    v_deadline timestamptz := clock_timestamp() + interval '60 seconds';
 BEGIN
     SELECT count(*) INTO v_active FROM workhorse.jobs j
     WHERE j.queue = p_queue AND j.status = 'active';
     IF v_active >= p_max THEN
         RETURN;
+    END IF;
+    IF p_meet > 1 AND NOT EXISTS (
+        SELECT 1 FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory'
+          AND l.classid = {BARRIER} AND l.objsubid = 2) THEN
+        PERFORM pg_advisory_lock_shared({BARRIER}, 0);
+        WHILE (SELECT count(*) FROM pg_locks l
+               WHERE l.locktype = 'advisory' AND l.classid = {BARRIER} AND l.objsubid = 2
+                 AND l.granted AND l.database = (
+                     SELECT oid FROM pg_database WHERE datname = current_database()))
+              < p_meet AND clock_timestamp() < v_deadline LOOP
+            PERFORM pg_sleep(0.002);
+        END LOOP;
     END IF;
     SELECT array_agg(s.ckey) INTO v_saturated FROM (
         SELECT j.ckey FROM workhorse.jobs j WHERE j.queue = p_queue AND j.status = 'active'
@@ -101,7 +123,7 @@ BEGIN
     WITH pick AS (
         SELECT j.id FROM workhorse.jobs j
         WHERE j.queue = p_queue AND j.status = 'ready'
-          AND NOT (j.ckey = ANY(COALESCE(v_saturated, '{}')))
+          AND NOT (j.ckey = ANY(COALESCE(v_saturated, '{{}}')))
         ORDER BY j.queue, j.rank, j.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED
@@ -136,6 +158,19 @@ def _ready() -> None:
         time.sleep(0.0005)
 
 
+def _await_overlap(conn: psycopg.Connection[Any], meet: int) -> None:
+    """Hold the job until the checker's peak reached `meet` (every claimer of the barrier holds a
+    job at once), so that no job of the first round ends before the last one starts. The peak
+    only grows, so a claimer that looks late still sees it; a deadline keeps a broken run from
+    hanging (the test then fails on what the checkers saw)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT peak FROM overlap WHERE scope = ''").fetchone()
+        if row is not None and row[0] >= meet:
+            return
+        time.sleep(0.002)
+
+
 def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random()
     queue = o["queue"]
@@ -151,13 +186,13 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         q = Queue(conn)
         _ready()
-        deadline = time.monotonic() + o.get("max_seconds", 60)
+        deadline = time.monotonic() + o.get("max_seconds", MAX_SECONDS)
         last_check = 0.0
         while time.monotonic() < deadline:
             if broken:
                 rows = conn.execute(
-                    "SELECT id, fence, ckey FROM broken_claim(%s, %s, %s)",
-                    (queue, o["broken_max"], o["broken_per"]),
+                    "SELECT id, fence, ckey FROM broken_claim(%s, %s, %s, %s)",
+                    (queue, o["broken_max"], o["broken_per"], o.get("meet", 1)),
                 ).fetchall()
                 jobs = [(job_id, fence, ckey) for job_id, fence, ckey in rows]
             elif o.get("reference"):
@@ -195,6 +230,8 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
             claims += 1
             keys = [key for _, _, key in jobs]
             conn.execute("SELECT checker_enter(%s, %s, %s)", (keys, check_max, check_per))
+            if o.get("meet"):
+                _await_overlap(conn, o["meet"])
             time.sleep(rng.uniform(hold_min, hold_max) / 1000)
             conn.execute("SELECT checker_exit(%s)", (keys,))
             if o.get("reference"):
@@ -214,7 +251,7 @@ def _flip(url: str, o: dict[str, Any]) -> dict[str, Any]:
     with psycopg.connect(url) as conn:  # not autocommit: sync and its log row commit together
         q = Queue(conn)
         _ready()
-        deadline = time.monotonic() + o.get("max_seconds", 60)
+        deadline = time.monotonic() + o.get("max_seconds", MAX_SECONDS)
         # With `seconds`, flip for that long and stop on values[0]; otherwise until the queue
         # drains.
         until = time.monotonic() + o["seconds"] if "seconds" in o else None

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ def start(processes: list[subprocess.Popen[str]], delay: float = 0.05) -> float:
     return start_at
 
 
-def collect(processes: list[subprocess.Popen[str]], timeout: float = 120) -> list[dict[str, Any]]:
+def collect(processes: list[subprocess.Popen[str]], timeout: float = 400) -> list[dict[str, Any]]:
     """Wait for every process; fail with its stderr if one did not exit cleanly."""
     deadline = time.monotonic() + timeout
     reports = []
@@ -73,3 +74,22 @@ def collect(processes: list[subprocess.Popen[str]], timeout: float = 120) -> lis
                 process.kill()
                 process.wait()
     return reports
+
+
+def lock_wait(
+    conn: psycopg.Connection[Any], pid: int, finished: Callable[[], bool], timeout: float = 30.0
+) -> str | None:
+    """Poll `pg_stat_activity` until backend `pid` waits on a lock, and return what it waits on
+    (`wait_event`, such as "advisory"); None when `finished()` says its work ended first, or
+    after `timeout`. So "it waits for the lock" is seen, not inferred from its being slow."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row is not None and row[0] == "Lock":
+            return str(row[1])
+        if finished():
+            return None
+        time.sleep(0.01)
+    return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,8 +18,9 @@ from workhorse import (
     StaleLeaseError,
 )
 
-# Short enough to wait out, long enough that a busy machine does not expire it by accident.
-LEASE = 0.4
+# Leases are long (no busy machine expires one by accident); a test that needs one to run out
+# moves its end into the past in the database (`_expire`), as if the time had passed.
+LEASE = 30.0
 ERROR = {"type": "Boom", "message": "it broke", "traceback": "Traceback ..."}
 
 
@@ -28,6 +28,22 @@ def _snapshot(conn: Any, job_id: int) -> tuple[Any, ...]:
     row = conn.execute("SELECT * FROM workhorse.jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
     return tuple(row)
+
+
+def _expire(conn: Any, job_id: int, seconds_ago: float) -> None:
+    """Move a lease's end into the past (as if time had passed), without sleeping."""
+    conn.execute(
+        "UPDATE workhorse.jobs SET lease_until = clock_timestamp() - make_interval(secs => %s)"
+        " WHERE id = %s", (seconds_ago, job_id),
+    )
+
+
+def _age(conn: Any, job_id: int, seconds: float) -> None:
+    """Let `seconds` pass for a lease: its end moves that much closer, without sleeping."""
+    conn.execute(
+        "UPDATE workhorse.jobs SET lease_until = lease_until - make_interval(secs => %s)"
+        " WHERE id = %s", (seconds, job_id),
+    )
 
 
 def test_expired_lease_returns_capacity_at_once(queue: Queue) -> None:
@@ -38,7 +54,7 @@ def test_expired_lease_returns_capacity_at_once(queue: Queue) -> None:
     [claimed] = queue.claim("q", 10, LEASE)
     assert claimed.id == first and claimed.attempts == 1
     assert queue.claim("q", 10, 30) == []  # full while the lease runs
-    time.sleep(LEASE + 0.15)
+    _expire(queue.conn, claimed.id, 1)
     # The dead worker's slot is free; its job is the oldest, so it is taken again.
     [again] = queue.claim("q", 10, 30)
     assert again.id == first and again.attempts == 2 and again.fence > claimed.fence
@@ -52,7 +68,7 @@ def test_expired_lease_is_reclaimed_on_every_path(path_queue: Queue) -> None:
     job_id = q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key="k"))
     [claimed] = q.claim("q", 10, LEASE)
     assert q.claim("q", 10, 30) == []
-    time.sleep(LEASE + 0.15)
+    _expire(q.conn, claimed.id, 1)
     [again] = q.claim("q", 10, 30)
     assert (again.id, again.attempts) == (job_id, 2)
     assert again.fence > claimed.fence
@@ -67,7 +83,7 @@ def test_expired_key_slot_is_free_for_the_next_job_of_that_key(queue: Queue) -> 
     )
     [claimed] = queue.claim("q", 10, LEASE)
     assert claimed.id == ids[0]
-    time.sleep(LEASE + 0.15)
+    _expire(queue.conn, claimed.id, 1)
     # The expired job has no attempts left: it ends, and its key's slot goes to the next job.
     assert [job.id for job in queue.claim("q", 10, 30)] == [ids[1]]
 
@@ -80,7 +96,8 @@ def test_expired_lease_with_attempts_exhausted_ends_the_job(path_queue: Queue, c
     )
     claimed = q.claim("q", 10, LEASE)
     assert [job.id for job in claimed] == ids
-    time.sleep(LEASE + 0.15)
+    for job in claimed:
+        _expire(q.conn, job.id, 1)
     assert q.claim("q", 10, 30) == []
     for job_id, status in zip(ids, (JobStatus.FAILED, JobStatus.HELD), strict=True):
         job = q.get_job(job_id)
@@ -103,7 +120,7 @@ def test_three_attempts_then_failed(queue: Queue) -> None:
     for attempt in (1, 2, 3):
         [claimed] = q.claim("q", 10, LEASE)
         assert claimed.attempts == attempt
-        time.sleep(LEASE + 0.1)
+        _expire(q.conn, claimed.id, 1)
     assert q.claim("q", 10, 30) == []
     job = q.get_job(job_id)
     assert job is not None and job.status is JobStatus.FAILED and job.attempts == 3
@@ -116,7 +133,7 @@ def test_complete_and_fail_after_reclaim_are_stale_and_change_nothing(
     q.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("q", 1, 1)])
     job_id = q.enqueue("t", {"x": 1}, EnqueueOptions(queue="q", concurrency_key="k"))
     [old] = q.claim("q", 10, LEASE)
-    time.sleep(LEASE + 0.15)
+    _expire(q.conn, old.id, 1)
     [new] = q.claim("q", 10, 30)
     assert new.id == job_id
     before = _snapshot(conn, job_id)
@@ -145,7 +162,7 @@ def test_complete_of_an_expired_but_unclaimed_job_is_accepted(queue: Queue) -> N
     q = queue
     job_id = q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key="k"))
     [claimed] = q.claim("q", 10, LEASE)
-    time.sleep(LEASE + 0.15)
+    _expire(q.conn, claimed.id, 1)
     q.complete(claimed.id, claimed.fence, [1, 2])
     job = q.get_job(job_id)
     assert job is not None and job.status is JobStatus.SUCCEEDED and job.result == [1, 2]
@@ -157,7 +174,7 @@ def test_fail_of_an_expired_but_unclaimed_job_is_accepted(queue: Queue) -> None:
     q = queue
     job_id = q.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
     [claimed] = q.claim("q", 10, LEASE)
-    time.sleep(LEASE + 0.15)
+    _expire(q.conn, claimed.id, 1)
     assert q.fail(claimed.id, claimed.fence, ERROR) is JobStatus.FAILED
     job = q.get_job(job_id)
     assert job is not None and job.error == ERROR
@@ -169,7 +186,7 @@ def test_heartbeat_extends_live_leases_and_rejects_expired_ones(
     q = queue
     q.enqueue_many([("t", {}, EnqueueOptions(queue="q", concurrency_key=k)) for k in ("a", "b")])
     short, long_ = q.claim("q", 1, LEASE) + q.claim("q", 1, 30)
-    time.sleep(LEASE + 0.15)
+    _expire(q.conn, short.id, 1)
     expired_before = _snapshot(conn, short.id)
     kept = q.heartbeat([(short.id, short.fence, 60.0), (long_.id, long_.fence, 60.0),
                         (long_.id, long_.fence + 1000, 60.0)])
@@ -186,9 +203,12 @@ def test_heartbeat_keeps_a_job_from_expiring(path_queue: Queue) -> None:
     q.enqueue("t", {}, EnqueueOptions(queue="q"))
     [claimed] = q.claim("q", 1, LEASE)
     for _ in range(3):
-        time.sleep(LEASE / 2)
-        assert q.heartbeat([(claimed.id, claimed.fence, 2.0)]) == {claimed.id}
-    assert q.claim("q", 1, 30) == []  # still held, after more than its first lease
+        _age(q.conn, claimed.id, LEASE * 0.8)  # most of the lease has passed
+        assert q.heartbeat([(claimed.id, claimed.fence, LEASE)]) == {claimed.id}
+    # Still held, after more than twice its first lease (of the database's time, as moved).
+    assert q.claim("q", 1, 30) == []
+    job = q.get_job(claimed.id)
+    assert job is not None and job.status is JobStatus.ACTIVE and job.fence == claimed.fence
 
 
 def test_fail_with_retry_schedules_then_becomes_claimable(path_queue: Queue) -> None:
@@ -196,13 +216,14 @@ def test_fail_with_retry_schedules_then_becomes_claimable(path_queue: Queue) -> 
     job_id = q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key="k", max_attempts=2))
     [claimed] = q.claim("q", 1, 30)
     status = q.fail(claimed.id, claimed.fence, ERROR,
-                    retry_at=datetime.now(UTC) + timedelta(seconds=0.4))
+                    retry_at=datetime.now(UTC) + timedelta(minutes=5))
     assert status is JobStatus.SCHEDULED
     job = q.get_job(job_id)
     assert job is not None and job.status is JobStatus.SCHEDULED and job.error == ERROR
     assert job.finished_at is None and job.lease_until is None
     assert q.claim("q", 1, 30) == []
-    time.sleep(0.6)
+    q.conn.execute("UPDATE workhorse.jobs SET run_at = now() - interval '1 second'"
+                   " WHERE id = %s", (job_id,))  # the backoff has passed
     [again] = q.claim("q", 1, 30)
     assert again.id == job_id and again.attempts == 2
     # The last attempt: a retry is not possible any more.
@@ -259,14 +280,6 @@ def test_bad_lease_or_limit_is_refused_before_anything_changes(queue: Queue, con
             queue.heartbeat([(claimed.id, claimed.fence, lease)])  # type: ignore[list-item]
     assert _snapshot(conn, job_id) == before
     assert queue.claim("q", 1, 30) == []  # the job still holds the queue's only slot
-
-
-def _expire(conn: Any, job_id: int, seconds_ago: float) -> None:
-    """Move a lease's end into the past (as if time had passed), without sleeping."""
-    conn.execute(
-        "UPDATE workhorse.jobs SET lease_until = clock_timestamp() - make_interval(secs => %s)"
-        " WHERE id = %s", (seconds_ago, job_id),
-    )
 
 
 def test_expired_leases_are_reclaimed_by_priority_not_by_expiry(

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _integration import lock_wait
 
 from workhorse import (
     AsyncQueue,
@@ -220,22 +221,33 @@ def test_concurrent_syncs_of_a_new_queue_serialize(database_url: str, queue: Que
     assert len(queue.list_concurrency_policies()) == 1
 
 
-def test_sync_waits_for_an_in_flight_governed_claim(database_url: str, queue: Queue) -> None:
-    """A policy change takes the queue's admission lock: it waits for a claim's transaction."""
+@pytest.mark.parametrize("target", ["same queue", "another queue"])
+def test_sync_waits_for_an_in_flight_governed_claim(
+    database_url: str, queue: Queue, target: str
+) -> None:
+    """A policy change takes the queue's admission lock: it waits for a claim's transaction,
+    seen waiting on a lock in pg_stat_activity. The same check on a sync of another queue, which
+    has no reason to wait, sees no wait: it cannot pass for a sync that does not wait."""
     queue.sync_concurrency_policies("ns", [D("q", 5, 1)])
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", concurrency_key=k)) for k in "abc"])
-    with psycopg.connect(database_url) as claimer:
+    namespace, name = ("ns", "q") if target == "same queue" else ("elsewhere", "other")
+    with psycopg.connect(database_url) as claimer, \
+            psycopg.connect(database_url, autocommit=True) as syncing:
         assert len(Queue(claimer).claim("q", 10, 30)) == 3  # lock held until commit
         done = threading.Event()
 
         def sync() -> None:
-            with psycopg.connect(database_url, autocommit=True) as c:
-                Queue(c).sync_concurrency_policies("ns", [D("q", 1, 1)])
+            Queue(syncing).sync_concurrency_policies(namespace, [D(name, 1, 1)])
             done.set()
 
         thread = threading.Thread(target=sync)
         thread.start()
-        assert not done.wait(0.3)
+        waited = lock_wait(queue.conn, syncing.info.backend_pid, done.is_set)
+        if target == "same queue":
+            assert waited is not None, "the sync should wait for the claim's admission lock"
+            assert not done.is_set()
+        else:
+            assert waited is None and done.wait(30)
         claimer.commit()
-        assert done.wait(5)
+        assert done.wait(30)
         thread.join()

@@ -43,7 +43,9 @@ class Worker:
     def slots(self) -> list[int]:
         return children(self.pid)
 
-    def wait_for_slots(self, count: int, timeout: float = 20.0) -> list[int]:
+    def wait_for_slots(self, count: int, timeout: float = 120.0) -> list[int]:
+        # Generous: a supervisor on a machine busy with other work took more than 20 s to fork
+        # its first slot. What this catches is a slot that never comes.
         return wait_for(lambda: (s := self.slots()) and len(s) == count and s,
                         timeout, f"{count} slots", self)
 

@@ -60,3 +60,35 @@ def capped(token: str) -> str:
     finally:
         conn.execute(probe.LEAVE, ("queue",))
     return token
+
+
+@app.task(queue="slow", lease="3s", max_attempts=3)
+async def losable(token: str) -> str:
+    """Its first attempt runs until cancelled (a lost lease cancels it); later ones return."""
+    attempt = workhorse.current_job().attempt
+    await probe.ran(f"{token}:{attempt}")
+    if attempt == 1:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await probe.ran(f"{token}:cancelled")
+            raise
+    return f"{token}:{attempt}"
+
+
+@app.task(queue="slow", lease="3s", max_attempts=3)
+def losable_sync(token: str) -> str:
+    """Its first attempt heartbeats until the heartbeat says the lease is lost; later ones
+    return."""
+    job = workhorse.current_job()
+    probe.ran_sync(f"{token}:{job.attempt}")
+    if job.attempt == 1:
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                job.heartbeat()
+                time.sleep(0.1)
+        except workhorse.StaleLeaseError:
+            probe.ran_sync(f"{token}:stale")
+            raise
+    return f"{token}:{job.attempt}"

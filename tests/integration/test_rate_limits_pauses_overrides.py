@@ -1,6 +1,8 @@
-"""claim_v2 in one process: rate limits, pause and resume, overrides, the rolling-upgrade rule
-for claim_v1, the heartbeat race, and bad input. Several processes at once are in
-test_rate_limit_contention.py."""
+"""The claim in one process: rate limits, pause and resume, overrides, the heartbeat race, and
+bad input. Several processes at once are in test_rate_limit_contention.py; the rolling-upgrade
+rule (an older claim admits nothing from a queue using a newer feature) is in
+test_feature_levels.py. Time passes in the database (rewritten lease ends, bucket ends and
+expiries), not in sleeps that a busy machine stretches."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from _integration import lock_wait
+from sql_names import called_function
 
 from workhorse import (
     ConcurrencyPolicyDefinition,
@@ -30,11 +34,6 @@ def _fill(queue: Queue, name: str, keys: list[str | None]) -> list[int]:
 
 def _claim(queue: Queue, name: str, limit: int) -> tuple[list[Any], float | None]:
     return _ops.execute(queue.conn, _ops.claim_batch(name, limit, 30))
-
-
-def _claim_v1(conn: psycopg.Connection[Any], name: str, limit: int) -> list[int]:
-    rows = conn.execute("SELECT id FROM workhorse.claim_v1(%s, %s, 30)", (name, limit)).fetchall()
-    return [row[0] for row in rows]
 
 
 def _live(conn: psycopg.Connection[Any], name: str) -> int:
@@ -155,14 +154,15 @@ def test_rate_limits_and_concurrency_together(queue: Queue) -> None:
 
 def test_start_buckets_are_pruned_after_the_longest_period(queue: Queue) -> None:
     queue.sync_concurrency_policies("ns", [
-        ConcurrencyPolicyDefinition("p", rate_limit="50/500ms", rate_limit_per_key="10/500ms"),
+        ConcurrencyPolicyDefinition("p", rate_limit="50/m", rate_limit_per_key="10/m"),
     ])
     _fill(queue, "p", ["a", "b", None] * 5)
     jobs, _ = _claim(queue, "p", 20)
     assert jobs
     assert _count(queue, "workhorse.rate_starts") > 0
     assert _ops.execute(queue.conn, _ops.housekeeping()) == (0, 0)  # still inside the window
-    time.sleep(0.6)
+    queue.conn.execute(  # as if two minutes had passed
+        "UPDATE workhorse.rate_starts SET bucket_end = bucket_end - interval '2 minutes'")
     _, pruned = _ops.execute(queue.conn, _ops.housekeeping())
     assert pruned > 0 and _count(queue, "workhorse.rate_starts") == 0
 
@@ -215,10 +215,12 @@ def test_an_override_replaces_only_its_fields_and_survives_a_sync(queue: Queue) 
 
 def test_an_override_on_an_ungoverned_queue_governs_it_until_it_expires(queue: Queue) -> None:
     _fill(queue, "free", ["x"] * 6)
-    queue.override_policy("free", max_active=1, expires_in=0.5)
+    queue.override_policy("free", max_active=1, expires_in=300)
     assert len(queue.claim("free", 5, 30)) == 1
     assert queue.claim("free", 5, 30) == []
-    time.sleep(0.6)
+    queue.conn.execute(  # as if the five minutes had passed
+        "UPDATE workhorse.queue_controls SET override_expires_at = now() - interval '1 second'"
+        " WHERE queue = 'free'")
     assert len(queue.claim("free", 5, 30)) == 5  # expired: the limit is gone at once
     assert _ops.execute(queue.conn, _ops.housekeeping())[0] == 1
     assert queue.list_queues()[0].override is None
@@ -245,42 +247,12 @@ def test_list_queues_shows_every_queue(queue: Queue) -> None:
     assert rows["idle"].paused
 
 
-# ---- rolling upgrades ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("feature", ["rate_limit", "rate_limit_per_key", "pause", "override"])
-def test_claim_v1_admits_nothing_from_a_queue_using_a_v2_feature(
-    queue: Queue, feature: str
-) -> None:
-    if feature == "rate_limit":
-        queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("u", rate_limit="9/s")])
-    elif feature == "rate_limit_per_key":
-        queue.sync_concurrency_policies("ns", [
-            ConcurrencyPolicyDefinition("u", 10, rate_limit_per_key="9/s")])
-    elif feature == "pause":
-        queue.pause("u")
-    else:
-        queue.override_policy("u", max_active=2)
-    _fill(queue, "u", ["k"] * 3)
-    warnings: list[str] = []
-    queue.conn.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
-    assert _claim_v1(queue.conn, "u", 5) == []
-    assert any("claim_v1 admits nothing from queue u" in w for w in warnings)
-
-
-def test_claim_v1_still_serves_v1_queues(queue: Queue) -> None:
-    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("old", 2, 1)])
-    _fill(queue, "old", ["a", "a", "b"])
-    assert len(_claim_v1(queue.conn, "old", 5)) == 2
-
-
 # ---- the heartbeat race --------------------------------------------------------------------
 
-# The heartbeat the worker calls (heartbeat_v2) as 0.1 shipped it: the lease check without the
-# admission lock.
+# The heartbeat the worker calls (whatever its version: the function heartbeat.sql calls) as 0.1
+# shipped it: the lease check without the admission lock.
 _UNLOCKED_HEARTBEAT = """
-DROP FUNCTION workhorse.heartbeat_v2(bigint[], bigint[], double precision[]);
-CREATE FUNCTION workhorse.heartbeat_v2(
+CREATE FUNCTION workhorse.{name}(
     p_ids bigint[], p_fences bigint[], p_leases double precision[])
 RETURNS TABLE (id bigint, cancel_requested boolean) LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -295,35 +267,72 @@ END $$
 """
 
 
+def _install_unlocked_heartbeat(conn: psycopg.Connection[Any]) -> None:
+    name = called_function("heartbeat")
+    [signature] = [row[0] for row in conn.execute(
+        "SELECT oid::regprocedure::text FROM pg_proc"
+        " WHERE proname = %s AND pronamespace = 'workhorse'::regnamespace", (name,))]
+    conn.execute(f"DROP FUNCTION {signature}")
+    conn.execute(_UNLOCKED_HEARTBEAT.format(name=name))
+
+
+def _lease_ends_in(conn: psycopg.Connection[Any], job_id: int, seconds: float) -> None:
+    conn.execute(
+        "UPDATE workhorse.jobs SET lease_until = clock_timestamp() + make_interval(secs => %s)"
+        " WHERE id = %s", (seconds, job_id))
+
+
+def _until_expired(conn: psycopg.Connection[Any], job_id: int, timeout: float = 60) -> None:
+    """Wait until the committed lease of `job_id` has run out, by the database's clock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT lease_until <= clock_timestamp() FROM workhorse.jobs"
+                           " WHERE id = %s", (job_id,)).fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the lease of job {job_id} did not run out")
+
+
 @pytest.mark.parametrize("variant", ["fixed", "unlocked-0.1"])
 def test_a_heartbeat_never_revives_a_lease_a_claim_counted_free(
     database_url: str, queue: Queue, variant: str
 ) -> None:
     """The interleaving, made deterministic: a heartbeat renews a lease in an open transaction;
     the lease runs out; a governed claim (limit 1) runs; then the heartbeat commits. The claim
-    must not admit a second job that the commit would make overlap with the revived first."""
+    must wait for the heartbeat (seen in pg_stat_activity) and then not admit a second job that
+    the commit would make overlap with the revived first. On the 0.1 heartbeat the claim does not
+    wait, and the same checks see two live jobs at a limit of one."""
     if variant == "unlocked-0.1":
-        queue.conn.execute(_UNLOCKED_HEARTBEAT)
+        _install_unlocked_heartbeat(queue.conn)
     queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("one", 1)])
     _fill(queue, "one", [None, None])
-    [first] = queue.claim("one", 1, 0.4)
+    [first] = queue.claim("one", 1, 30)
     with psycopg.connect(database_url) as beating:  # not autocommit: the renewal stays open
-        held = Queue(beating).heartbeat([(first.id, first.fence, 30.0)])
+        # The lease must still run when the heartbeat comes, and run out soon after: repeat
+        # with a longer margin until a heartbeat came in time (a busy machine may be slow).
+        for margin in (1.0, 3.0, 10.0):
+            _lease_ends_in(queue.conn, first.id, margin)
+            held = Queue(beating).heartbeat([(first.id, first.fence, 30.0)])
+            if held == {first.id}:
+                break
+            beating.rollback()
         assert held == {first.id}
-        time.sleep(0.5)  # the old lease has run out; the renewal is not committed yet
+        _until_expired(queue.conn, first.id)  # the renewal is not committed yet
         claimed: list[Any] = []
         with psycopg.connect(database_url, autocommit=True) as claiming:
             claimer = threading.Thread(
                 target=lambda: claimed.extend(Queue(claiming).claim("one", 1, 30)))
             claimer.start()
-            claimer.join(0.5)
-            blocked = claimer.is_alive()
+            waited = lock_wait(queue.conn, claiming.info.backend_pid,
+                               lambda: not claimer.is_alive())
             beating.commit()
-            claimer.join(10)
+            claimer.join(30)
+            assert not claimer.is_alive()
     live = _live(queue.conn, "one")
     if variant == "fixed":
-        assert blocked, "the claim should wait for the heartbeat's admission lock"
+        assert waited is not None, "the claim should wait for the heartbeat's admission lock"
         assert claimed == [] and live == 1
     else:
         # The checker sees the race on the 0.1 heartbeat: two live jobs at a limit of one.
-        assert not blocked and len(claimed) == 1 and live == 2
+        assert waited is None and len(claimed) == 1 and live == 2
