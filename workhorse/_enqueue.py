@@ -14,6 +14,7 @@ adds the declarations and the registry.
 
 from __future__ import annotations
 
+import abc
 import contextvars
 import os
 import threading
@@ -98,8 +99,9 @@ class AppEnqueuer(Enqueuer):
         self._async_pool: AsyncConnectionPool | None = None
         self._pool_pid = os.getpid()
 
+    @abc.abstractmethod
     def get_task(self, name: str) -> Task[Any, Any]:
-        raise NotImplementedError  # App's registry
+        """The task declared under `name` (App's registry answers)."""
 
     # ---- the database ------------------------------------------------------------------------
 
