@@ -16,6 +16,7 @@ import logging
 import re
 import traceback as traceback_module
 from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -72,7 +73,7 @@ Operation = Generator[Step, Rows, T]
 
 PAYLOAD_LIMIT = 1024 * 1024
 # The feature level of this package's SQL API: its claim admits nothing from a queue above it.
-FEATURE_LEVEL = 1
+FEATURE_LEVEL = 2
 HEALTH_SAMPLE = 1000
 SCHEMA_LOCK = 0x776F726B686F7273  # "workhors": serializes concurrent schema installs
 HOUSEKEEPING_LOCK = 0x776B686B656570  # "wkhkeep": one vacuum of the admission tables at a time
@@ -652,15 +653,55 @@ def lease_seconds(lease: object) -> float:
     return float(lease)
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """What one claim call said: the jobs claimed; the seconds until a rate limit allows the
+    next start, when one cut the claim short (else None); the (id, fence) pairs of the
+    successes that rode on it, each with its new status (stale ones left out); `granted`, that
+    it ran inside the holder's capacity grant; `retry`, that the queue's policy changed under it
+    and it admitted nothing: claim again at once."""
+
+    jobs: list[ClaimedJob]
+    next_start: float | None
+    accepted: dict[tuple[int, int], JobStatus]
+    granted: bool = False
+    retry: bool = False
+
+
+def claim_as(
+    queue: str, limit: int, lease: float,
+    successes: Sequence[tuple[int, int, str, str]] = (), holder: str | None = None,
+) -> Operation[ClaimReply]:
+    """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
+    to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
+    once; as `holder`, the claiming process's name for its capacity grants (None: none)."""
+    _check_claim(queue, limit)
+    lease = lease_seconds(lease)
+    if holder is not None:
+        check_name("holder", holder)
+    if successes:
+        rows = yield _sql.statement("complete_and_claim_with_grant"), (
+            queue, limit, lease, *_success_columns(successes), holder)
+    else:
+        rows = yield _sql.statement("claim_with_grant"), (queue, limit, lease, holder)
+    reply = _claimed(rows)
+    # The claim names only the successes that did not end `succeeded`.
+    accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
+    for key, status in reply.exceptions.items():
+        if status is None:
+            del accepted[key]
+        else:
+            accepted[key] = status
+    return ClaimReply(reply.jobs, reply.next_start, accepted, reply.granted, reply.retry)
+
+
 def claim_batch(
     queue: str, limit: int, lease: float
 ) -> Operation[tuple[list[ClaimedJob], float | None]]:
     """Up to `limit` jobs from `queue`, and, when a rate limit cut the claim short, the seconds
     until its next start is allowed (else None)."""
-    _check_claim(queue, limit)
-    rows = yield _sql.statement("claim"), (queue, limit, lease_seconds(lease))
-    jobs, next_start, _ = _claimed(rows)
-    return jobs, next_start
+    reply = yield from claim_as(queue, limit, lease)
+    return reply.jobs, reply.next_start
 
 
 def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
@@ -671,22 +712,10 @@ def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
 def complete_and_claim(
     queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]]
 ) -> Operation[tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]]:
-    """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
-    to `limit` jobs from `queue` in one statement: the capacity they free is reused at once.
-    Returns the jobs, the rate limit's next start (as `claim_batch`), and the (id, fence) pairs
-    accepted with their new status."""
-    _check_claim(queue, limit)
-    rows = yield _sql.statement("complete_and_claim"), (
-        queue, limit, lease_seconds(lease), *_success_columns(successes))
-    jobs, next_start, exceptions = _claimed(rows)
-    # The claim names only the successes that did not end `succeeded`.
-    accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
-    for key, status in exceptions.items():
-        if status is None:
-            del accepted[key]
-        else:
-            accepted[key] = status
-    return jobs, next_start, accepted
+    """`claim_as` without a holder: the jobs, the rate limit's next start (as `claim_batch`),
+    and the (id, fence) pairs accepted with their new status."""
+    reply = yield from claim_as(queue, limit, lease, successes)
+    return reply.jobs, reply.next_start, reply.accepted
 
 
 def _check_claim(queue: str, limit: int) -> None:
@@ -694,33 +723,44 @@ def _check_claim(queue: str, limit: int) -> None:
     check_count(limit, "limit", -INT_MAX - 1)  # an integer; none claims nothing
 
 
-def _claimed(
-    rows: list[Any],
-) -> tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus | None]]:
-    """Claim rows: jobs, the marker row's next start, and the successes that did not end
-    succeeded: (id, fence) -> status (None: stale), from rows that have a status (column 15)
-    and no task. A marker row with the status `feature_level` says that the queue needs a newer
-    claim than this package's: it admitted nothing, and the worker is told once per queue."""
-    jobs = []
-    next_start = None
-    exceptions: dict[tuple[int, int], JobStatus | None] = {}
+@dataclass(slots=True)
+class _ClaimRows:
+    jobs: list[ClaimedJob]
+    next_start: float | None
+    exceptions: dict[tuple[int, int], JobStatus | None]
+    granted: bool
+    retry: bool
+
+
+def _claimed(rows: list[Any]) -> _ClaimRows:
+    """Claim rows: jobs, and the markers (rows with no id): the rate limit's next start, or a
+    status: `feature_level` says that the queue needs a newer claim than this package's (it
+    admitted nothing, and the worker is told once per queue), `granted` that the claim ran in
+    the holder's grant, `retry` that it must be sent again. Rows with an id and no task are the
+    successes that did not end succeeded: (id, fence) -> status (None: stale)."""
+    out = _ClaimRows([], None, {}, False, False)
     for row in rows:
         if row[0] is None:  # no job: a marker
             if row[15] == "feature_level":
                 _warn_feature_level(row[2], row[6])
+            elif row[15] == "granted":
+                out.granted = True
+            elif row[15] == "retry":
+                out.retry = True
             else:  # the rate limit's next allowed start
-                next_start = float(row[14])
+                out.next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one
-            exceptions[(row[0], row[8])] = None if row[15] == "stale" else JobStatus.of_row(row[15])
+            out.exceptions[(row[0], row[8])] = (
+                None if row[15] == "stale" else JobStatus.of_row(row[15]))
         else:
-            jobs.append(ClaimedJob(
+            out.jobs.append(ClaimedJob(
                 id=row[0], task=row[1], queue=row[2], concurrency_key=row[3] or None,
                 priority=row[4], payload=row[5], attempts=row[6], max_attempts=row[7],
                 fence=row[8], lease_until=row[9], enqueued_at=row[10], run_at=row[11],
                 meta=row[12] or {}, started_at=row[13],
                 scheduled_for=row[16] if len(row) > 16 else None,
             ))
-    return jobs, next_start, exceptions
+    return out
 
 
 # Queues already warned about in this process: the claim says so at every call.

@@ -3,8 +3,9 @@ of the features it uses, an enqueue that uses a newer feature raises its queue's
 or outcome function admits and records nothing above its own level, its worker warning once. So
 the workers of one release run safely beside the next one's (invariant 5).
 
-0.2.0's features are all level 1: these tests make a level-2 job or queue by hand, as the next
-release's enqueue will, through the enqueue function's feature levels."""
+The package's claim is at `_ops.FEATURE_LEVEL`; these tests make a job or queue one level newer by
+hand, as the next release's enqueue will, through the enqueue function's feature levels. (The
+outcome functions are still at level 1: no enqueue of this release makes a job above it.)"""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from workhorse import (
 
 ENQUEUE = _sql.function_name("enqueue")
 CLAIM = _sql.function_name("claim")
+NEWER = _ops.FEATURE_LEVEL + 1  # a level no function of this package knows
 
 
 def _enqueue(conn: psycopg.Connection[Any], queue: str, level: int, key: str | None = None,
@@ -46,23 +48,23 @@ def _levels(conn: psycopg.Connection[Any]) -> dict[str, int]:
 def test_an_enqueue_of_a_newer_feature_raises_its_queues_level_and_never_lowers_it(conn, queue):
     _enqueue(conn, "plain", 1)
     assert _levels(conn) == {}
-    [job_id] = _enqueue(conn, "new", 2)
-    assert _levels(conn) == {"new": 2}
+    [job_id] = _enqueue(conn, "new", NEWER)
+    assert _levels(conn) == {"new": NEWER}
     assert conn.execute("SELECT feature_level FROM workhorse.jobs WHERE id = %s",
-                        (job_id,)).fetchone() == (2,)
+                        (job_id,)).fetchone() == (NEWER,)
     _enqueue(conn, "new", 1)
-    assert _levels(conn) == {"new": 2}
+    assert _levels(conn) == {"new": NEWER}
 
 
 def test_a_raised_level_in_a_rolled_back_enqueue_leaves_nothing(database_url):
     with psycopg.connect(database_url) as caller:
-        _enqueue(caller, "new", 2)
+        _enqueue(caller, "new", NEWER)
         caller.rollback()
         assert caller.execute("SELECT count(*) FROM workhorse.queue_levels").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("governed", [None, "queue-wide", "per-key"])
-def test_a_level_1_claim_admits_nothing_from_a_queue_raised_to_level_2(conn, queue, governed):
+def test_a_claim_admits_nothing_from_a_queue_raised_above_its_level(conn, queue, governed):
     """Not the level-2 job, and not the level-1 jobs beside it either: the queue's rules may use
     the newer feature (a cost, a fair share) that this claim cannot count."""
     if governed:
@@ -70,13 +72,13 @@ def test_a_level_1_claim_admits_nothing_from_a_queue_raised_to_level_2(conn, que
             "q", 10, 2 if governed == "per-key" else None)])
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", concurrency_key="k"))] * 3)
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="other"))] * 2)
-    _enqueue(conn, "q", 2, key="k")
+    _enqueue(conn, "q", NEWER, key="k")
     assert queue.claim("q", 10, 30) == []
     assert len(queue.claim("other", 10, 30)) == 2  # other queues are served
     rows = conn.execute(
         f"SELECT id, queue, attempts, status FROM workhorse.{CLAIM}"
         "('q', 10, 30, NULL, NULL, NULL, NULL, NULL)").fetchall()
-    assert rows == [(None, "q", 2, "feature_level")]  # the marker the worker warns about
+    assert rows == [(None, "q", NEWER, "feature_level")]  # the marker the worker warns about
     statuses = conn.execute("SELECT DISTINCT status FROM workhorse.jobs WHERE queue = 'q'")
     assert statuses.fetchall() == [("ready",)]
 
@@ -84,14 +86,14 @@ def test_a_level_1_claim_admits_nothing_from_a_queue_raised_to_level_2(conn, que
 def test_a_policy_of_a_newer_level_stops_the_claim_too(conn, queue):
     queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition("q", 10)])
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="q"))] * 2)
-    conn.execute("UPDATE workhorse.policies SET feature_level = 2 WHERE queue = 'q'")
+    conn.execute("UPDATE workhorse.policies SET feature_level = %s WHERE queue = 'q'", (NEWER,))
     assert queue.claim("q", 10, 30) == []
     conn.execute("UPDATE workhorse.policies SET feature_level = 1 WHERE queue = 'q'")
     assert len(queue.claim("q", 10, 30)) == 2
 
 
 @pytest.mark.parametrize("per_key", [None, 1])
-def test_a_level_2_job_in_a_level_1_queue_is_never_activated_and_keeps_its_head(
+def test_a_job_above_the_claims_level_in_a_level_1_queue_is_never_activated_and_keeps_its_head(
         conn, queue, per_key):
     """Belt and braces: a job above the claim's level is never activated, even where its queue's
     level says nothing (the queue's level is what normally keeps the claim away, raised in the
@@ -100,7 +102,7 @@ def test_a_level_2_job_in_a_level_1_queue_is_never_activated_and_keeps_its_head(
     queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition("q", 10, per_key)])
     [newer] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", concurrency_key="k"))])
     [older] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", concurrency_key="k"))])
-    conn.execute("UPDATE workhorse.jobs SET feature_level = 2 WHERE id = %s", (newer,))
+    conn.execute("UPDATE workhorse.jobs SET feature_level = %s WHERE id = %s", (NEWER, newer))
     first = queue.claim("q", 10, 30)
     assert newer not in [job.id for job in first]
     if per_key:
@@ -126,12 +128,12 @@ def test_outcome_functions_record_nothing_for_a_job_above_their_level(conn, queu
 
 
 def test_the_worker_warns_once_per_queue(conn, queue, caplog):
-    _enqueue(conn, "q", 2)
+    _enqueue(conn, "q", NEWER)
     _ops._too_new_warned.discard("q")
     with caplog.at_level(logging.WARNING, logger="workhorse.worker"):
         for _ in range(3):
             assert _ops.execute(conn, _ops.claim_batch("q", 5, 30)) == ([], None)
-    warnings = [r.getMessage() for r in caplog.records if "level 2" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if f"level {NEWER}" in r.getMessage()]
     assert len(warnings) == 1 and "'q'" in warnings[0]
 
 
@@ -145,7 +147,7 @@ def test_the_level_check_can_fail(conn, queue):
               .replace("IF v_level > c_level THEN", "IF false THEN")
               .replace("AND j.feature_level <= c_level", ""))
     conn.execute(broken)
-    _enqueue(conn, "q", 2)
+    _enqueue(conn, "q", NEWER)
     rows = conn.execute("SELECT id FROM workhorse.claim_broken"
                         "('q', 10, 30, NULL, NULL, NULL, NULL, NULL)").fetchall()
     assert len(rows) == 1 and rows[0][0] is not None

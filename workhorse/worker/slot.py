@@ -29,6 +29,7 @@ import functools
 import logging
 import math
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -165,6 +166,9 @@ class Slot:
             config.queues, lease=config.lease, dequeue_timeout=config.dequeue_timeout,
             saturation_poll=config.saturation_poll, governed=governed or (),
             pass_on=self._pass_on,
+            # One name per slot process for its capacity grants (claim's SQL), never reused by
+            # another process, so that a restarted slot never inherits a dead one's grant.
+            holder=f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}",
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
