@@ -320,7 +320,7 @@ def test_per_key_installs_during_enqueues_strand_no_job(conn: Any, database_url:
     assert flipped["flips"] >= 2, "per-key limits turned on and off while jobs were enqueued"
 
 
-# ---- capacity grants: claims of a FIFO queue inside each claimer's share, in shared mode ----------
+# ---- capacity grants: claims of a FIFO queue inside each claimer's share, in shared mode ---
 
 
 def _broken_grant_claim(conn: Any) -> None:

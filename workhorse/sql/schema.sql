@@ -598,13 +598,15 @@ BEGIN
         IF v_mine[i] THEN
             v_me := i;
         ELSE
-            v_new[i] := GREATEST(v_active[i], LEAST(v_units[i], v_targets[i]));
-            v_others := v_others + v_new[i];
+            -- Lowered toward its target, never raised; it occupies at least its active jobs.
+            v_new[i] := LEAST(v_units[i], v_targets[i]);
+            v_others := v_others + GREATEST(v_active[i], v_new[i]);
         END IF;
     END LOOP;
-    -- What is left after the jobs outside any grant and the others' units is never less than
-    -- our own active jobs while the sum above holds, so nothing running is given up.
-    v_new[v_me] := GREATEST(v_active[v_me], LEAST(v_targets[v_me], p_max - v_outside - v_others));
+    -- Ours: our target, as far as what the jobs outside any grant and the others leave allows.
+    -- It may be below our own active jobs (a lowered limit): they run on, and we admit nothing
+    -- until they are below it.
+    v_new[v_me] := GREATEST(0, LEAST(v_targets[v_me], p_max - v_outside - v_others));
 
     UPDATE workhorse.capacity_grants g
     SET units = n.units,
