@@ -695,6 +695,12 @@ def claim_as(
     return ClaimReply(reply.jobs, reply.next_start, accepted, reply.granted, reply.retry)
 
 
+def release_grants(holder: str) -> Operation[None]:
+    """Give back every capacity grant `holder` holds (a slot that stops)."""
+    check_name("holder", holder)
+    yield _sql.statement("release_grants"), (holder,)
+
+
 def claim_batch(
     queue: str, limit: int, lease: float
 ) -> Operation[tuple[list[ClaimedJob], float | None]]:

@@ -374,7 +374,20 @@ class Slot:
         self._give_back(lambda execution: True)
         if self._to_release:
             await self._release_ahead()
+        await self._release_grants()
         recorder.stop_riding()
+
+    async def _release_grants(self) -> None:
+        """No more claims from this slot: its capacity grants go back now, not at their expiry
+        (best effort: a grant left behind expires with its lease)."""
+        holder = self.claimer.holder
+        if holder is None or self._claim_conn is None or self._claim_conn.closed:
+            return
+        try:
+            await _ops.execute_async(self._claim_conn, _ops.release_grants(holder))
+        except psycopg.Error as exc:
+            log.debug("slot %d: giving back its capacity grants failed (%s)", self.index,
+                      first_line(exc))
 
     def _give_back(self, which: Callable[[Execution], bool]) -> None:
         """Move the jobs claimed ahead that `which` names to the release list."""
