@@ -1,4 +1,4 @@
-"""Capacity grants (migration 0002, the claim's header and functions/_rebalance_grants_v1.sql):
+"""Capacity grants (migration 0002, the claim's header, and the rebalance function's file):
 on a FIFO queue with only a queue-wide limit, each claiming process holds a share of max_active
 that only it admits into, in shared mode, so that claimers do not wait for each other.
 
@@ -95,7 +95,7 @@ def test_a_claim_without_a_grant_takes_the_unused_units_back_first(conn, governe
 def test_a_change_of_the_rules_stops_every_grant_until_it_is_shared_out_again(
         conn, governed, change):
     """Even a sync to the same limit: the rules of another version may have let claims outside
-    the grants use units a grant still counts as its own (_grant_stamp_v1)."""
+    the grants use units a grant still counts as its own (the grant stamp function)."""
     first = _claim(conn, "A", 4)
     assert len(first.jobs) == 4
     if change == "pause":
