@@ -151,7 +151,10 @@ class Claimer:
             if state.dry_since is None:
                 out.append(state)
             elif state.name in riding:
-                state.replace_only = True
+                # Inside a capacity grant a claim that came back short was capped by the grant,
+                # which grows only when a claim asks for more than its room: ask for every free
+                # place, not only those the successes free.
+                state.replace_only = not state.granted
                 out.append(state)
         return out
 
