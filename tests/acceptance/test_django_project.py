@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-
 import psycopg
 import pytest
 from apps.harness import scalar, wait_for
