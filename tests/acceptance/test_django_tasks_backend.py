@@ -120,17 +120,17 @@ from django.conf import settings
 from psycopg.conninfo import conninfo_to_dict
 
 db = conninfo_to_dict(sys.argv[1])
+# As docs/frameworks.md shows it:
+TASKS = {"default": {
+    "BACKEND": "workhorse.contrib.django.TasksBackend",
+    "QUEUES": ["default", "emails"],
+    "OPTIONS": {"queues": {"emails": {"max_active": 5}}},
+}}
 settings.configure(
     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": db["dbname"],
                            "USER": db.get("user", ""), "HOST": db.get("host", ""),
                            "PORT": db.get("port", "")}},
-    INSTALLED_APPS=["workhorse.contrib.django"], USE_TZ=True,
-    TASKS={"default": {
-        "BACKEND": "workhorse.contrib.django.TasksBackend",
-        "QUEUES": ["default", "emails"],
-        "OPTIONS": {"queues": {"emails": {"max_active": 5}}},
-    }},
-)
+    INSTALLED_APPS=["workhorse.contrib.django"], USE_TZ=True, TASKS=TASKS)
 django.setup()
 from django.core.management import call_command
 from django.db import transaction
