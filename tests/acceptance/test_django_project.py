@@ -307,5 +307,12 @@ def test_manage_py_workhorse_passes_its_arguments_through(
     assert "worker" in usage and "--database-url" in usage
     missing = proj.run("workhorse", "jobs", "show", "999999", check=False)
     assert "999999" in missing
+    # The plain CLI on a module that needs Django, with Django not set up: one line that says
+    # what to do, not a bare AppRegistryNotReady.
+    plain = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", url, "sync", "shop.tasks:app"],
+        cwd=proj.root, env=proj.env | {"DJANGO_SETTINGS_MODULE": "proj.settings"},
+        capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 1 and "manage.py workhorse worker" in plain.stderr, plain.stderr
 
 

@@ -148,3 +148,30 @@ def test_enqueues_join_djangos_transaction_by_the_rules(database_url: str,
         "explicit_using_committed": 1,
         "legacy": 1,
     }, report
+
+
+PSYCOPG2 = '''
+import django
+from django.conf import settings
+settings.configure(
+    DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}},
+    INSTALLED_APPS=["workhorse.contrib.django"])
+# As on a Django whose PostgreSQL backend picked psycopg 2 (Django < 4.2 has no psycopg 3 at all).
+from django.db.backends.postgresql import psycopg_any
+psycopg_any.is_psycopg3 = False
+from workhorse.errors import WorkhorseError
+try:
+    django.setup()
+except WorkhorseError as exc:
+    print(type(exc).__name__, exc)
+'''
+
+
+def test_psycopg2_gets_a_clear_error_at_setup() -> None:
+    require("django", "pip install -e '.[examples]'")
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PSYCOPG2)], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("InvalidOptionsError"), result.stdout
+    assert "psycopg 2" in result.stdout and "psycopg 3" in result.stdout

@@ -58,9 +58,10 @@ class BorrowedConnection:
 
 
 def _is_postgresql(alias: str) -> bool:
-    from django.db import connections
+    # From the settings, not the connection: that would import the backend (and its driver).
+    from django.conf import settings
 
-    engine = str(connections[alias].settings_dict.get("ENGINE") or "")
+    engine = str(settings.DATABASES[alias].get("ENGINE") or "")
     return "postgresql" in engine or "postgis" in engine
 
 
