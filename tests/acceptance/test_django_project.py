@@ -114,6 +114,13 @@ class DrainTests(TransactionTestCase):
         self.assertFalse(Order.objects.filter(total=8).exists())
         self.assertTrue(connection.settings_dict["NAME"].startswith("test_"))
         self.assertIn(connection.settings_dict["NAME"], app.database_url)
+
+    def test_get_waits_on_a_connection_that_must_not_outlive_the_test_database(self):
+        order = Order.objects.create(total=9)
+        handle = send_receipt.delay(order.id)  # no worker: it stays ready
+        with self.assertRaises(TimeoutError):
+            handle.get(timeout=0.3)
+        self.assertEqual(drain(app), DrainReport(succeeded=1))
 '''
 
 SETTINGS = '''
@@ -203,7 +210,7 @@ def test_migrate_then_manage_py_test(project: tuple[Project, str], server_url: s
         assert scalar(conn, "SELECT count(*) FROM django_migrations WHERE app = 'workhorse'") == 1
     name = conninfo_to_dict(url)["dbname"]
     out = proj.run("test", "shop", "--verbosity", "2", "--noinput")
-    assert "Ran 3 tests" in out and "OK" in out, out
+    assert "Ran 4 tests" in out and "OK" in out, out
     assert "Destroying test database" in out, out
     # Dropped cleanly: no workhorse session kept it open.
     assert not _exists(server_url, f"test_{name}"), out

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import Format
 
-from ... import _enqueue, database
+from ... import _enqueue, _results, database
 from . import SETTING_DATABASE_URL, alias_url, connection, database_alias
 
 _installed = False
@@ -142,6 +142,11 @@ def _close_apps_before_test_databases_drop() -> None:
     @functools.wraps(original)
     def destroy_test_db(self: Any, *args: Any, **kwargs: Any) -> Any:
         _enqueue.close_every_app()
+        # A results waiter (JobHandle.get on a job not yet resting) keeps its connection until
+        # it has been idle for IDLE_EXIT seconds: nobody waits any more, so it ends by then.
+        for thread in threading.enumerate():
+            if thread.name == "workhorse-results":
+                thread.join(timeout=_results.IDLE_EXIT + _results.POLL_INTERVAL + 1.0)
         return original(self, *args, **kwargs)
 
     destroy_test_db.workhorse_closes_apps = True  # type: ignore[attr-defined]
