@@ -310,6 +310,8 @@ def test_manage_py_workhorse_passes_its_arguments_through(
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert "proj" in result.stdout  # Django's database: the environment comes after it
+    # Django's own --settings is applied by manage.py, not passed on.
+    assert '"receipts"' in proj.run("workhorse", "--settings", "proj.settings", "sync", "--json")
     usage = proj.run("workhorse", "--help")
     assert "worker" in usage and "--database-url" in usage
     missing = proj.run("workhorse", "jobs", "show", "999999", check=False)

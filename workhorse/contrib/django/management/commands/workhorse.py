@@ -33,15 +33,30 @@ def run(args: Sequence[str], prog_name: str, standalone: bool = True) -> Any:
                      standalone_mode=standalone)
 
 
+def without_django_options(args: Sequence[str]) -> list[str]:
+    """`args` less Django's own `--settings` and `--pythonpath` (and their values)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--settings", "--pythonpath"):
+            skip = True
+        elif not arg.startswith(("--settings=", "--pythonpath=")):
+            kept.append(arg)
+    return kept
+
+
 class Command(BaseCommand):
     help = ("The workhorse command with Django set up: manage.py workhorse [global options] "
             "VERB ... (APP from the setting WORKHORSE_APP when omitted; try --help).")
 
     def run_from_argv(self, argv: list[str]) -> None:
-        # Django's option parser would take workhorse's own flags (-v, --help, --settings is
-        # the only one it shares a name with): everything after the command's name goes to the
-        # workhorse command as it was typed.
-        run(argv[2:], prog_name=f"{os.path.basename(argv[0])} {argv[1]}")
+        # Django's option parser would take workhorse's own flags (-v, --help): everything after
+        # the command's name goes to the workhorse command as it was typed, but for Django's
+        # --settings and --pythonpath, which manage.py has already applied.
+        run(without_django_options(argv[2:]),
+            prog_name=f"{os.path.basename(argv[0])} {argv[1]}")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("args", nargs=argparse.REMAINDER,
