@@ -18,6 +18,7 @@ import abc
 import contextvars
 import os
 import threading
+import weakref
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -42,6 +43,19 @@ _current_connection: contextvars.ContextVar[Any] = contextvars.ContextVar(
 _diversions: contextvars.ContextVar[tuple[tuple[AppEnqueuer, Enqueuer], ...]] = (
     contextvars.ContextVar("workhorse_diversions", default=())
 )
+# Every App of this process, so that a framework can close them all at once (Django, before it
+# drops its test databases).
+_apps: weakref.WeakSet[AppEnqueuer] = weakref.WeakSet()
+
+
+def close_every_app() -> None:
+    """Close the pools of every App in this process (a later call opens new ones, on the
+    database the rule then names).
+
+    >>> close_every_app()
+    """
+    for app in list(_apps):
+        app.close()
 
 
 def _single(operation: _ops.Operation[T]) -> Plan[T]:
@@ -93,11 +107,13 @@ class AppEnqueuer(Enqueuer):
     retention: dict[str, float | None]
 
     def __init__(self, database_url: str | None = None) -> None:
-        self._database_url = database_url
+        self._database_url = database_url  # given in code (or by the CLI's flag)
+        self._resolved_url: str | None = None  # what the rule named at first use, otherwise
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
         self._pool_pid = os.getpid()
+        _apps.add(self)
 
     @abc.abstractmethod
     def get_task(self, name: str) -> Task[Any, Any]:
@@ -107,21 +123,35 @@ class AppEnqueuer(Enqueuer):
 
     @property
     def database_url(self) -> str:
-        """The DSN: the constructor's, else WORKHORSE_DATABASE_URL, else the embedded server.
-        Setting it (the CLI's --database-url) is allowed only before the pools open.
+        """The DSN: the constructor's (or the one set here), else the framework's (Django's
+        database, under `workhorse.contrib.django`), else WORKHORSE_DATABASE_URL, else the
+        embedded server; read at first use, not at import. Setting it (the CLI's
+        --database-url) is allowed only before the pools open.
 
         >>> App("docs", database_url="postgresql://db.internal/billing").database_url
         'postgresql://db.internal/billing'
         """
-        if self._database_url is None:
-            self._database_url = database.resolve_url(None)
-        return str(self._database_url)
+        if self._database_url is not None:
+            return str(self._database_url)
+        if self._resolved_url is None:
+            self._resolved_url = database.resolve_url(None)
+        return self._resolved_url
 
     @database_url.setter
     def database_url(self, url: str) -> None:
         if self._pool is not None or self._async_pool is not None:
             raise InvalidOptionsError("the app's pools are open: set database_url before use")
         self._database_url = url
+
+    @property
+    def explicit_database_url(self) -> str | None:
+        """The URL given in code (`App(database_url=...)`) or set on the app (the CLI's
+        --database-url), or None when the app follows the rule.
+
+        >>> App("docs").explicit_database_url is None
+        True
+        """
+        return self._database_url
 
     def _forget_inherited_pools(self) -> None:
         # A forked child must not touch its parent's sockets: drop the pools without closing.
@@ -145,7 +175,8 @@ class AppEnqueuer(Enqueuer):
                     url = self.database_url
                     database.ensure_schema(url)
                     self._pool = ConnectionPool(
-                        url, min_size=1, max_size=8, open=True, name=f"workhorse-{self.name}"
+                        url, min_size=1, max_size=8, open=True, name=f"workhorse-{self.name}",
+                        kwargs={"application_name": database.application_name("app")},
                     )
         return self._pool
 
@@ -155,7 +186,8 @@ class AppEnqueuer(Enqueuer):
             url = self.database_url
             database.ensure_schema(url)
             pool = AsyncConnectionPool(
-                url, min_size=1, max_size=8, open=False, name=f"workhorse-{self.name}-async"
+                url, min_size=1, max_size=8, open=False, name=f"workhorse-{self.name}-async",
+                kwargs={"application_name": database.application_name("app-async")},
             )
             await pool.open()
             if self._async_pool is None:
@@ -176,14 +208,17 @@ class AppEnqueuer(Enqueuer):
             yield conn
 
     def close(self) -> None:
-        """Close the app's pool (a later call opens a new one).
+        """Close the app's pool (a later call opens a new one, on the database the rule names
+        then: under `manage.py test`, the test database once it exists).
 
         >>> app.close()                                               # doctest: +SKIP
         """
         self._forget_inherited_pools()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._resolved_url = None
+        if pool is not None:
+            pool.close()
 
     async def close_async(self) -> None:
         """Close the app's pools, the async one and the sync one.
@@ -232,23 +267,33 @@ class AppEnqueuer(Enqueuer):
                 return enqueuer
         return None
 
-    @staticmethod
-    def _caller(connection: Any, flavour: type[Any]) -> Any:
-        """The connection an enqueue goes on: `connection=`, else the `using()` one (None: a
-        pooled one); InvalidOptionsError when it is not of the caller's flavour."""
+    def _caller(self, connection: Any, flavour: type[Any]) -> Any:
+        """The connection an enqueue goes on: `connection=`, else the `using()` one, else the
+        framework's transaction this app joins (None: a pooled one); InvalidOptionsError when
+        it is not of the caller's flavour."""
         conn = connection if connection is not None else _current_connection.get()
-        if conn is not None and not isinstance(conn, flavour):
+        if conn is None:
+            return self._joined(flavour)
+        if not isinstance(conn, flavour):
             raise InvalidOptionsError(
                 "this connection is async: use delay_async/enqueue_async"
                 if flavour is psycopg.Connection
                 else "this connection is not async: use delay/apply_async")
         return conn
 
-    @staticmethod
-    def _using(flavour: type[Any]) -> Any:
-        """The `using()` connection when it is of this flavour (None: a pooled one)."""
+    def _using(self, flavour: type[Any]) -> Any:
+        """The `using()` connection when it is of this flavour, else the framework's
+        transaction this app joins (None: a pooled one)."""
         conn = _current_connection.get()
+        if conn is None:
+            return self._joined(flavour)
         return conn if isinstance(conn, flavour) else None
+
+    def _joined(self, flavour: type[Any]) -> Any:
+        # Only sync code joins: a framework's transaction (Django's) is on a sync connection.
+        if flavour is not psycopg.Connection:
+            return None
+        return database.framework_connection(self._database_url)
 
     def _run(self, plan: Plan[T], conn: psycopg.Connection[Any] | None = None, *,
              transaction: bool = False) -> T:

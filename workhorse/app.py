@@ -577,7 +577,7 @@ def load_app(reference: str) -> App:
         # traceback, for `workhorse -v`) stays chained.
         raise AppLoadError(
             f"importing {module_name!r} failed: {type(exc).__name__}: {first_line(exc)}"
-            f"{_where(exc)}"
+            f"{_where(exc)}{_django_hint(exc)}"
         ) from exc
     if attribute:
         try:
@@ -598,6 +598,15 @@ def load_app(reference: str) -> App:
             f"{module_name}:attribute"
         )
     return apps[0]
+
+
+def _django_hint(exc: BaseException) -> str:
+    """What to do when the app's module needs Django and Django is not set up."""
+    if type(exc).__name__ not in ("AppRegistryNotReady", "ImproperlyConfigured"):
+        return ""
+    return ("; Django is not set up: run `python manage.py workhorse worker` (with "
+            "'workhorse.contrib.django' in INSTALLED_APPS and WORKHORSE_APP in settings), or "
+            "call django.setup() in the module the worker loads")
 
 
 def _where(exc: BaseException) -> str:

@@ -162,10 +162,13 @@ def handle_errors(fn: F) -> F:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--database-url",
-    envvar=database.ENV_URL,
     default=None,
     metavar="DSN",
-    help="PostgreSQL URL. Default: $WORKHORSE_DATABASE_URL, else the embedded server.",
+    # Not `envvar=`: the environment comes below an App's own database_url (and Django's), by
+    # the one rule of database.resolve_url, which reads it in its place.
+    help="PostgreSQL URL; wins over everything. Default: APP's own database_url, else "
+         "Django's database (under workhorse.contrib.django), else $WORKHORSE_DATABASE_URL, "
+         "else the embedded server.",
 )
 @click.option("-v", "--verbose", is_flag=True,
               help="Print full tracebacks instead of one line.")
@@ -859,7 +862,7 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
 def migrate(ctx: click.Context) -> None:
     """Install or bring forward the workhorse schema."""
     url = _url(ctx)
-    with database.connect(url, autocommit=True) as conn:
+    with database.connect(url, role="migrate", autocommit=True) as conn:
         queue = Queue(conn)
         queue.install_schema()
         version = queue.schema_version()
@@ -968,8 +971,9 @@ def dashboard(ctx: click.Context, host: str, port: int, read_only: bool, redact:
             "warning: plain http on a non-loopback address: the token and the session cookie "
             "cross the network in clear unless a TLS proxy is in front (or use --tls-cert and "
             "--tls-key)", highlight=False, soft_wrap=True, markup=False)
-    web.serve(url, host=host, port=port, read_only=read_only, token=token, redact=redact,
-              tls_cert=tls_cert, tls_key=tls_key)
+    web.serve(database.with_application_name(url, "dashboard"), host=host, port=port,
+              read_only=read_only, token=token, redact=redact, tls_cert=tls_cert,
+              tls_key=tls_key)
 
 
 @main.command()

@@ -1,9 +1,26 @@
-"""Which database: an explicit URL, then WORKHORSE_DATABASE_URL, then the embedded server."""
+"""Which database, by one rule in every process (DESIGN.md, "Which database wins"):
+
+  1. `--database-url` on the command line (the CLI sets it on the App, or passes it here);
+  2. `App(database_url=...)` in code;
+  3. a framework's own answer, when one is installed (`workhorse.contrib.django`: the Django
+     setting `WORKHORSE_DATABASE_URL`, then Django's database);
+  4. the environment's `WORKHORSE_DATABASE_URL`;
+  5. the embedded server.
+
+`resolve_url(explicit)` applies 3 to 5 below an explicit URL (1 or 2). A framework integration
+installs itself with `install_framework`; it is asked at every resolution, so that an App made at
+import reads the framework's database when it is first used (under `manage.py test`, the test
+database).
+
+Every connection workhorse opens names itself (`application_name = workhorse-<role>`), so that
+`pg_stat_activity` tells the web pool, the CLI and the worker's parts apart.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -17,11 +34,64 @@ ENV_AUTO_MIGRATE = "WORKHORSE_AUTO_MIGRATE"
 _migrated: set[str] = set()
 _migrated_lock = threading.Lock()
 
+# The installed framework's answer to "which database" (None: no framework, or it has none),
+# and to "which transaction does an enqueue join" (given the App's own URL, None when it has
+# none; returns a connection, or None for the App's pool).
+_framework_url: Callable[[], str | None] | None = None
+_framework_joined: Callable[[str | None], Any] | None = None
+
+
+def install_framework(
+    url: Callable[[], str | None] | None,
+    joined: Callable[[str | None], Any] | None = None,
+) -> None:
+    """Install (or, with None, remove) a framework's steps of the rule: `url()` names the
+    database below an explicit URL and above the environment, or returns None to pass;
+    `joined(app_url)` gives the connection whose open transaction an App's enqueue joins (its
+    `database_url` given in code, None when it has none), or None.
+
+    >>> install_framework(lambda: None); resolve_url("dbname=billing")
+    'dbname=billing'
+    >>> install_framework(None)
+    """
+    global _framework_url, _framework_joined
+    _framework_url = url
+    _framework_joined = joined
+
+
+def framework_connection(app_url: str | None) -> Any:
+    """The framework's connection an enqueue of an App (with `app_url` in code, or None)
+    joins now, or None: its pool.
+
+    >>> install_framework(None); framework_connection(None) is None
+    True
+    """
+    found = _framework_joined
+    return found(app_url) if found is not None else None
+
+
+def framework_url() -> str | None:
+    """The installed framework's database, or None (no framework, or it names none).
+
+    >>> install_framework(None); framework_url() is None
+    True
+    """
+    found = _framework_url
+    return found() if found is not None else None
+
 
 def resolve_url(explicit: str | None = None) -> str:
-    """The DSN to use; starts the embedded server only when nothing else is configured."""
+    """The DSN to use: `explicit` (the flag, or the App's own), else the framework's, else
+    WORKHORSE_DATABASE_URL, else the embedded server (started only when it is the answer).
+
+    >>> resolve_url("postgresql://db.internal/billing")
+    'postgresql://db.internal/billing'
+    """
     if explicit:
         return explicit
+    from_framework = framework_url()
+    if from_framework:
+        return from_framework
     from_env = os.environ.get(ENV_URL)
     if from_env:
         return from_env
@@ -54,15 +124,54 @@ def mask(url: str) -> str:
     return url
 
 
-def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """A connection, or DatabaseError with one clear line. Never prepares statements by itself
-    (`prepare_threshold=None`): a prepared statement lives in one server session, which
-    PgBouncer in transaction mode does not keep for us."""
+def application_name(role: str) -> str:
+    """The `application_name` of a connection workhorse opens for `role`.
+
+    >>> application_name("cli")
+    'workhorse-cli'
+    """
+    return f"workhorse-{role}"
+
+
+def with_application_name(url: str, role: str) -> str:
+    """`url` with `application_name=workhorse-<role>`, for code that connects from a URL alone
+    (a pool made elsewhere).
+
+    >>> with_application_name("dbname=billing", "dashboard")
+    'dbname=billing application_name=workhorse-dashboard'
+    """
+    return make_conninfo(url, application_name=application_name(role))
+
+
+def connect(url: str, role: str = "cli", **kwargs: Any) -> psycopg.Connection[Any]:
+    """A connection named `workhorse-<role>`, or DatabaseError with one clear line. Never
+    prepares statements by itself (`prepare_threshold=None`): a prepared statement lives in one
+    server session, which PgBouncer in transaction mode does not keep for us."""
     kwargs.setdefault("prepare_threshold", None)
+    kwargs.setdefault("application_name", application_name(role))
     try:
         return psycopg.connect(url, **kwargs)
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot connect to {mask(url)}: {first_line(exc)}") from None
+
+
+def same_database(first: str, second: str) -> bool:
+    """Whether two DSNs name the same database (server, port, database and user; a password or
+    an application name does not make another database).
+
+    >>> same_database("host=/tmp dbname=shop", "postgresql:///shop?host=/tmp")
+    True
+    """
+    def key(url: str) -> tuple[str, ...]:
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError:
+            return (url,)
+        user = str(params.get("user") or "")
+        return (str(params.get("host") or ""), str(params.get("port") or "5432"),
+                str(params.get("dbname") or user), user)
+
+    return key(first) == key(second)
 
 
 def ensure_schema(url: str) -> None:
@@ -74,6 +183,6 @@ def ensure_schema(url: str) -> None:
             return
         from .queue import Queue
 
-        with connect(url, autocommit=True) as conn:
+        with connect(url, role="migrate", autocommit=True) as conn:
             Queue(conn).install_schema()
         _migrated.add(url)

@@ -58,16 +58,14 @@ def workhorse_test_server_url() -> str:
 @pytest.fixture(scope="session")
 def workhorse_template_database(workhorse_test_server_url: str) -> str:
     """The name of a database with this version's schema, built once per server and schema."""
-    import psycopg
-
-    from . import _sql
+    from . import _sql, database
     from .queue import Queue
 
     digest = hashlib.sha1(
         "".join(text for _, _, text in _sql.migrations()).encode()
     ).hexdigest()[:12]
     name = f"workhorse_plugin_tpl_{digest}"
-    with psycopg.connect(workhorse_test_server_url, autocommit=True) as admin:
+    with database.connect(workhorse_test_server_url, role="test-admin", autocommit=True) as admin:
         admin.execute(_sql.statement("testing_template_lock"), (_TEMPLATE_LOCK,))
         try:
             exists = admin.execute(_sql.statement("testing_database_exists"), (name,)).fetchone()
@@ -76,7 +74,7 @@ def workhorse_template_database(workhorse_test_server_url: str) -> str:
                 _ddl(admin, "testing_drop_database", name=building)
                 _ddl(admin, "testing_create_database", name=building, template="template1")
                 url = _with_dbname(workhorse_test_server_url, building)
-                with psycopg.connect(url, autocommit=True) as conn:
+                with database.connect(url, role="migrate", autocommit=True) as conn:
                     Queue(conn).install_schema()
                 _ddl(admin, "testing_rename_database", name=building, new_name=name)
         finally:
@@ -90,13 +88,14 @@ def workhorse_database_url(
 ) -> Iterator[str]:
     """A fresh database with the workhorse schema, for this test only; dropped afterwards
     (connections still open to it are ended)."""
-    import psycopg
+    from . import database
 
     name = f"workhorse_test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(workhorse_test_server_url, autocommit=True) as admin:
+    with database.connect(workhorse_test_server_url, role="test-admin", autocommit=True) as admin:
         _ddl(admin, "testing_create_database", name=name, template=workhorse_template_database)
     try:
         yield _with_dbname(workhorse_test_server_url, name)
     finally:
-        with psycopg.connect(workhorse_test_server_url, autocommit=True) as admin:
+        with database.connect(workhorse_test_server_url, role="test-admin",
+                              autocommit=True) as admin:
             _ddl(admin, "testing_drop_database", name=name)

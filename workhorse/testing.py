@@ -22,7 +22,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -189,13 +189,13 @@ class EagerRunner:
         return job, task
 
     def _run_blocking(self, task: Task[Any, Any], job: Job) -> Job:
-        """`_run` from synchronous code: on a fresh loop, in another thread when this one already
-        runs a loop (a sync `delay()` called from async code)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._run(task, job))
-        return _in_thread(lambda: asyncio.run(self._run(task, job)), "workhorse-eager")
+        """`_run` from synchronous code. A sync task runs in this thread with no event loop (so
+        that Django's ORM, which refuses to run under one, works, on the test's own connection);
+        an async one on a fresh loop, in another thread when this one already runs a loop (a
+        sync `delay()` called from async code)."""
+        if not task.is_async:
+            return without_loop(self._run(task, job))
+        return on_a_loop(lambda: self._run(task, job), "workhorse-eager")
 
     async def _run(self, task: Task[Any, Any], job: Job) -> Job:
         """Attempts until one succeeds, one may not retry, or attempts run out. Each attempt is
@@ -257,6 +257,46 @@ class EagerRunner:
         return ended
 
 
+def without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` to its end in this thread with no event loop: for the worker's async
+    code (the executor, the recorder) when nothing it awaits can suspend (a sync handler run in
+    this thread, statements on a sync connection). RuntimeError if something does suspend.
+
+    >>> async def five(): return 5
+    >>> without_loop(five())
+    5
+    """
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    coroutine.close()
+    raise RuntimeError("workhorse: a step that needs an event loop ran where there is none")
+
+
+def on_a_loop(make: Callable[[], Coroutine[Any, Any, T]], name: str) -> T:
+    """`asyncio.run(make())` in this thread, or in a thread of its own when this one already
+    runs a loop.
+
+    >>> async def five(): return 5
+    >>> on_a_loop(five, "doc")
+    5
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    return _in_thread(lambda: asyncio.run(make()), name)
+
+
+def _framework_connection(app: App) -> Any:
+    """The framework's connection (Django's, in an atomic block or a TestCase) the app's jobs
+    are enqueued on now, so that the drain and the assertions see them too; None: the app's
+    database, on a connection of their own."""
+    return database.framework_connection(app.explicit_database_url)
+
+
 # ---- assertions on the real database ---------------------------------------------------------
 
 
@@ -274,11 +314,19 @@ def _normalised(value: Any, what: str) -> Any:
 
 
 def _waiting(app: App, name: str) -> list[Job]:
-    """The task's ready and scheduled jobs, oldest first."""
-    with app.connection() as conn:
-        queue = Queue(conn)
-        jobs = [job for status in (JobStatus.READY, JobStatus.SCHEDULED)
+    """The task's ready and scheduled jobs, oldest first (on the framework's connection when the
+    app's enqueues join its transaction: only it sees them before the commit)."""
+
+    def listed(queue: Queue) -> list[Job]:
+        return [job for status in (JobStatus.READY, JobStatus.SCHEDULED)
                 for job in queue.list_jobs(status=status.value, task=name, limit=10_000)]
+
+    joined = _framework_connection(app)
+    if joined is not None:
+        jobs = listed(Queue(joined))
+    else:
+        with app.connection() as conn:
+            jobs = listed(Queue(conn))
     return sorted(jobs, key=lambda job: job.id)
 
 
@@ -397,16 +445,18 @@ def drain(
     Limits, pauses and rate limits apply as in a worker: a job a limit holds back stays (a rate
     limit's next start is waited for, within the timeout).
 
+    Sync handlers run in this thread with no event loop, as under `eager()` (Django's ORM works
+    there, on this thread's connection); async ones on a loop of their own. Under
+    `workhorse.contrib.django`, inside an atomic block or a `TestCase`, the drain claims and
+    records on Django's own connection, so that it sees the jobs enqueued in that transaction.
+    Its own connections are closed when it returns.
+
     >>> drain(app)                                                    # doctest: +SKIP
     DrainReport(succeeded=3, failed=0, retried=1, held=0)
     """
-    coroutine = drain_async(app, queues, with_scheduled, timeout)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    # Called from async code: run on a loop of its own, in a thread.
-    return _in_thread(lambda: asyncio.run(coroutine), "workhorse-drain")
+    served = _drain_checks(app, queues, with_scheduled, timeout)
+    return without_loop(_drain(app, served, with_scheduled, timeout,
+                               joined=_framework_connection(app), loopless=True))
 
 
 def _in_thread(fn: Callable[[], T], name: str) -> T:
@@ -435,25 +485,65 @@ async def drain_async(
     with_scheduled: bool = False,
     timeout: float = 60,
 ) -> DrainReport:
-    """`drain()` for async code (it runs on the caller's loop)."""
-    # The worker's own parts, imported here: `import workhorse.testing` stays light.
-    from .worker.executor import Executor
-    from .worker.recorder import OutcomeRecorder, Recorded
+    """`drain()` for async code (it runs on the caller's loop; sync handlers in threads)."""
+    served = _drain_checks(app, queues, with_scheduled, timeout)
+    return await _drain(app, served, with_scheduled, timeout, joined=None, loopless=False)
 
+
+def _drain_checks(app: App, queues: Sequence[str] | None, with_scheduled: bool,
+                  timeout: float) -> list[str]:
     served = _drain_queues(app, queues)
     if not isinstance(with_scheduled, bool):
         raise InvalidOptionsError(f"with_scheduled must be a bool, got {with_scheduled!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise InvalidOptionsError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    url = app.database_url
-    await anyio.to_thread.run_sync(database.ensure_schema, url)
+    return served
+
+
+async def _drain(
+    app: App, served: list[str], with_scheduled: bool, timeout: float, *,
+    joined: Any, loopless: bool,
+) -> DrainReport:
+    """The drain, written once. On the caller's loop (`loopless=False`): an async connection of
+    its own, sync handlers in threads. Driven with no loop (`loopless=True`, by `drain()`):
+    statements on a sync connection (the framework's `joined` one, else its own) that never
+    suspend, sync handlers in this thread, async ones on a loop of their own."""
+    # The worker's own parts, imported here: `import workhorse.testing` stays light.
+    from .worker._threads import InCallerThread
+    from .worker.executor import Execution, Executor, Outcome
+    from .worker.recorder import OutcomeRecorder, Recorded
+
     deadline = time.monotonic() + timeout
     lease = max(DRAIN_MIN_LEASE, float(timeout),
                 *(task.lease or 0.0 for task in app.tasks.values()))
-    heartbeats = _Heartbeats(url, lease)
+    conn: Any
+    if joined is not None:
+        # Django's connection in the caller's transaction: the schema is the migration's.
+        url = None
+        heartbeats = _Heartbeats(None, lease, joined)
+        conn = _AwaitableConnection(joined, owned=False)
+    else:
+        url = app.database_url
+        if loopless:
+            database.ensure_schema(url)
+            heartbeats = _Heartbeats(url, lease)
+            conn = _AwaitableConnection(database.connect(url, role="drain", autocommit=True),
+                                        owned=True)
+        else:
+            await anyio.to_thread.run_sync(database.ensure_schema, url)
+            heartbeats = _Heartbeats(url, lease)
+            conn = await psycopg.AsyncConnection.connect(
+                url, autocommit=True, application_name=database.application_name("drain"))
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
                         retention=_ops.retention_json(app.retention),
+                        threads=InCallerThread() if loopless else None,
                         renew=lambda execution: heartbeats.renewer(execution.job, execution)())
+
+    async def run(execution: Execution) -> Outcome | None:
+        task = execution.task
+        if loopless and task is not None and task.is_async:
+            return on_a_loop(lambda: executor.run(execution), "workhorse-drain")
+        return await executor.run(execution)
     counts = {"succeeded": 0, "failed": 0, "retried": 0, "held": 0}
     by_status = {JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed",
                  JobStatus.SCHEDULED: "retried", JobStatus.HELD: "held"}
@@ -465,9 +555,7 @@ async def drain_async(
             if status in by_status and outcome.snooze is None:  # a snooze is no retry
                 counts[by_status[status]] += 1
 
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-
-    async def same_connection() -> psycopg.AsyncConnection[Any]:
+    async def same_connection() -> Any:
         return conn
 
     recorder = OutcomeRecorder(same_connection, recorded, name="drain")
@@ -487,7 +575,7 @@ async def drain_async(
                 for job in jobs:
                     ran = True
                     execution = executor.prepare(job)
-                    outcome = await executor.run(execution)
+                    outcome = await run(execution)
                     if outcome is not None:
                         recorder.add(outcome)
                         await recorder.flush()
@@ -499,12 +587,62 @@ async def drain_async(
             wait = min(next_starts)
             if time.monotonic() + wait >= deadline:
                 raise TimeoutError(_timed_out(timeout, counts) + " (a rate limit held jobs back)")
-            await anyio.sleep(wait)
+            if loopless:
+                time.sleep(wait)
+            else:
+                await anyio.sleep(wait)
     finally:
         executor.threads.close()
         heartbeats.close()
         await conn.close()  # the recorder's too: it flushed each outcome as it came
     return DrainReport(**counts)
+
+
+class _AwaitableConnection:
+    """An AsyncConnection's face on a sync connection, each call done at once: how a drain with
+    no event loop drives the worker's async parts (the claim, the recorder) on a sync
+    connection, its own or a framework's whose open transaction only that connection sees.
+    `close()` closes only a connection it `owned`."""
+
+    def __init__(self, conn: Any, *, owned: bool) -> None:
+        self.conn = conn
+        self.owned = owned
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.conn.closed)
+
+    @property
+    def info(self) -> Any:
+        return self.conn.info
+
+    def cursor(self) -> _AwaitableCursor:
+        return _AwaitableCursor(self.conn.cursor())
+
+    async def close(self) -> None:
+        if self.owned:
+            self.conn.close()
+
+
+class _AwaitableCursor:
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    async def __aenter__(self) -> _AwaitableCursor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.cursor.close()
+
+    async def execute(self, statement: Any, params: Any = None, **kwargs: Any) -> None:
+        self.cursor.execute(statement, params, **kwargs)
+
+    @property
+    def description(self) -> Any:
+        return self.cursor.description
+
+    async def fetchall(self) -> list[Any]:
+        return list(self.cursor.fetchall())
 
 
 def _drain_queues(app: App, queues: Sequence[str] | None) -> list[str]:
@@ -528,17 +666,23 @@ class _Heartbeats:
     """`JobContext.heartbeat()` under drain: renews the lease on a connection of its own (the
     drain's is idle while a handler runs, but a handler's thread cannot use an async one)."""
 
-    def __init__(self, url: str, lease: float) -> None:
+    def __init__(self, url: str | None, lease: float, joined: Any = None) -> None:
         self.url = url
         self.lease = lease
-        self.conn: psycopg.Connection[Any] | None = None
+        # On a framework's connection (joined), the jobs exist only in its transaction: renew
+        # there (the handler runs in the drain's thread, where that connection belongs).
+        self.joined = joined
+        self.conn: Any = None
         self.lock = threading.Lock()
 
     def renewer(self, job: ClaimedJob, execution: Any) -> Callable[[], None]:
         def renew() -> None:
             with self.lock:
-                if self.conn is None or self.conn.closed:
-                    self.conn = psycopg.connect(self.url, autocommit=True)
+                if self.joined is not None:
+                    self.conn = self.joined
+                elif self.conn is None or self.conn.closed:
+                    assert self.url is not None
+                    self.conn = database.connect(self.url, role="drain-leases", autocommit=True)
                 held = _ops.execute(self.conn, _ops.renew_leases([(job.id, job.fence,
                                                                    self.lease)]))
             if job.id not in held:
@@ -550,6 +694,6 @@ class _Heartbeats:
         return renew
 
     def close(self) -> None:
-        if self.conn is not None:
+        if self.conn is not None and self.joined is None:
             self.conn.close()
 

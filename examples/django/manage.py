@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""The example shop's manage.py: `python manage.py migrate --run-syncdb`, `python manage.py
-place_orders`. The worker is the plain CLI: `workhorse worker shop.worker:app`."""
+"""The example shop's manage.py: `python manage.py migrate`, `python manage.py test shop`,
+`python manage.py place_orders`, `python manage.py workhorse worker`."""
 
 import os
 import sys

@@ -2,11 +2,12 @@
 
     pip install -e '.[examples]'
     cd examples/fastapi
-    workhorse worker service:tasks &          # the worker (WORKHORSE_DATABASE_URL, or embedded)
-    uvicorn service:api                       # the web app, same database
+    uvicorn service:api &                     # the web app first: its lifespan syncs the limits
+    workhorse worker service:tasks            # the worker (WORKHORSE_DATABASE_URL, or embedded)
 
     curl -X POST 'localhost:8000/orders?total=7'     # order row + job, one transaction
     curl -X POST 'localhost:8000/sum?a=2&b=3'        # enqueue, then await the result: {"sum": 5}
+    curl localhost:8000/jobs/1                       # {"status": "succeeded"}
 
 The lifespan opens the request pool (psycopg_pool.AsyncConnectionPool) on workhorse's
 database and closes it and the App's own pool at shutdown. `/orders` writes its own row and
@@ -25,6 +26,7 @@ from fastapi import FastAPI, HTTPException, Request
 from psycopg_pool import AsyncConnectionPool
 
 import workhorse
+from workhorse import JobStatus
 
 tasks = workhorse.App("api")
 
@@ -43,7 +45,8 @@ async def confirm(order_id: int) -> int:
 @asynccontextmanager
 async def lifespan(api: FastAPI) -> AsyncIterator[None]:
     await tasks.sync_async()  # the limits above, fleet-wide (max_active=4)
-    pool = AsyncConnectionPool(tasks.database_url, min_size=1, max_size=4, open=False)
+    pool = AsyncConnectionPool(tasks.database_url, min_size=1, max_size=4, open=False,
+                               kwargs={"application_name": "api-requests"})
     await pool.open()
     async with pool.connection() as conn:
         await conn.execute(
@@ -73,9 +76,21 @@ async def create_order(request: Request, total: int, fail: bool = False) -> dict
 
 
 @api.post("/sum")
-async def sum_later(a: int, b: int) -> dict[str, int]:
+async def sum_later(a: int, b: int, wait: float = 10.0) -> dict[str, int]:
     handle = await add.delay_async(a, b)
     try:
-        return {"sum": await handle.get_async(timeout=10), "job_id": handle.id}
+        return {"sum": await handle.get_async(timeout=wait), "job_id": handle.id}
     except TimeoutError:
+        status = await handle.status_async()
+        if status in (JobStatus.READY, JobStatus.SCHEDULED):
+            # Nobody claimed it: no worker runs (or all are busy), not a slow job.
+            raise HTTPException(status_code=503, detail=(
+                f"job {handle.id} has not started yet: is a worker running? "
+                "(workhorse worker service:tasks)")) from None
         raise HTTPException(status_code=504, detail=f"job {handle.id} is still running") from None
+
+
+@api.get("/jobs/{job_id}")
+async def job_status(job_id: int) -> dict[str, str | None]:
+    status = await tasks.handle(job_id).status_async()
+    return {"status": status.value if status is not None else None}

@@ -29,11 +29,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 class ExampleWorker:
     """`workhorse worker APP` run from an example's directory."""
 
-    def __init__(self, cwd: Path, app: str, env: dict[str, str], log: Path) -> None:
+    def __init__(self, cwd: Path, app: str, env: dict[str, str], log: Path,
+                 command: list[str] | None = None) -> None:
         self._out = log.open("wb")
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workhorse", "worker", app, "--slots", "1",
+            [*(command or [sys.executable, "-m", "workhorse", "worker", app]), "--slots", "1",
              "--concurrency", "4"],
             cwd=cwd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL)
@@ -67,7 +68,12 @@ def test_django_example(database_url: str, conn: Any, tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
-    manage("migrate", "--run-syncdb", "--verbosity", "0")
+    manage("migrate", "--verbosity", "0")
+    # The shop's own tests (eager in a TestCase, drain in a TestCase and a TransactionTestCase),
+    # as its README runs them; Django creates and drops the test database.
+    tested = subprocess.run([sys.executable, "manage.py", "test", "shop", "--noinput"],
+                            cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert tested.returncode == 0 and "Ran 3 tests" in tested.stderr, tested.stderr
     report = json.loads(manage("place_orders").strip().splitlines()[-1])
     assert report["rolled_back_orders"] == 0
     # Two jobs, one per committed order; the rolled-back order took its job with it.
@@ -76,7 +82,8 @@ def test_django_example(database_url: str, conn: Any, tmp_path: Path) -> None:
     policy = conn.execute("SELECT max_active FROM workhorse.policies WHERE queue = 'receipts'")
     assert policy.fetchone() == (2,)
 
-    worker = ExampleWorker(project, "shop.worker:app", env, tmp_path / "django-worker.log")
+    worker = ExampleWorker(project, "", env, tmp_path / "django-worker.log",
+                           command=[sys.executable, "manage.py", "workhorse", "worker"])
     try:
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM shop_order WHERE receipt_sent") == 2,
                  60, "both receipts", interval=0.2)
@@ -99,6 +106,19 @@ def test_fastapi_example(database_url: str, conn: Any, tmp_path: Path,
                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKHORSE_DATABASE_URL", database_url)
     service = _load_service()
+
+    async def no_worker_yet() -> Any:
+        transport = httpx.ASGITransport(app=service.api)
+        async with service.api.router.lifespan_context(service.api), httpx.AsyncClient(
+                transport=transport, base_url="http://example") as client:
+            waited = await client.post("/sum", params={"a": 1, "b": 1, "wait": 0.3})
+            status = await client.get(f"/jobs/{waited.json()['detail'].split()[1]}")
+            return waited, status.json()
+
+    # With no worker, the job is only ready: "not started yet", not "still running".
+    waited, status = asyncio.run(no_worker_yet())
+    assert waited.status_code == 503 and "not started yet" in waited.json()["detail"], waited
+    assert status == {"status": "ready"}
     worker = ExampleWorker(EXAMPLES / "fastapi", "service:tasks",
                            _env(WORKHORSE_DATABASE_URL=database_url),
                            tmp_path / "fastapi-worker.log")
@@ -124,6 +144,7 @@ def test_fastapi_example(database_url: str, conn: Any, tmp_path: Path,
         code = worker.stop()
     assert code == 0, worker.output()
     assert [s["sum"] for s in outcome["sums"]] == [n + 1 for n in range(6)], outcome
+
     assert outcome["declined"].status_code == 402
     # The declined order and its job rolled back together; the placed one committed with its job.
     assert conn.execute("SELECT id, total FROM api_orders").fetchall() == [(order["order_id"], 7)]

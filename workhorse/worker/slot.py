@@ -45,10 +45,9 @@ import psycopg
 from .. import _ops, telemetry
 from ..errors import StaleLeaseError, first_line
 from ..types import ClaimedJob, JobStatus
-from . import _shared
+from . import _shared, hooks
 from ._reconnect import Reconnect
 from ._shared import Budget, Stats
-from ._threads import HandlerThreads
 from .claimer import SATURATION_POLL, Claimer, QueueState
 from .executor import Execution, Executor, Outcome
 from .leases import LeaseKeeper
@@ -194,7 +193,7 @@ class Slot:
         self._wake = _Flag()
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
-            threads=HandlerThreads(self.config.concurrency, f"workhorse-slot{self.index}"),
+            threads=hooks.handler_threads(self.config.concurrency, f"workhorse-slot{self.index}"),
             retention=_ops.retention_json(self.app.retention), renew=self._renew_now,
         )
         self.recorder = OutcomeRecorder(

@@ -56,7 +56,7 @@ from ..types import (
     SyncReport,
     check_name,
 )
-from . import _logs, _registry
+from . import _logs, _registry, hooks
 from ._shared import IN_FLIGHT, Budget, Stats
 from .scheduler import Scheduler, schedules_banner
 from .slot import Slot, SlotConfig
@@ -200,7 +200,8 @@ def run_worker(
             app.close()  # no pool may cross the fork
     else:
         database.ensure_schema(url)
-    with database.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with database.connect(url, role="supervisor-start", autocommit=True,
+                          connect_timeout=10) as conn:
         stored = Queue(conn).list_concurrency_policies()
         in_force = {p.queue: p for p in Queue(conn).health().policies}
         stored_schedules = Queue(conn).list_schedules(app.name)
@@ -620,6 +621,7 @@ class Supervisor:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
+        hooks.run_before_fork()  # a framework's connections (Django's) must not cross the fork
         # Hold the lock under which the listener opens and closes its connection, so that the
         # child's list of inherited connection descriptors is exact.
         locked = self.fds.lock.acquire(timeout=2.0)

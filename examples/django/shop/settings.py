@@ -10,7 +10,10 @@ _db = conninfo_to_dict(os.environ.get("SHOP_DATABASE_URL", "dbname=shop"))
 SECRET_KEY = "example-only"
 DEBUG = False
 USE_TZ = True
-INSTALLED_APPS = ["shop"]
+# The contrib app: `migrate` installs the workhorse schema, `manage.py workhorse` is the CLI, and
+# an enqueue inside transaction.atomic() joins Django's transaction.
+INSTALLED_APPS = ["workhorse.contrib.django", "shop"]
+WORKHORSE_APP = "shop.tasks:app"  # what `manage.py workhorse worker` runs
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",  # psycopg 3 when it is installed

@@ -1,5 +1,6 @@
-"""The shop's workhorse app and its task. Importing this needs Django set up (the task uses
-the ORM): the web process has done it; the worker imports `shop.worker`, which does it first."""
+"""The shop's workhorse app and its task (found by the contrib app's autodiscovery of
+`tasks.py`). The App names no database: it uses Django's, read at first use (under
+`manage.py test`, the test database)."""
 
 from django.db import transaction
 
@@ -8,21 +9,23 @@ from workhorse.contrib import django as wh_django
 
 from .models import Order
 
-app = workhorse.App("shop", database_url=wh_django.database_url())
+app = workhorse.App("shop")
 
 
 @app.task(queue="receipts", max_active=2)
 def send_receipt(order_id: int) -> int:
-    Order.objects.filter(id=order_id).update(receipt_sent=True)
-    return order_id
+    order = Order.objects.get(id=order_id)  # the row the web process committed
+    order.receipt_sent = True
+    order.save(update_fields=["receipt_sent"])
+    return order.id
 
 
 def place_order(total: int) -> Order:
-    """The order and its receipt job commit together, or neither does."""
+    """The order and its receipt job commit together, or neither does: inside atomic() the
+    enqueue is on Django's own connection, in the block's transaction."""
     with transaction.atomic():
         order = Order.objects.create(total=total)
-        with app.using(wh_django.connection()):
-            send_receipt.delay(order.id)
+        send_receipt.delay(order.id)
     return order
 
 

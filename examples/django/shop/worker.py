@@ -1,5 +1,6 @@
-"""What the worker loads: `workhorse worker shop.worker:app` (run from examples/django).
-Django is set up before the tasks module is imported, in the supervisor, before any fork."""
+"""For the plain CLI (`workhorse worker shop.worker:app`, run from examples/django): Django is
+set up before the tasks module is imported. `python manage.py workhorse worker` needs none of
+this: it sets Django up and takes the app from WORKHORSE_APP."""
 
 import os
 

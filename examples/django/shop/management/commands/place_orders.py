@@ -3,10 +3,10 @@
 import json
 
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
 from shop.models import Order
 from shop.tasks import app, place_order, place_order_on_commit, send_receipt
-from workhorse.contrib import django as wh_django
 
 
 class Command(BaseCommand):
@@ -17,9 +17,9 @@ class Command(BaseCommand):
         first = place_order(10)
         second = place_order_on_commit(20)
         try:
-            with wh_django.atomic(app):
+            with transaction.atomic():
                 doomed = Order.objects.create(total=30)
-                send_receipt.delay(doomed.id)
+                send_receipt.delay(doomed.id)  # rolls back with the order
                 raise RuntimeError("payment declined")
         except RuntimeError:
             pass
