@@ -852,12 +852,14 @@ def pgq_20ms(run: Run, dequeuers: int) -> PgqDrain | None:
 
 
 # Celery's flags in case 9. Default: what `celery worker` does when only the queue is named
-# (prefork, one process per CPU, prefetch multiplier 4). The tuned ones drop the start-up chatter
-# that costs nothing per task but noise, and raise the prefetch so a process never waits for the
-# broker between two tasks; the 20 ms one splits the 64 threads over two processes, one per core,
-# since one process's threads share one GIL.
+# (prefork, one process per CPU, prefetch multiplier 4), or for the 20 ms jobs only the 64 places
+# added (threads, since a prefork pool of 64 processes on 2 cores was slower). Tuned: for the
+# no-op, two solo workers, one per core (the solo pool runs the task in the consumer, with no
+# hand-off to a pool process, which is most of a no-op's cost), with a deep prefetch; for 20 ms,
+# the 64 threads split over two processes, one per core, since one process's threads share a GIL.
+# Both drop the start-up chatter (gossip, mingle, heartbeat).
 CELERY_QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-CELERY_NOOP_TUNED = ["--prefetch-multiplier", "256", *CELERY_QUIET]
+CELERY_NOOP_TUNED = ["--pool", "solo", "--prefetch-multiplier", "256", *CELERY_QUIET]
 CELERY_20MS_DEFAULT = ["--pool", "threads", "--concurrency", "64"]
 CELERY_20MS_TUNED = ["--pool", "threads", "--concurrency", "32", "--prefetch-multiplier", "16",
                      *CELERY_QUIET]
@@ -916,13 +918,13 @@ def case_9(run: Run) -> None:
     wh(sync, "default flags (only --queues)", default_flags(run, "sync"))
     wh(sync, "-s 2 -c 32", noop_ungoverned(run, "sync"))
     celery(sync, "default (prefork, -c = CPUs, prefetch 4)", "bench.noop", [], noop_n, [[]])
-    celery(sync, "prefork, --prefetch-multiplier 256, no gossip/mingle/heartbeat", "bench.noop",
-           [], noop_n, [CELERY_NOOP_TUNED])
+    celery(sync, "2 workers x --pool solo, --prefetch-multiplier 256, quiet", "bench.noop",
+           [], noop_n, [CELERY_NOOP_TUNED, CELERY_NOOP_TUNED])
     procrastinate(sync, "default (--concurrency 1)", noop_n, 0.0, True, 1)
     procrastinate(sync, "--concurrency 32", noop_n, 0.0, True, 32)
-    pgq(sync, "default: 1 QueueManager, batch 10, asyncio.to_thread",
+    pgq(sync, "default: 1 QueueManager, batch 10, sync via asyncio.to_thread",
         pgqueuer(run, noop_n, dequeuers=1, sync=True), noop_n)
-    pgq(sync, "5 QueueManagers x batch 10, asyncio.to_thread",
+    pgq(sync, "5 QueueManagers x batch 10 (bench_worker's), asyncio.to_thread",
         pgqueuer(run, noop_n, sync=True), noop_n)
 
     anoop = "async no-op"
@@ -933,7 +935,7 @@ def case_9(run: Run) -> None:
     procrastinate(anoop, "--concurrency 32", noop_n, 0.0, False, 32)
     pgq(anoop, "default: 1 QueueManager, batch 10", pgqueuer(run, noop_n, dequeuers=1), noop_n)
     pq = pgq_drain(run)
-    pgq(anoop, "5 QueueManagers x batch 10", pq, run.sizes.noop)
+    pgq(anoop, "5 QueueManagers x batch 10 (bench_worker's; case 1's)", pq, run.sizes.noop)
 
     slow = "20 ms async, 64 places"
     wh(slow, "max_active=64, -s 2 -c 64 (case 5(i))",
