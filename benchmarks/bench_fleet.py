@@ -873,7 +873,9 @@ def case_9(run: Run) -> None:
 
     def add(case: str, system: str, config: str, jobs: int, rate: float, peak: str = "-") -> None:
         rows.append(PeerRow(case, system, config, jobs, rate, peak))
-        run.progress(f"9 {case} | {system} {config}: {c.rate(rate)} jobs/s")
+        one, five, _ = os.getloadavg()
+        run.progress(f"9 {case} | {system} {config}: {c.rate(rate)} jobs/s "
+                     f"(loadavg after {one:.2f} / {five:.2f})")
 
     def wh(case: str, config: str, result: Drain) -> None:
         peak = f"{result.handler_peak.total}" if result.handler_peak is not None else "-"
