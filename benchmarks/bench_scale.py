@@ -24,8 +24,10 @@ What each figure means.
 - jobs/s: jobs / (last finished_at - first started_at), from the jobs' own rows.
 - utilization: jobs/s over the ideal, every place of the budget running a 20 ms handler all the
   time: L / 0.02 s for a governed run, 256 / 0.02 s for the ungoverned one.
-- claims: calls of the claim SQL functions (every function of schema workhorse whose name starts
-  with "claim", found in pg_proc, so a redesign's new claim functions are counted too), read from
+- claims: calls of the claim SQL functions (the functions of schema workhorse whose name starts
+  with "claim" that the product's statement files call, found in pg_proc and sql/statements/, so
+  a redesign's new claim functions are counted too, and a claim that calls another claim function
+  inside is counted once), read from
   pg_stat_user_functions before the supervisors start and after they have exited and their
   backends are gone (a backend flushes its function counters when it exits). The scratch database
   is set to `track_functions = 'pl'` (ALTER DATABASE) for this. Empty claims count: a claim that
@@ -61,6 +63,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -164,11 +167,21 @@ class LockSampler:
 
 
 def claim_functions(conn: psycopg.Connection[Any]) -> list[str]:
+    """The claim functions the product's statements call: the functions of schema workhorse whose
+    name starts with "claim" that a statement file names. Only those, because a claim function
+    that calls another (an old version kept for a path, say) would otherwise count one claim
+    twice: pg_stat_user_functions counts nested calls too. All of them if no statement names one."""
     rows = conn.execute(
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
         "WHERE n.nspname = 'workhorse' AND p.proname LIKE 'claim%' ORDER BY 1"
     ).fetchall()
-    return [str(r[0]) for r in rows]
+    every = [str(r[0]) for r in rows]
+    called = "\n".join(
+        text.decode("utf-8", "replace") for path, text in _sql.files().items()
+        if path.startswith("statements/")
+    )
+    named = [name for name in every if re.search(rf"workhorse\.{name}\s*\(", called)]
+    return named or every
 
 
 def function_stats(conn: psycopg.Connection[Any], names: Sequence[str]) -> tuple[int, float]:
