@@ -208,7 +208,7 @@ async def _procrastinate(
                 time.sleep(seconds)
             times.append((start, time.time()))
     else:
-        @app.task(name="bench_async", queue="bench")  # type: ignore[no-redef]
+        @app.task(name="bench_async", queue="bench")
         async def task(seconds: float = 0.0) -> None:
             start = time.time()
             if seconds:
