@@ -1,4 +1,4 @@
-"""Fleet throughput (the throughput issue's table and targets a-f), workhorse beside pgqueuer 1.6.
+"""Fleet throughput (the throughput issue's table and targets a-f), workhorse beside its peers.
 
     .venv/bin/python benchmarks/bench_fleet.py [--database-url URL] [--only CASE[,CASE]] [--quick]
         [--repeat R] [--quiet-wait S] [--keep-db] [--format rich|plain]
@@ -25,10 +25,23 @@ jobs / (last finished_at - first started_at), from the jobs' own rows, so start-
      ~20 ms apart                                                       target (e) p50 <= 5 ms,
                                                                         p99 <= 20 ms
   8  Queue.enqueue_many of 10k jobs vs COPY into a LIKE-jobs table      target (f) >= 0.5x COPY
+  9  peers side by side, each at its default flags and tuned: sync no-op, async no-op, and 20 ms
+     jobs at 64 places; workhorse, Celery 5 on Redis, procrastinate 3, pgqueuer 1.6 (below)
 
 pgqueuer's drain: 5 QueueManagers in one process, batch 10, mode=drain (bench_worker's reference
 configuration); its figure is jobs over the time from its first handler call to the end of its
 drain.
+
+Case 9, the peers. Celery 5 runs as `celery -A _celery_app worker` subprocesses on a Redis
+server the benchmark starts on a private port (`--redis-port`, default 6390; Debian's
+redis-server is installed with apt-get when missing) with no persistence, and stops at the end;
+procrastinate 3 runs in this process (`run_worker_async(wait=False)`); pgqueuer as above. Each
+peer drains the same backlog (no-op 10k, 20 ms 6,400; quick 3k and 3,200) after it is filled, and
+its figure is jobs over [first handler start, last handler end] from the handlers' own clocks
+(see _peers.py and _celery_app.py). "Default" is the peer's own defaults, changed only where the
+case needs it (64 places for the 20 ms jobs); "tuned" is the best of the few settings tried, each
+named in its row. workhorse's rows reuse cases 1, 2, 3 and 5(i) when they ran in the same
+invocation, and measure them otherwise. Celery has no async tasks, so it has no async row.
 
 Governed runs also check the budget: a thread counts the queue's active rows (total and per key)
 every ~20 ms, and the timed handlers return [start, end], from which the real overlap of running
@@ -67,6 +80,7 @@ sys.path.insert(0, str(HERE))
 
 import _common as c  # noqa: E402
 import _fleet_app as fa  # noqa: E402
+import _peers as peers  # noqa: E402
 
 import workhorse  # noqa: E402
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Queue  # noqa: E402
@@ -82,7 +96,7 @@ IDEAL_20MS = MAX_ACTIVE / HANDLER_20MS
 IDEAL_100MS = MAX_ACTIVE / HANDLER_100MS
 TARGET_A = 0.9 * IDEAL_20MS  # target (a): 90% of the ideal
 WORKHORSE_TABLES = ("jobs", "key_heads", "key_hints", "rate_starts")
-CASE_IDS = ("1", "2", "3", "4", "5", "6", "7", "8")
+CASE_IDS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
 
 
 @dataclass(frozen=True)
@@ -93,12 +107,14 @@ class Sizes:
     slow: int  # case 6
     latency: int  # case 7
     copy: int  # case 8
+    peer_noop: int  # case 9, the peers' no-op drains
+    peer_backlog: int  # case 9, the peers' 20 ms drains
 
 
 FULL = Sizes(noop=50_000, default_sync=10_000, backlog=12_800, slow=3_200, latency=200,
-             copy=10_000)
+             copy=10_000, peer_noop=10_000, peer_backlog=6_400)
 QUICK = Sizes(noop=10_000, default_sync=3_000, backlog=6_400, slow=1_280, latency=200,
-              copy=10_000)
+              copy=10_000, peer_noop=3_000, peer_backlog=3_200)
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,16 @@ class Drain:
 
 
 @dataclass
+class PeerRow:
+    case: str
+    system: str
+    config: str
+    jobs: int
+    rate: float
+    peak: str = "-"
+
+
+@dataclass
 class Row:
     case: str
     workhorse: str
@@ -158,6 +184,9 @@ class Run:
     notes: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
+    redis_url: str | None = None  # case 9's private Redis, when it could be started
+    redis_note: str = ""
+    peer_rows: list[PeerRow] = field(default_factory=list)
 
     def progress(self, text: str) -> None:
         self.printer.line(f"[{time.monotonic() - self.started:5.0f} s] {text}")
@@ -438,7 +467,8 @@ class PgqDrain:
 
 
 async def _pgqueuer(
-    url: str, jobs: int, sleep: float, concurrency_limit: int, dequeuers: int, batch: int
+    url: str, jobs: int, sleep: float, concurrency_limit: int, dequeuers: int, batch: int,
+    sync: bool = False,
 ) -> PgqDrain:
     import asyncpg  # type: ignore[import-untyped]
     from pgqueuer.db import AsyncpgDriver
@@ -475,7 +505,11 @@ async def _pgqueuer(
                 first.append(time.perf_counter())
             running += 1
             peak = max(peak, running)
-            if sleep:
+            if sync:
+                # pgqueuer 1.6 takes async entrypoints only; its documented way to run a sync
+                # function is a thread.
+                await asyncio.to_thread(_sync_handler, sleep)
+            elif sleep:
                 await asyncio.sleep(sleep)
             running -= 1
             done += 1
@@ -490,16 +524,24 @@ async def _pgqueuer(
     return PgqDrain(rate=done / span, span=span, done=done, peak=peak)
 
 
+def _sync_handler(seconds: float) -> None:
+    if seconds:
+        time.sleep(seconds)
+
+
 def pgqueuer(
-    run: Run, jobs: int, sleep: float = 0.0, concurrency_limit: int = 0
+    run: Run, jobs: int, sleep: float = 0.0, concurrency_limit: int = 0, dequeuers: int = 5,
+    batch: int = 10, sync: bool = False,
 ) -> PgqDrain | None:
-    """Best of `run.repeat` pgqueuer drains: 5 QueueManagers, batch 10; None if not installed."""
+    """Best of `run.repeat` pgqueuer drains: `dequeuers` QueueManagers in this process (5 unless
+    told), batch 10; None if not installed."""
     if importlib.util.find_spec("pgqueuer") is None:
         return None
     best: PgqDrain | None = None
     for _ in range(run.repeat):
         run.gate.wait()
-        result = asyncio.run(_pgqueuer(run.url, jobs, sleep, concurrency_limit, 5, 10))
+        result = asyncio.run(_pgqueuer(run.url, jobs, sleep, concurrency_limit, dequeuers, batch,
+                                       sync))
         if best is None or result.rate > best.rate:
             best = result
     return best
@@ -544,6 +586,17 @@ def noop_ungoverned(run: Run, kind: str) -> Drain:
     return result
 
 
+def default_flags(run: Run, kind: str) -> Drain:
+    """The ungoverned no-op drain at the worker's default flags (case 2, and case 9's rows)."""
+    task = fa.NOOP_ASYNC if kind == "async" else fa.NOOP_SYNC
+    result: Drain = run.once(
+        f"default-{kind}",
+        lambda: drain(run, task=task, queue=f"fleet-default-flags-{kind}",
+                      jobs=run.sizes.default_sync, flags=None),
+    )
+    return result
+
+
 def pgq_cell(result: PgqDrain | None) -> str:
     return c.rate(result.rate) if result is not None else "not installed"
 
@@ -562,8 +615,7 @@ def case_1(run: Run) -> None:
 
 
 def case_2(run: Run) -> None:
-    result = drain(run, task=fa.NOOP_SYNC, queue="fleet-default-flags",
-                   jobs=run.sizes.default_sync, flags=None)
+    result = default_flags(run, "sync")
     pgq = pgq_drain(run)
     value = ratio(result.rate, pgq.rate if pgq else None)
     run.add(Row(
@@ -620,14 +672,10 @@ def case_5(run: Run) -> None:
     for numeral, kind, policy, supervisors in variants:
         who = "one supervisor" if supervisors == 1 else f"{supervisors} supervisors"
         label = f"5({numeral}) 20 ms {kind}, {policy.describe()}, {who} -s 2 -c 64"
-        result = drain(
-            run, task=fa.SLEEP_ASYNC if kind == "async" else fa.SLEEP_SYNC,
-            queue=f"fleet-20ms-{numeral}", jobs=run.sizes.backlog, flags=flags(2, 64),
-            policy=policy, args=[HANDLER_20MS], supervisors=supervisors, timed_handlers=True,
-        )
+        result = twenty_ms(run, numeral, kind, policy, supervisors)
         pgq_text = "-"
         if numeral == "i":
-            pgq = pgqueuer(run, run.sizes.backlog, HANDLER_20MS, MAX_ACTIVE)
+            pgq = pgq_20ms(run, 5)
             pgq_text = pgq_cell(pgq)
             if pgq is not None:
                 run.notes.append(
@@ -645,6 +693,21 @@ def case_5(run: Run) -> None:
         note = incomplete(result)
         if note:
             run.notes.append(f"case 5({numeral}): {note}")
+
+
+def twenty_ms(run: Run, numeral: str, kind: str, policy: Policy | None, supervisors: int,
+              slots_flags: Sequence[str] | None = None) -> Drain:
+    """A 20 ms drain of case 5 (kept for case 9's rows), or one of case 9's own."""
+    result: Drain = run.once(
+        f"20ms-{numeral}",
+        lambda: drain(
+            run, task=fa.SLEEP_ASYNC if kind == "async" else fa.SLEEP_SYNC,
+            queue=f"fleet-20ms-{numeral}", jobs=run.sizes.backlog,
+            flags=list(slots_flags) if slots_flags is not None else flags(2, 64),
+            policy=policy, args=[HANDLER_20MS], supervisors=supervisors, timed_handlers=True,
+        ),
+    )
+    return result
 
 
 def case_6(run: Run) -> None:
@@ -779,9 +842,119 @@ def case_8(run: Run) -> None:
     ))
 
 
+def pgq_20ms(run: Run, dequeuers: int) -> PgqDrain | None:
+    """pgqueuer's 20 ms drain at concurrency_limit=64 (case 5(i) and case 9 share it)."""
+    result: PgqDrain | None = run.once(
+        f"pgq-20ms-{dequeuers}",
+        lambda: pgqueuer(run, run.sizes.backlog, HANDLER_20MS, MAX_ACTIVE, dequeuers=dequeuers),
+    )
+    return result
+
+
+# Celery's flags in case 9. Default: what `celery worker` does when only the queue is named
+# (prefork, one process per CPU, prefetch multiplier 4), or for the 20 ms jobs only the 64 places
+# added (threads, since a prefork pool of 64 processes on 2 cores was slower). Tuned: for the
+# no-op, two solo workers, one per core (the solo pool runs the task in the consumer, with no
+# hand-off to a pool process, which is most of a no-op's cost), with a deep prefetch; for 20 ms,
+# the 64 threads split over two processes, one per core, since one process's threads share a GIL.
+# Both drop the start-up chatter (gossip, mingle, heartbeat).
+CELERY_QUIET = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+CELERY_NOOP_TUNED = ["--pool", "solo", "--prefetch-multiplier", "256", *CELERY_QUIET]
+CELERY_20MS_DEFAULT = ["--pool", "threads", "--concurrency", "64"]
+CELERY_20MS_TUNED = ["--pool", "threads", "--concurrency", "32", "--prefetch-multiplier", "16",
+                     *CELERY_QUIET]
+
+
+def case_9(run: Run) -> None:
+    """The peers beside workhorse, each at its defaults and tuned (see the module docstring)."""
+    noop_n = run.sizes.peer_noop
+    backlog = run.sizes.peer_backlog
+    rows = run.peer_rows
+
+    def add(case: str, system: str, config: str, jobs: int, rate: float, peak: str = "-") -> None:
+        rows.append(PeerRow(case, system, config, jobs, rate, peak))
+        one, five, _ = os.getloadavg()
+        run.progress(f"9 {case} | {system} {config}: {c.rate(rate)} jobs/s "
+                     f"(loadavg after {one:.2f} / {five:.2f})")
+
+    def wh(case: str, config: str, result: Drain) -> None:
+        peak = f"{result.handler_peak.total}" if result.handler_peak is not None else "-"
+        add(case, "workhorse", config, result.jobs, result.rate, peak)
+
+    def celery(case: str, config: str, task: str, args: Sequence[Any], jobs: int,
+               workers: Sequence[Sequence[str]]) -> None:
+        if run.redis_url is None:
+            add(case, "Celery", f"{config}: {run.redis_note}", jobs, math.nan)
+            return
+        best: peers.PeerDrain | None = None
+        for _ in range(run.repeat):
+            run.gate.wait()
+            result = peers.celery_drain(run.redis_url, task, args, jobs, workers,
+                                        timeout=max(300.0, jobs / 20))
+            if best is None or result.rate > best.rate:
+                best = result
+        assert best is not None
+        add(case, "Celery", config, best.done, best.rate, str(best.peak))
+
+    def procrastinate(case: str, config: str, jobs: int, sleep: float, sync: bool,
+                      concurrency: int) -> None:
+        if peers.procrastinate_version() is None:
+            add(case, "procrastinate", f"{config}: not installed", jobs, math.nan)
+            return
+        best: peers.PeerDrain | None = None
+        for _ in range(run.repeat):
+            run.gate.wait()
+            result = peers.procrastinate_drain(run.url, jobs, sleep, sync, concurrency)
+            if best is None or result.rate > best.rate:
+                best = result
+        assert best is not None
+        add(case, "procrastinate", config, best.done, best.rate, str(best.peak))
+
+    def pgq(case: str, config: str, result: PgqDrain | None, jobs: int) -> None:
+        if result is None:
+            add(case, "pgqueuer", f"{config}: not installed", jobs, math.nan)
+        else:
+            add(case, "pgqueuer", config, result.done, result.rate, str(result.peak))
+
+    sync = "sync no-op"
+    wh(sync, "default flags (only --queues)", default_flags(run, "sync"))
+    wh(sync, "-s 2 -c 32", noop_ungoverned(run, "sync"))
+    celery(sync, "default (prefork, -c = CPUs, prefetch 4)", "bench.noop", [], noop_n, [[]])
+    celery(sync, "2 workers x --pool solo, --prefetch-multiplier 256, quiet", "bench.noop",
+           [], noop_n, [CELERY_NOOP_TUNED, CELERY_NOOP_TUNED])
+    procrastinate(sync, "default (--concurrency 1)", noop_n, 0.0, True, 1)
+    procrastinate(sync, "--concurrency 32", noop_n, 0.0, True, 32)
+    pgq(sync, "default: 1 QueueManager, batch 10, sync via asyncio.to_thread",
+        pgqueuer(run, noop_n, dequeuers=1, sync=True), noop_n)
+    pgq(sync, "5 QueueManagers x batch 10 (bench_worker's), asyncio.to_thread",
+        pgqueuer(run, noop_n, sync=True), noop_n)
+
+    anoop = "async no-op"
+    wh(anoop, "default flags (only --queues)", default_flags(run, "async"))
+    wh(anoop, "-s 2 -c 32", noop_ungoverned(run, "async"))
+    add(anoop, "Celery", "no async tasks in Celery 5", 0, math.nan)
+    procrastinate(anoop, "default (--concurrency 1)", noop_n, 0.0, False, 1)
+    procrastinate(anoop, "--concurrency 32", noop_n, 0.0, False, 32)
+    pgq(anoop, "default: 1 QueueManager, batch 10", pgqueuer(run, noop_n, dequeuers=1), noop_n)
+    pq = pgq_drain(run)
+    pgq(anoop, "5 QueueManagers x batch 10 (bench_worker's; case 1's)", pq, run.sizes.noop)
+
+    slow = "20 ms async, 64 places"
+    wh(slow, "max_active=64, -s 2 -c 64 (case 5(i))",
+       twenty_ms(run, "i", "async", Policy(MAX_ACTIVE), 1))
+    wh(slow, "ungoverned, -s 2 -c 32", twenty_ms(run, "free64", "async", None, 1, flags(2, 32)))
+    celery(slow, "sync task: --pool threads -c 64", "bench.sleep", [HANDLER_20MS],
+           backlog, [CELERY_20MS_DEFAULT])
+    celery(slow, "sync task: 2 workers x --pool threads -c 32, prefetch 16, quiet",
+           "bench.sleep", [HANDLER_20MS], backlog, [CELERY_20MS_TUNED, CELERY_20MS_TUNED])
+    procrastinate(slow, "--concurrency 64", backlog, HANDLER_20MS, False, 64)
+    pgq(slow, "concurrency_limit=64, 1 QueueManager, batch 10", pgq_20ms(run, 1), backlog)
+    pgq(slow, "concurrency_limit=64, 5 QueueManagers x batch 10", pgq_20ms(run, 5), backlog)
+
+
 CASES: dict[str, Callable[[Run], None]] = {
     "1": case_1, "2": case_2, "3": case_3, "4": case_4,
-    "5": case_5, "6": case_6, "7": case_7, "8": case_8,
+    "5": case_5, "6": case_6, "7": case_7, "8": case_8, "9": case_9,
 }
 
 
@@ -825,6 +998,9 @@ def code_facts(url: str) -> dict[str, str]:
         facts["pgqueuer"] = version("pgqueuer")
     except Exception:  # any failure means: not installed
         facts["pgqueuer"] = "not installed (pip install -e '.[bench]'): its column is empty"
+    facts["celery"] = peers.celery_version() or "not installed (pip install -e '.[bench]')"
+    facts["procrastinate"] = (peers.procrastinate_version()
+                              or "not installed (pip install -e '.[bench]')")
     return facts
 
 
@@ -837,7 +1013,7 @@ def parse_only(value: str | None) -> list[str]:
     chosen = [part.strip() for part in value.split(",") if part.strip()]
     unknown = [part for part in chosen if part not in CASE_IDS]
     if unknown:
-        raise SystemExit(f"--only: unknown case(s) {', '.join(unknown)}; cases are 1-8")
+        raise SystemExit(f"--only: unknown case(s) {', '.join(unknown)}; cases are 1-9")
     return [case for case in CASE_IDS if case in chosen]
 
 
@@ -845,7 +1021,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_fleet")
     parser.add_argument("--only", default=None, metavar="CASE[,CASE]",
-                        help="run only these cases (1-8); default all")
+                        help="run only these cases (1-9); default all")
+    parser.add_argument("--redis-port", type=int, default=peers.REDIS_PORT,
+                        help="port of the private Redis case 9 starts for Celery "
+                        "(default %(default)s; never the machine's own)")
     parser.add_argument("--quick", action="store_true",
                         help="smaller drains: no-op 10k, default flags 3k, 20 ms backlog 6,400, "
                         "100 ms 1,280 (targets are stated for the full sizes)")
@@ -876,8 +1055,13 @@ def main() -> None:
         printer.facts("setup", facts)
         run = Run(url=url, sizes=sizes, printer=printer, gate=c.QuietGate(quiet_wait),
                   repeat=max(1, args.repeat))
-        for case in cases:
-            CASES[case](run)
+        with contextlib.ExitStack() as stack:
+            if "9" in cases:
+                run.redis_url, run.redis_note = stack.enter_context(
+                    peers.redis_server(args.redis_port))
+                printer.line(f"case 9's broker: {run.redis_note}")
+            for case in cases:
+                CASES[case](run)
         table = c.Table(
             "fleet throughput: workhorse beside pgqueuer 1.6",
             ["case", "workhorse jobs/s", "pgqueuer jobs/s", "ratio / utilization", "target",
@@ -896,6 +1080,35 @@ def main() -> None:
         else:
             table.notes.append("budget: no sampled or handler-recorded overlap exceeded its limit")
         printer.table(table)
+        if run.peer_rows:
+            printer.table(peer_table(run))
+
+
+def peer_table(run: Run) -> c.Table:
+    """Case 9: one row per system and configuration, each case against workhorse's best row."""
+    table = c.Table(
+        "case 9: the peers side by side (each at its defaults and tuned)",
+        ["case", "system", "configuration", "jobs", "jobs/s", "workhorse's best / this",
+         "handlers at once (peak)"],
+    )
+    best: dict[str, float] = {}
+    for row in run.peer_rows:
+        if row.system == "workhorse" and not math.isnan(row.rate):
+            best[row.case] = max(best.get(row.case, 0.0), row.rate)
+    for row in run.peer_rows:
+        versus = "-"
+        if row.system != "workhorse" and row.case in best and not math.isnan(row.rate):
+            versus = times(best[row.case] / row.rate)
+        table.add(row.case, row.system, row.config, f"{row.jobs:,}" if row.jobs else "-",
+                  c.rate(row.rate), versus, row.peak)
+    if run.redis_note:
+        table.notes.append(f"Celery's broker: {run.redis_note}; no result backend")
+    table.notes.append(
+        "workhorse's no-op rows drain their own backlog sizes (cases 1-3); each peer drains "
+        f"{c.count(run.sizes.peer_noop)} no-op jobs and {run.sizes.peer_backlog:,} 20 ms jobs, "
+        "except pgqueuer's tuned async no-op (case 1's drain) and its 20 ms rows (case 5(i)'s "
+        "backlog)")
+    return table
 
 
 if __name__ == "__main__":

@@ -1,0 +1,442 @@
+"""Scale curves: one governed queue's throughput as the fleet grows (issue #25, item 3).
+
+    .venv/bin/python benchmarks/bench_scale.py [--database-url URL] [--supervisors 1,2,4,8]
+        [--limits 64,256] [--ungoverned-places 256] [--jobs N] [--quick] [--repeat R]
+        [--quiet-wait S] [--keep-db] [--format rich|plain]
+
+What runs. For each limit L of `--limits` and each N of `--supervisors`, N separate supervisor
+processes (`python -m workhorse worker _fleet_app:app --queues Q --slots 1 --concurrency C`, as
+bench_fleet's workers start) drain one queue governed by `max_active=L` of 20 ms async jobs. The N
+supervisors share twice as many places as the budget allows, C = 2*L/N, so the budget, not the
+places, is what bounds them. Beside it, the ungoverned curve: the same N supervisors with 256
+places in all (C = 256/N) on a queue with no policy. The backlog is max(12,800, 100*places) jobs
+(`--jobs` sets it for every run; `--quick` halves it), enough for a steady state well past the
+ramp-up.
+
+How a run goes. The queue's tables are truncated, its policy synced, the backlog filled with
+`Queue.enqueue_many`, VACUUM ANALYZEd and checkpointed, and the queue is paused. Then the N
+supervisors start; once each has forked its slot and the database's connection count has been
+steady for a second, the queue is resumed (which wakes every worker at once). So every supervisor
+takes part from the first job on: start-up on a 2-core machine takes seconds, and an unpaused
+queue would be drained partly by the first supervisors up.
+
+What each figure means.
+- jobs/s: jobs / (last finished_at - first started_at), from the jobs' own rows.
+- utilization: jobs/s over the ideal, every place of the budget running a 20 ms handler all the
+  time: L / 0.02 s for a governed run, 256 / 0.02 s for the ungoverned one.
+- claims: calls of the claim SQL functions (the functions of schema workhorse whose name starts
+  with "claim" that the product's statement files call, found in pg_proc and sql/statements/, so
+  a redesign's new claim functions are counted too, and a claim that calls another claim function
+  inside is counted once), read from
+  pg_stat_user_functions before the supervisors start and after they have exited and their
+  backends are gone (a backend flushes its function counters when it exits). The scratch database
+  is set to `track_functions = 'pl'` (ALTER DATABASE) for this. Empty claims count: a claim that
+  found no room is a claim paid for. The count includes the few claims of the paused start (about
+  one per slot) and of the idle end (workers wait for a notification then, not poll).
+- claims/s: claims / the drain's span; jobs/claim: jobs / claims.
+- ms/claim: the claim functions' total_time / calls in pg_stat_user_functions: time inside the
+  function, lock waits included, the client's round trip and the commit not.
+- lock wait per claim (Little's law): a thread samples pg_stat_activity every ~5 ms during the
+  drain and counts the scratch database's backends waiting on an advisory lock (wait_event_type
+  'Lock', wait_event 'advisory'), which is the admission lock a governed claim takes. The mean
+  number of waiters L over the samples taken inside the drain's span, times that span, is the
+  total time spent waiting (Little's law: L = arrival rate x mean wait, so the summed wait is
+  L x T); divided by the claims, it is the mean wait per claim. A sample is a snapshot, so waits
+  much shorter than 5 ms are seen in proportion to their share of time, not one by one; the
+  sampler's own queries are one more backend on the server.
+- handler peak: the largest number of handlers running at once, rebuilt from each timed
+  handler's [start, end] result (bench_fleet's check). Above max_active prints VIOLATION.
+
+Separate hosts (network namespaces) are not built: every supervisor runs on this host and reaches
+the server over loopback.
+
+The code measured is whatever `import workhorse` resolves to, in this process and in the worker
+subprocesses (cwd benchmarks/), so `PYTHONPATH=/other/tree` measures another tree; the setup facts
+print which file and commit.
+
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import _fleet_app as fa
+import bench_fleet as bf
+import psycopg
+from psycopg import sql
+
+from workhorse import Queue, _sql
+
+HANDLER = 0.02
+UNGOVERNED_PLACES = 256
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a curve: `limit` None is the ungoverned curve, with `places` places in all."""
+
+    limit: int | None
+    places: int
+    supervisors: int
+    jobs: int
+
+    @property
+    def concurrency(self) -> int:
+        return max(1, self.places // self.supervisors)
+
+    @property
+    def curve(self) -> str:
+        return f"max_active={self.limit}" if self.limit is not None else \
+            f"ungoverned, {self.places} places"
+
+    @property
+    def ideal(self) -> float:
+        return (self.limit if self.limit is not None else self.places) / HANDLER
+
+    @property
+    def queue(self) -> str:
+        return f"scale-{self.limit or 'free'}"
+
+
+@dataclass
+class Result:
+    case: Case
+    run: int
+    rate: float
+    span: float
+    succeeded: int
+    max_attempts: int
+    claims: int
+    claim_ms: float
+    waiters_mean: float
+    waiters_max: int
+    samples: int
+    handler_peak: int
+    load: str
+
+
+class LockSampler:
+    """Counts, every ~5 ms, the scratch database's backends waiting on an advisory lock; keeps
+    (server clock, count) so the samples inside the drain's span can be picked afterwards."""
+
+    def __init__(self, url: str, interval: float = 0.005) -> None:
+        self.url = url
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LockSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        # The server's clock, the one started_at and finished_at are written with.
+        query = (
+            "SELECT extract(epoch FROM clock_timestamp())::float8, count(*) FILTER ("
+            "  WHERE wait_event_type = 'Lock' AND wait_event = 'advisory') "
+            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.is_set():
+                # A fresh snapshot of the activity view for every sample, not the cached one.
+                conn.execute("SELECT pg_stat_clear_snapshot()")
+                row = conn.execute(query).fetchone()
+                assert row is not None
+                self.samples.append((float(row[0]), int(row[1])))
+                self._stop.wait(self.interval)
+
+    def within(self, start: float, end: float) -> list[int]:
+        return [n for t, n in self.samples if start <= t <= end]
+
+
+def claim_functions(conn: psycopg.Connection[Any]) -> list[str]:
+    """The claim functions the product's statements call: the functions of schema workhorse whose
+    name starts with "claim" that a statement file names. Only those, because a claim function
+    that calls another (an old version kept for a path, say) would otherwise count one claim
+    twice: pg_stat_user_functions counts nested calls too. All of them if no statement names one."""
+    rows = conn.execute(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = 'workhorse' AND p.proname LIKE 'claim%' ORDER BY 1"
+    ).fetchall()
+    every = [str(r[0]) for r in rows]
+    called = "\n".join(
+        text.decode("utf-8", "replace") for path, text in _sql.files().items()
+        if path.startswith("statements/")
+    )
+    named = [name for name in every if re.search(rf"workhorse\.{name}\s*\(", called)]
+    return named or every
+
+
+def function_stats(conn: psycopg.Connection[Any], names: Sequence[str]) -> tuple[int, float]:
+    """(calls, total ms) of `names` in pg_stat_user_functions, from a fresh snapshot."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT COALESCE(sum(calls), 0)::bigint, COALESCE(sum(total_time), 0)::float8 "
+        "FROM pg_stat_user_functions WHERE schemaname = 'workhorse' AND funcname = ANY(%s)",
+        (list(names),),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
+def other_backends(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            text = (task / "children").read_text()
+            found.extend(int(x) for x in text.split())
+    return found
+
+
+def wait_ready(
+    conn: psycopg.Connection[Any], procs: Sequence[bf.Worker], timeout: float = 180.0
+) -> None:
+    """Until every supervisor has forked its slot and the connection count has held for 1 s."""
+    deadline = time.monotonic() + timeout
+    steady_since: float | None = None
+    last = -1
+    while True:
+        dead = [w for w in procs if w.process.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            output = "\n".join(w.output()[-3000:] for w in dead or procs)
+            raise SystemExit(f"supervisors did not come up:\n{output}")
+        forked = all(children(w.process.pid) for w in procs)
+        now = other_backends(conn)
+        if forked and now >= len(procs) and now == last:
+            if steady_since is None:
+                steady_since = time.monotonic()
+            elif time.monotonic() - steady_since >= 1.0:
+                return
+        else:
+            steady_since = None
+        last = now
+        time.sleep(0.2)
+
+
+def wait_gone(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:
+    """Until the supervisors' backends have exited (and so flushed their function counters)."""
+    deadline = time.monotonic() + timeout
+    while other_backends(conn) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def measure(
+    url: str, case: Case, run: int, names: Sequence[str], gate: c.QuietGate
+) -> Result:
+    policy = bf.Policy(case.limit) if case.limit is not None else None
+    flags = ["--slots", "1", "--concurrency", str(case.concurrency)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        bf.reset(conn, case.queue, policy)
+        bf.fill(conn, fa.SLEEP_ASYNC, case.queue, case.jobs, False, [HANDLER])
+        q = Queue(conn)
+        q.pause(case.queue)
+        gate.wait()
+        load = "loadavg {:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+        calls0, ms0 = function_stats(conn, names)
+        with bf.workers(url, case.queue, flags, case.supervisors) as procs:
+            wait_ready(conn, procs)
+            with LockSampler(url) as sampler:
+                q.resume(case.queue)
+                deadline = time.monotonic() + max(120.0, case.jobs / 100)
+                while True:
+                    time.sleep(0.2)
+                    left = conn.execute(
+                        "SELECT count(*) FROM workhorse.jobs "
+                        "WHERE status IN ('ready', 'active', 'scheduled')"
+                    ).fetchone()[0]  # type: ignore[index]
+                    if left == 0:
+                        break
+                    dead = [w for w in procs if w.process.poll() is not None]
+                    if dead or time.monotonic() > deadline:
+                        output = "\n".join(w.output()[-3000:] for w in dead or procs)
+                        raise SystemExit(
+                            f"{case.queue}: a worker stopped or stalled ({left} left):\n{output}"
+                        )
+        wait_gone(conn)
+        calls1, ms1 = function_stats(conn, names)
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+            "extract(epoch FROM min(started_at))::float8, "
+            "extract(epoch FROM max(finished_at))::float8, max(attempts) "
+            "FROM workhorse.jobs WHERE queue = %s",
+            (case.queue,),
+        ).fetchone()
+        assert row is not None
+        succeeded, first, last, attempts = int(row[0]), float(row[1]), float(row[2]), int(row[3])
+        peak = bf.handler_overlap(conn, case.queue)
+    span = last - first
+    inside = sampler.within(first, last)
+    claims = calls1 - calls0
+    return Result(
+        case=case, run=run, rate=succeeded / span if span > 0 else math.nan, span=span,
+        succeeded=succeeded, max_attempts=attempts, claims=claims,
+        claim_ms=(ms1 - ms0) / claims if claims else math.nan,
+        waiters_mean=sum(inside) / len(inside) if inside else math.nan,
+        waiters_max=max(inside, default=0), samples=len(inside), handler_peak=peak.total,
+        load=load,
+    )
+
+
+def parse_ints(value: str, what: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"{what}: a comma-separated list of integers, not {value!r}") from None
+    if not numbers or min(numbers) < 1:
+        raise SystemExit(f"{what}: at least one positive integer")
+    return numbers
+
+
+def backlog(places: int, jobs: int | None, quick: bool) -> int:
+    n = jobs if jobs is not None else max(12_800, 100 * places)
+    return n // 2 if quick else n
+
+
+@dataclass
+class Report:
+    printer: c.Printer
+    results: list[Result] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        r = result
+        limit = r.case.limit
+        if limit is not None and r.handler_peak > limit:
+            message = (f"VIOLATION: {r.case.curve}, {r.case.supervisors} supervisors, run "
+                       f"{r.run}: {r.handler_peak} handlers at once > {limit}")
+            self.violations.append(message)
+            self.printer.line("!" * 80)
+            self.printer.line(message)
+            self.printer.line("!" * 80)
+        self.printer.line(
+            f"{r.case.curve}, {r.case.supervisors} x -c {r.case.concurrency}: "
+            f"{c.rate(r.rate)} jobs/s ({r.rate / r.case.ideal:.0%}), {r.claims} claims, "
+            f"lock waiters {r.waiters_mean:.2f}; {r.load}"
+        )
+
+    def table(self) -> c.Table:
+        table = c.Table(
+            "scale curves: 20 ms async jobs, N supervisors x --slots 1",
+            ["curve", "supervisors x -c", "run", "jobs", "jobs/s", "utilization", "claims/s",
+             "jobs/claim", "ms/claim in the function", "lock waiters (mean / max)",
+             "lock wait/claim ms", "handler peak", "load before"],
+        )
+        for r in self.results:
+            wait_per_claim = (r.waiters_mean * r.span / r.claims * 1000 if r.claims
+                              else math.nan)
+            peak = f"{r.handler_peak}" + (f" <= {r.case.limit}" if r.case.limit else "")
+            table.add(
+                r.case.curve, f"{r.case.supervisors} x {r.case.concurrency}", r.run,
+                f"{r.succeeded:,}" + ("" if r.succeeded == r.case.jobs else f" of {r.case.jobs:,}"),
+                c.rate(r.rate), f"{r.rate / r.case.ideal:.0%} of {c.rate(r.case.ideal)}",
+                f"{r.claims / r.span:,.0f}" if r.span > 0 else "-",
+                f"{r.succeeded / r.claims:.1f}" if r.claims else "-",
+                f"{r.claim_ms:.2f}", f"{r.waiters_mean:.2f} / {r.waiters_max}",
+                f"{wait_per_claim:.2f}", peak, r.load.removeprefix("loadavg "),
+            )
+            if r.max_attempts > 1:
+                table.notes.append(f"{r.case.curve}, {r.case.supervisors} supervisors, run "
+                                   f"{r.run}: max attempts {r.max_attempts}")
+        return table
+
+
+def cases(limits: Sequence[int], places: int, supervisors: Sequence[int], jobs: int | None,
+          quick: bool) -> Iterator[Case]:
+    for limit in limits:
+        for n in supervisors:
+            yield Case(limit, 2 * limit, n, backlog(limit, jobs, quick))
+    if places:
+        for n in supervisors:
+            yield Case(None, places, n, backlog(places, jobs, quick))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    c.add_common_args(parser, default_db="wh_bench_scale")
+    parser.add_argument("--supervisors", default="1,2,4,8", metavar="N[,N]",
+                        help="supervisor counts (default %(default)s)")
+    parser.add_argument("--limits", default="64,256", metavar="L[,L]",
+                        help="max_active of the governed curves (default %(default)s)")
+    parser.add_argument("--ungoverned-places", type=int, default=UNGOVERNED_PLACES, metavar="P",
+                        help="places of the ungoverned curve; 0 skips it (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="backlog of every run (default max(12,800, 100 x places))")
+    parser.add_argument("--quick", action="store_true", help="half the backlog")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each point; each is its own row (default %(default)s)")
+    parser.add_argument("--quiet-wait", type=float, default=3.0, metavar="S",
+                        help="wait up to S seconds before each run for a quiet machine "
+                        "(default %(default)s)")
+    args = parser.parse_args()
+    supervisors = parse_ints(args.supervisors, "--supervisors")
+    limits = parse_ints(args.limits, "--limits")
+    planned = list(cases(limits, args.ungoverned_places, supervisors, args.jobs, args.quick))
+
+    server_url, source = c.resolve_server_url(args.database_url)
+    printer = c.Printer(args.format)
+    printer.heading(f"scale curves{' (quick)' if args.quick else ''} ({c.stamp()})")
+    with c.scratch_database(server_url, args.db_name, args.keep_db) as url:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
+                sql.Identifier(args.db_name)))
+        with psycopg.connect(url, autocommit=True) as conn:
+            facts = c.server_facts(conn)
+            names = claim_functions(conn)
+            tracked = conn.execute("SHOW track_functions").fetchone()[0]  # type: ignore[index]
+        facts["server url"] = f"{c.describe_url(url)} ({source})"
+        facts.update(bf.code_facts(url))
+        facts["claim functions counted"] = (
+            f"{', '.join(names) or 'none found'} (the product's newest claim: "
+            f"{_sql.function_name('claim')}); track_functions = {tracked}"
+        )
+        facts["runs"] = (
+            f"limits {', '.join(map(str, limits))}; ungoverned {args.ungoverned_places or 'no'}; "
+            f"supervisors {', '.join(map(str, supervisors))}; {len(planned)} points x "
+            f"{args.repeat}"
+        )
+        printer.facts("setup", facts)
+        report = Report(printer)
+        gate = c.QuietGate(args.quiet_wait)
+        started = time.monotonic()
+        for run in range(1, max(1, args.repeat) + 1):
+            for case in planned:
+                report.add(measure(url, case, run, names, gate))
+        table = report.table()
+        table.notes.append(gate.summary())
+        with psycopg.connect(url, autocommit=True) as conn:
+            table.notes.append(f"machine load at the end: {c.machine_load(conn)}")
+        table.notes.append(f"total time {time.monotonic() - started:.0f} s")
+        table.notes.extend(report.violations or [
+            "budget: no handler-recorded overlap exceeded its max_active"])
+        printer.table(table)
+
+
+if __name__ == "__main__":
+    main()
