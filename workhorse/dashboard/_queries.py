@@ -199,12 +199,8 @@ def queue_minutes(queue: str, minutes: int = 60) -> Operation[tuple[list[Through
     """One queue's starts, completions and failures per minute among its newest jobs, and the
     database clock (None when there is no job)."""
     check_optional_name("queue", queue)
-    bounds = yield _sql.statement("job_id_bounds"), ()
-    _, newest = bounds[0]
-    if newest is None:
-        return [], None
     rows = yield _sql.statement("dashboard_queue_minutes"), {
-        "queue": queue, "lo": newest + 1 - QUEUE_CHART_WINDOW, "minutes": minutes}
+        "queue": queue, "window": QUEUE_CHART_WINDOW, "minutes": minutes}
     if not rows:
         return [], None
     now = rows[0][4]

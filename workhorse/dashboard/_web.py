@@ -132,7 +132,9 @@ class Dashboard:
             trim_blocks=True, lstrip_blocks=True,
         )
         self.templates.filters.update(ago=_ago, stamp=_stamp, pretty=_pretty, limit=_limit)
-        self.templates.globals.update(statuses=[s.value for s in JobStatus])
+        self.templates.globals.update(statuses=[s.value for s in JobStatus],
+                                      retryable=_queries.RETRYABLE,
+                                      cancelable=_queries.CANCELABLE)
 
     # ---- rendering -----------------------------------------------------------------------
 
@@ -603,7 +605,6 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
                 "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
                 "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS,
-                "retryable": _queries.RETRYABLE, "cancelable": _queries.CANCELABLE,
                 "here": f"/jobs?{query}" if query else "/jobs"}
 
     def job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -615,8 +616,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         shown_in_full = not dashboard.redact or (
             request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
         return {"job": found, "redacted": not shown_in_full,
-                "revealed": dashboard.redact and shown_in_full,
-                "retryable": _queries.RETRYABLE, "cancelable": _queries.CANCELABLE}
+                "revealed": dashboard.redact and shown_in_full}
 
     def workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"workers": _data.workers(conn)}
