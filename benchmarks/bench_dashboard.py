@@ -16,8 +16,9 @@ target is < 200 ms a page.
 
 `--sweep` also requests the jobs list under every combination of the filters a user can set
 (queue, status, task, key: 5 x 8 x 7 x 3, with values common, rare and absent, exact and as
-case-insensitive substrings) and prints the slowest. `--reuse` keeps an already filled scratch database (implies `--keep-db`; the schema is
-brought forward first, so a new migration is measured on the same rows).
+case-insensitive substrings) and prints the slowest. `--reuse` keeps an already filled scratch
+database (implies `--keep-db`; the schema is brought forward first, so a new migration is
+measured on the same rows).
 
 Needs the dashboard extra: `pip install -e '.[dashboard,bench]'`. Prints figures; asserts
 nothing.

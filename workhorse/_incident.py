@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # How many of the newest job ids `queue_known` searches for a queue's jobs beyond the indexed
 # statuses (as the dashboard's job list does: finished history has no index by queue).
-KNOWN_WINDOW = 100_000
+KNOWN_WINDOW = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,8 +220,7 @@ def test_only_the_actions_that_apply_are_offered(client, conn, queue):
                  " WHERE id = %s", (done,))
     page = client.get(f"/jobs/{ready}").text
     assert 'id="cancel"' in page and 'id="retry"' not in page
-    assert 'data-confirm="Cancel job %d in queue &#34;mail&#34;?"' % ready in page or (
-        f'data-confirm="Cancel job {ready} in queue &quot;mail&quot;?"' in page)
+    assert f'data-confirm="Cancel job {ready} in queue &quot;mail&quot;?"' in page
     assert 'data-live="on"' in page
     finished = client.get(f"/jobs/{done}").text
     assert 'id="cancel"' not in finished and 'id="retry"' not in finished
@@ -237,7 +236,8 @@ def test_the_override_form_keeps_its_entries_after_a_refusal(client, conn, queue
     assert response.status_code == 400
     html = response.text
     assert 'id="override-problem">Nothing changed:' in html
-    assert 'name="max_active" inputmode="numeric" size="6" placeholder="unchanged" value="2"' in html
+    assert ('name="max_active" inputmode="numeric" size="6" placeholder="unchanged" value="2"'
+            in html)
     assert 'name="rate_limit" size="8" placeholder="unchanged" value="fast"' in html
     assert 'name="for" size="8" placeholder="until cleared" value="2h"' in html
     assert "blank: until cleared" in html
@@ -310,7 +310,7 @@ def test_pages_link_newer_and_older(client, history):
     assert newer
     back = client.get(newer.group(1).replace("&amp;", "&")).text
     assert _ids(back) == history["all"][:100]
-    third = client.get("/jobs?before=%d" % history["all"][199]).text
+    third = client.get(f"/jobs?before={history['all'][199]}").text
     newer = re.search(r'<a href="([^"]+)" rel="prev" id="newer">', third)
     assert newer and _ids(client.get(newer.group(1).replace("&amp;", "&")).text) == history[
         "all"][100:200]

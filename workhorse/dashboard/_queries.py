@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 # Counts stop here ("10,000+"): past it an operator needs a narrower filter, not a number.
 COUNT_CAP = 10_000
 # How many of the newest jobs give task names for the suggestions.
-TASK_SAMPLE = 5_000
+TASK_SAMPLE = 2_000
 SUGGESTIONS = 200
 # One queue's chart reads its jobs among this many newest ids (finished history has no index by
 # queue; the fleet-wide chart reads the per-minute counters instead).
-QUEUE_CHART_WINDOW = 50_000
+QUEUE_CHART_WINDOW = 20_000
 RATE_SAMPLE = 1000
 # What each action applies to (DESIGN.md's status table).
 RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
@@ -58,14 +58,11 @@ class Found:
     newer: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
     queues: list[str] | None = None
+    capped: bool = False      # some count stopped at COUNT_CAP: "10,000+"
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-    @property
-    def capped(self) -> bool:
-        return any(n > COUNT_CAP for n in self.counts.values())
 
     def applicable(self, statuses: tuple[str, ...]) -> int:
         return sum(n for status, n in self.counts.items() if status in statuses)
@@ -105,8 +102,9 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     """The newest matches below `before` (None: the newest), at most `limit`, read as
     `_ops.browse_jobs` reads (a window of ids, then the indexed statuses), with the queue
     substring resolved first against the known queue names, so that the indexes that lead
-    with the queue serve the older part; the counts by status (with `count`), and where the
-    page of newer matches starts."""
+    with the queue serve the older part; the counts by status (with `count`: the first page
+    counts in the same walk as it reads its page), and where the page of newer matches
+    starts."""
     _check(search)
     if before is not None:
         check_id(before, "before (a job id)")
@@ -118,12 +116,15 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     matching = None
     if search.queue is not None:
         _, matching = yield from known_queues(search.queue)
-    params = {**search.params(), "queues": matching, "limit": limit}
+    params = {**search.params(), "queues": matching}
     top = newest + 1
     hi = top if before is None else min(before, top)
     lo = max(hi - window, oldest)
-    rows = yield _sql.statement("dashboard_jobs_recent"), {**params, "lo": lo, "hi": hi}
-    jobs = [_ops.job_from_row(row) for row in rows]
+    first = hi == top
+    cap = COUNT_CAP + 1 if count and first else limit
+    rows = yield _sql.statement("dashboard_jobs_window"), {**params, "lo": lo, "hi": hi,
+                                                          "cap": cap}
+    jobs = yield from _by_id([int(r[0]) for r in rows[:limit]])
     unsearched = None
     if len(jobs) < limit and lo > oldest:
         if search.status != JobStatus.SUCCEEDED:
@@ -133,7 +134,7 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
         if search.status in (None, JobStatus.SUCCEEDED):
             unsearched = lo
     newer = None
-    if before is not None and before < top:
+    if not first and before is not None:
         above = yield _sql.statement("dashboard_jobs_above"), {
             **params, "lo": before, "hi": min(before + window, top), "limit": limit}
         if len(above) == limit:
@@ -143,12 +144,35 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
         else:
             newer = before + window
     counts: dict[str, int] = {}
+    capped = False
     if count:
-        rows = yield _sql.statement("dashboard_jobs_counts"), {
-            **params, "lo": max(top - window, oldest), "hi": top, "cap": COUNT_CAP + 1}
-        counts = {status: int(n) for status, n in rows if n}
+        if first:
+            in_window = [str(r[1]) for r in rows]
+        else:
+            top_lo = max(top - window, oldest)
+            top_rows = yield _sql.statement("dashboard_jobs_window"), {
+                **params, "lo": top_lo, "hi": top, "cap": COUNT_CAP + 1}
+            in_window = [str(r[1]) for r in top_rows]
+            lo = top_lo
+        capped = len(in_window) > COUNT_CAP
+        for status in in_window:
+            counts[status] = counts.get(status, 0) + 1
+        if lo > oldest:
+            older_counts = yield _sql.statement("dashboard_jobs_counts"), {
+                **params, "lo": lo, "cap": COUNT_CAP + 1}
+            for status, n in older_counts:
+                if n:
+                    counts[status] = counts.get(status, 0) + int(n)
+                    capped = capped or n > COUNT_CAP
     return Found(jobs, unsearched_below=unsearched, newer=newer, counts=counts,
-                 queues=matching)
+                 queues=matching, capped=capped)
+
+
+def _by_id(ids: list[int]) -> Operation[list[Job]]:
+    if not ids:
+        return []
+    rows = yield _sql.statement("dashboard_jobs_by_id"), {"ids": ids}
+    return [_ops.job_from_row(row) for row in rows]
 
 
 def matching_ids(search: Search, statuses: tuple[str, ...], limit: int) -> Operation[list[int]]:

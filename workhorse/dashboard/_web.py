@@ -586,7 +586,8 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         if not request.query_params.get("name"):
             raise _Refused(400, "which queue? /queue?name=<queue>")
         name = _name(request.query_params.get("name"), "queue")
-        _known_or_404(conn, name)
+        if request.query_params.get("live") != "1":  # a live refresh follows a known page
+            _known_or_404(conn, name)
         return {"view": _data.queue_page(conn, name), "entered": {}}
 
     def _known_or_404(conn: psycopg.Connection[Any], name: str) -> None:
