@@ -330,3 +330,15 @@ def test_bulk_actions_act_on_everything_matching_with_the_count_in_the_confirm(
     others = conn.execute("SELECT count(*) FROM workhorse.jobs WHERE status = 'failed'"
                           ).fetchone()
     assert others is not None and others[0] > 0  # the other queue's failures are untouched
+
+
+def test_a_queue_action_that_changes_nothing_says_why(client, conn, queue):
+    queue.sync_concurrency_policies("shop", [ConcurrencyPolicyDefinition("api", max_active=3)])
+    csrf = _csrf(client)
+    for verb, why in (("resume", "it was not paused"), ("clear-override", "it had no override")):
+        page = client.post(f"/queue/{verb}", data={"csrf": csrf, "queue": "api"}).text
+        assert f"nothing changed: queue &#39;api&#39;: {why}" in page, verb
+    client.post("/queue/pause", data={"csrf": csrf, "queue": "api"})
+    page = client.post("/queue/pause", data={"csrf": csrf, "queue": "api"}).text
+    assert "nothing changed: queue &#39;api&#39;: it was already paused" in page
+    assert "paused: queue &#39;api&#39;" not in page

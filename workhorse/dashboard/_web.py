@@ -658,6 +658,15 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         back = f"/queue?{urlencode({'name': name})}"
         _known_or_404(conn, name)  # a typo must not create a governed queue
         q = Queue(conn)
+        was = next((s for s in q.list_queues() if s.queue == name), None)
+        unchanged = {"pause": was is not None and was.paused,
+                     "resume": was is None or not was.paused,
+                     "clear-override": was is None or was.override is None}.get(verb, False)
+        if unchanged:
+            why = {"pause": "it was already paused", "resume": "it was not paused",
+                   "clear-override": "it had no override"}[verb]
+            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                   f"nothing changed: queue {name!r}: {why}")
         try:
             if verb == "pause":
                 q.pause(name)
