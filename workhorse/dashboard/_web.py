@@ -499,13 +499,21 @@ def _job_filter(params: Any) -> _data.JobFilter:
     """The Jobs page's filter from query parameters or a form: queue and task trimmed (they
     match a substring), key as sent (it matches exactly), status one of the statuses, id and
     before job ids; _Refused 400 otherwise."""
-    status = (params.get("status") or "").strip() or None
+    def sent(name: str) -> str:
+        value = params.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _Refused(400, f"{name} must be text")
+        return value or ""
+
+    status = sent("status").strip() or None
     if status is not None and status not in {s.value for s in JobStatus}:
         raise _Refused(400, f"unknown status {status!r}")
     found = {}
     for name in ("id", "before"):
-        raw = (params.get(name) or "").strip()
+        raw = sent(name).strip()
         found[name] = _id(raw, name) if raw else None
+    for name in ("queue", "task", "key"):
+        sent(name)
     return _data.JobFilter(
         queue=_substring(params.get("queue"), "queue"), status=status,
         task=_substring(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
