@@ -15,9 +15,10 @@ render), after one warm-up request; the table gives the median and the 95th perc
 target is < 200 ms a page.
 
 `--sweep` also requests the jobs list under every combination of the filters a user can set
-(queue, status, task, key: 3 x 8 x 5 x 3, with values common, rare and absent) and prints the
-slowest. `--reuse` keeps an already filled scratch database (implies `--keep-db`; the schema is
-brought forward first, so a new migration is measured on the same rows).
+(queue, status, task, key: 5 x 8 x 7 x 3, with values common, rare and absent, exact and as
+case-insensitive substrings) and prints the slowest. `--reuse` keeps an already filled scratch
+database (implies `--keep-db`; the schema is brought forward first, so a new migration is
+measured on the same rows).
 
 Needs the dashboard extra: `pip install -e '.[dashboard,bench]'`. Prints figures; asserts
 nothing.
@@ -115,9 +116,10 @@ def fill(conn: psycopg.Connection[Any], finished: int, ready: int, keys: int) ->
 def facts_of(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     row = conn.execute(
         "SELECT (SELECT count(*) FROM workhorse.jobs WHERE status = 'active'),"
-        "       (SELECT id FROM workhorse.jobs WHERE status = 'failed' LIMIT 1)").fetchone()
+        "       (SELECT id FROM workhorse.jobs WHERE status = 'failed' LIMIT 1),"
+        "       (SELECT (min(id) + max(id)) / 2 FROM workhorse.jobs)").fetchone()
     assert row is not None
-    return {"claimed": row[0], "failed_id": row[1]}
+    return {"claimed": row[0], "failed_id": row[1], "middle_id": row[2]}
 
 
 @contextlib.contextmanager
@@ -139,15 +141,15 @@ def database(server: str, args: argparse.Namespace) -> Iterator[tuple[str, bool]
         yield url, True
 
 
-def timed(client: Any, path: str, rounds: int) -> tuple[int, list[float]]:
+def timed(client: Any, path: str, rounds: int, status: int = 200) -> tuple[int, list[float]]:
     first = client.get(path)
-    assert first.status_code == 200, (path, first.status_code, first.text[:300])
+    assert first.status_code == status, (path, first.status_code, first.text[:300])
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         response = client.get(path)
         times.append(time.perf_counter() - t0)
-        assert response.status_code == 200
+        assert response.status_code == status
     return len(first.content), times
 
 
@@ -188,6 +190,7 @@ def main() -> None:
             ("overview, live region", "/?live=1"),
             ("queue api", "/queue?name=api"),
             ("queue mail", "/queue?name=mail"),
+            ("queue, a typo (404)", "/queue?name=hsitory"),
             ("jobs (newest 100)", "/jobs"),
             ("jobs, status=failed", "/jobs?status=failed"),
             ("jobs, status=succeeded", "/jobs?status=succeeded"),
@@ -203,6 +206,14 @@ def main() -> None:
             (f"jobs, task={RARE_TASK} (12 jobs)", f"/jobs?task={RARE_TASK}"),
             ("jobs, task=no.such.task", "/jobs?task=no.such.task"),
             ("jobs, task=shop.task3 key=tenant-7", "/jobs?task=shop.task3&key=tenant-7"),
+            ("jobs, queue contains 'hist'", "/jobs?queue=hist"),
+            ("jobs, queue contains 'API' status=failed", "/jobs?queue=API&status=failed"),
+            ("jobs, task contains 'TASK3'", "/jobs?task=TASK3"),
+            ("jobs, task contains 'monthly' (12 jobs)", "/jobs?task=monthly"),
+            ("jobs, queue contains 'nope'", "/jobs?queue=nope"),
+            ("jobs, an older page (newer link)", f"/jobs?before={facts['middle_id']}"),
+            ("jobs, older page, task contains 'monthly'",
+             f"/jobs?task=monthly&before={facts['middle_id']}"),
             ("jobs, id=", f"/jobs?id={facts['failed_id']}"),
             ("job detail (failed)", f"/jobs/{facts['failed_id']}"),
             ("workers", "/workers"),
@@ -213,7 +224,8 @@ def main() -> None:
                         ["page", "path", "bytes", "p50", "p95", "max"])
         with TestClient(create_app(url, read_only=False)) as client:
             for name, path in pages:
-                size, times = timed(client, path, args.rounds)
+                size, times = timed(client, path, args.rounds,
+                                    404 if "(404)" in name else 200)
                 table.add(name, path if len(path) < 40 else path[:37] + "...", f"{size:,}",
                           c.ms(c.percentile(times, 50), 1), c.ms(c.percentile(times, 95), 1),
                           c.ms(max(times), 1))
@@ -226,9 +238,9 @@ def main() -> None:
 def sweep(client: Any, rounds: int) -> c.Table:
     """Every combination of the jobs page's filters; the 25 slowest by p95."""
     choices = {
-        "queue": [None, "api", "history"],
+        "queue": [None, "api", "history", "HIST", "nope"],
         "status": [None, *(s.value for s in JobStatus)],
-        "task": [None, "shop.task3", "shop.flaky", RARE_TASK, "no.such.task"],
+        "task": [None, "shop.task3", "shop.flaky", RARE_TASK, "no.such.task", "TASK3", "monthly"],
         "key": [None, "tenant-7", "no-such-key"],
     }
     results = []

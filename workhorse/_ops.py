@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.types.json import set_json_loads
 
-from . import _occurrences, _sql
+from . import _incident, _occurrences, _sql
 from .errors import (
     InvalidOptionsError,
     InvalidPolicyError,
@@ -306,6 +306,11 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
     )
 
 
+# The row mapping of every statement that selects a job's columns (list_jobs.sql's), for the
+# dashboard's own statements too.
+job_from_row = _job_from_row
+
+
 def _job_id(job_id: object) -> int:
     return check_id(job_id)
 
@@ -564,7 +569,8 @@ def health() -> Operation[QueueHealth]:
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
-    return QueueHealth(policies=policies, depth=depth)
+    stalled = yield from _incident.stalled()
+    return QueueHealth(policies=policies, depth=depth, stalled=stalled)
 
 
 # ---- operator controls ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import _ops, database, telemetry
+from . import _incident, _ops, database, telemetry
 from ._durations import parse_duration, parse_lease
 from ._text import literal
 from .errors import InvalidPolicyError, WorkhorseError, first_line
@@ -559,12 +559,18 @@ def queues(ctx: click.Context, as_json: bool) -> None:
 
 @queues.command("pause")
 @click.argument("queue")
+@click.option("--force", is_flag=True,
+              help="Pause a queue that has no policy, no control and no job yet (creates it).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
-def queues_pause(ctx: click.Context, queue: str, as_json: bool) -> None:
-    """Admit nothing from QUEUE (running jobs finish) until it is resumed."""
+def queues_pause(ctx: click.Context, queue: str, force: bool, as_json: bool) -> None:
+    """Admit nothing from QUEUE (running jobs finish) until it is resumed. A queue that has no
+    policy, no control and no job is refused (a typo would create it) unless --force."""
     with _connect(ctx) as conn:
+        if not force and not _ops.execute(conn, _incident.queue_known(queue)):
+            _fail(f"no queue {queue!r}: it has no policy, no control and no job (--force "
+                  "pauses it anyway)")
         control = Queue(conn).pause(queue)
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)

@@ -528,14 +528,19 @@ class PolicyHealth:
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
     """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
-    overridden queue, and the number of jobs by status.
+    overridden queue, the number of jobs by status, and `stalled`: queue -> why its ready or
+    due work cannot move (no live supervisor serves it, paused, a limit of 0; DESIGN.md "The
+    dashboard in an incident").
 
     >>> health = q.health()  # doctest: +SKIP
     >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
     (3, ['mail'])
+    >>> health.stalled  # doctest: +SKIP
+    {'mail': 'no live supervisor: none is registered'}
     """
     policies: list[PolicyHealth]
     depth: dict[str, int]
+    stalled: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,6 +382,20 @@ def _dashboard_cases(ready: int) -> list[tuple[str, str, str, dict[str, Any], se
         ("retry 10,001 ids", "POST", "/jobs/retry", {"id": long_ids}, {400}),
         ("jobs verb unknown", "POST", "/jobs/drop", {"id": str(ready)}, {404}),
         ("reveal 2**70", "POST", f"/jobs/{BIG}/reveal", {"token": TOKEN}, {303, 404}),
+        # Issue #32: a queue that has no policy, no control and no job is refused (never
+        # created); bulk actions on everything matching take the Jobs page's filters.
+        ("queue typo", "GET", "/queue?name=no-such-queue", {}, {404}),
+        ("pause typo", "POST", "/queue/pause", {"queue": "no-such-queue"}, {404}),
+        ("override typo", "POST", "/queue/override",
+         {"queue": "no-such-queue", "max_active": "1"}, {404}),
+        ("jobs queue substring surrogate", "GET", "/jobs?queue=%ED%A0%80", {}, {200, 400}),
+        ("retry all, status bogus", "POST", "/jobs/retry", {"match": "all", "status": "bogus"},
+         {400}),
+        ("retry all, queue NUL", "POST", "/jobs/retry", {"match": "all", "queue": NUL}, {400}),
+        ("cancel all, task 10k", "POST", "/jobs/cancel", {"match": "all", "task": HUGE},
+         {400}),
+        ("cancel all, key NUL", "POST", "/jobs/cancel", {"match": "all", "key": NUL}, {400}),
+        ("cancel all, id NaN", "POST", "/jobs/cancel", {"match": "all", "id": "NaN"}, {400}),
     ]
 
 

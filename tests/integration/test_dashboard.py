@@ -104,7 +104,8 @@ def test_overview_is_server_rendered_with_every_governed_queue_and_its_limits(cl
     assert set(rows) == {"api", "mail"}
     assert "1 / 4" in rows["api"]           # active against max_active (one of two failed)
     assert "100/m" in rows["mail"] and "2/m per key" in rows["mail"]
-    assert 'hx-trigger="every 2s"' in html  # the live region refreshes itself
+    assert 'data-live="on"' in html and 'hx-trigger="refresh"' in html  # refreshed live
+    assert 'data-live-seconds="2"' in html  # every 2 s unless the operator slows it
     assert "misc" in html                   # the ungoverned queue, in the depth table
 
 
@@ -175,7 +176,8 @@ def test_retry_and_cancel_one_or_many(client, seeded, conn):
     response = client.post("/jobs/retry", data={"csrf": csrf, "id": str(seeded["failed"]),
                                                 "back": "/jobs?status=failed"},
                            follow_redirects=False)
-    assert response.headers["location"].startswith("/jobs?status=failed&done=")
+    assert response.headers["location"] == "/jobs?status=failed"
+    assert "retried 1 of 1" in client.get("/jobs?status=failed").text  # the server's notice
     assert _status(conn, seeded["failed"]) == "ready"
     ready = [i for i in seeded["ids"] if _status(conn, i) == "ready"][:3]
     client.post("/jobs/cancel", data={"csrf": csrf, "id": [str(i) for i in ready]})
@@ -186,7 +188,7 @@ def test_retry_and_cancel_one_or_many(client, seeded, conn):
     response = client.post("/jobs/retry", data={"csrf": csrf, "id": str(ready[0]),
                                                 "back": "//evil.example/x"},
                            follow_redirects=False)
-    assert response.headers["location"].startswith("/jobs?")
+    assert response.headers["location"] == "/jobs"
 
 
 def test_read_only_hides_and_refuses_every_action(database_url, seeded, conn):
@@ -458,9 +460,13 @@ def test_the_chart_turns_minutes_into_rates():
     chart = data.chart(minutes, now)
     claims, completions, failures = chart.series
     assert chart.peak == 2.0 and not chart.empty
-    assert (claims.latest, completions.latest, failures.latest) == (2.0, 1.0, 0.1)
-    assert len(claims.points.split()) == data.CHART_MINUTES
-    assert claims.points.split()[-1] == f"{data.CHART_WIDTH:.1f},4.0"  # the top: the peak
+    # The latest minute's rates, zero included (never an older minute's).
+    assert (claims.latest, completions.latest, failures.latest) == (2.0, 1.0, 0.0)
+    # The window fits the data (2 minutes, shown over the smallest span), and the y axis
+    # tops at a round number at or above the peak.
+    assert chart.span == data.CHART_MIN_SPAN and len(claims.points.split()) == chart.span
+    assert chart.top == 2.0 and chart.y_ticks == ["2", "1", "0"]
+    assert claims.points.split()[-1] == f"{data.CHART_WIDTH:.1f},0.0"  # the top: the peak
 
 
 def test_loopback_addresses():

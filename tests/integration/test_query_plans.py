@@ -203,6 +203,9 @@ def test_the_dashboards_job_list_reads_no_more_than_its_window_of_history(explai
         {"key": "k7", "task": "t7"}, {"task": "t7"}, {"task": "no.such.task"},
         {"queue": "free", "status": "failed"}, {"queue": "no-such-queue"},
         {"status": "failed", "task": "t7"}, {"status": "ready", "task": "t7"},
+        # Substrings (issue #32): the queue's resolved to known names first, for the indexes.
+        {"queue": "PER-"}, {"queue": " per ", "key": "k7"}, {"task": "T7", "status": "failed"},
+        {"queue": "ee", "status": "ready"},
         *({"status": status.value, "key": "k7"} for status in JobStatus),
         *({"queue": "per-key", "status": status.value, "key": "k7"} for status in JobStatus),
     ]
@@ -218,6 +221,8 @@ def test_the_dashboards_job_list_reads_no_more_than_its_window_of_history(explai
                 f"{chosen}: {read} rows read through the primary key:\n\n" + "\n\n".join(texts))
         # Behind the window, a key's ready backlog and failures come from their own indexes.
         texts = plans(lambda: data.jobs(q.conn, data.JobFilter(queue="per-key", key="k7")))
+        _check(texts, expect=("jobs_ready_key_idx", "jobs_held_failed_idx"))
+        texts = plans(lambda: data.jobs(q.conn, data.JobFilter(queue="PER", key="k7")))
         _check(texts, expect=("jobs_ready_key_idx", "jobs_held_failed_idx"))
 
 

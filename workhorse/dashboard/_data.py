@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from .. import _ops
+from .. import _incident, _ops
 from .._occurrences import MISSED_AFTER
 from ..types import (
     ConcurrencyPolicy,
     Job,
-    JobPage,
     KeyPressure,
     PolicyHealth,
     QueueSummary,
     ThroughputMinute,
     WorkerInfo,
 )
+from . import _queries
 
 CHART_MINUTES = 60
+# The chart's window starts at its first minute with data, and spans at least this many.
+CHART_MIN_SPAN = 5
 CHART_WIDTH = 600
 CHART_HEIGHT = 140
 JOBS_PAGE = 100
@@ -34,16 +38,44 @@ SERIES = (("claims", "claimed"), ("completions", "succeeded"), ("failures", "fai
 class Series:
     name: str
     points: str          # SVG polyline points
-    latest: float        # per second, in the latest minute with data
+    latest: float        # per second, in the latest minute (zero when nothing was counted)
 
 
 @dataclass(frozen=True)
 class Chart:
     series: list[Series]
-    peak: float          # per second, the top of the y axis
+    peak: float          # per second, the highest value drawn
+    top: float = 1.0     # per second, the top of the y axis (a round number >= peak)
+    span: int = CHART_MINUTES   # minutes on the x axis, ending now
     width: int = CHART_WIDTH
     height: int = CHART_HEIGHT
     empty: bool = True
+    scope: str = "fleet-wide"
+
+    @property
+    def y_ticks(self) -> list[str]:
+        """The y axis' labels, top first."""
+        return [_rate(self.top), _rate(self.top / 2), "0"]
+
+    @property
+    def x_ticks(self) -> list[str]:
+        """The x axis' labels, oldest first."""
+        return [f"{self.span} min ago", f"{self.span // 2} min ago", "now"]
+
+
+def _rate(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.2g}"
+
+
+def _round_up(value: float) -> float:
+    """The smallest of 1, 2, 2.5 or 5 times a power of ten that is >= value (1 for nothing)."""
+    if value <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * power * (1 + 1e-9):
+            return step * power
+    return 10 * power
 
 
 @dataclass(frozen=True)
@@ -53,6 +85,8 @@ class Overview:
     depth: dict[str, int]
     chart: Chart
     workers_alive: int
+    stalled: dict[str, str] = field(default_factory=dict)
+    holds: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +98,10 @@ class QueuePage:
     saturated: list[KeyPressure]
     rate_limited: list[KeyPressure]
     running: list[Job]
+    stalled: str | None = None
+    holds: list[str] = field(default_factory=list)
+    rate: _queries.RateWindow | None = None
+    chart: Chart | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +117,19 @@ class JobFilter:
         """The filter as URL parameters, with `changes` applied (None removes one)."""
         chosen = {**self.__dict__, **changes}
         return {k: v for k, v in chosen.items() if v is not None}
+
+    def search(self) -> _queries.Search:
+        return _queries.Search(queue=self.queue, status=self.status, task=self.task,
+                               key=self.key)
+
+    @property
+    def described(self) -> str:
+        """The filter in words, for a confirm ("queue ~ mail, status failed")."""
+        parts = [f"queue ~ {self.queue!r}" if self.queue else "",
+                 f"status {self.status}" if self.status else "",
+                 f"task ~ {self.task!r}" if self.task else "",
+                 f"key {self.key!r}" if self.key else ""]
+        return ", ".join(p for p in parts if p) or "no filter"
 
 
 @dataclass(frozen=True)
@@ -104,28 +155,61 @@ class SchedulesPage:
     schedules: list[ScheduleRow] = field(default_factory=list)
 
 
-def chart(minutes: list[ThroughputMinute], now: datetime) -> Chart:
-    """Per-second rates for each of the last CHART_MINUTES minutes (0 where nobody counted)."""
-    start = now.replace(second=0, microsecond=0) - timedelta(minutes=CHART_MINUTES - 1)
+def chart(minutes: list[ThroughputMinute], now: datetime, scope: str = "fleet-wide") -> Chart:
+    """Per-second rates for each minute from the first one with data (at most CHART_MINUTES,
+    at least CHART_MIN_SPAN ago) to now's, 0 where nobody counted; `latest` is now's minute's."""
+    current = now.replace(second=0, microsecond=0)
+    first = min((m.minute for m in minutes), default=current)
+    span = int((current - first).total_seconds() // 60) + 1
+    span = min(max(span, CHART_MIN_SPAN), CHART_MINUTES)
+    start = current - timedelta(minutes=span - 1)
     by_minute = {m.minute: m for m in minutes}
     rates: dict[str, list[float]] = {name: [] for name, _ in SERIES}
-    for i in range(CHART_MINUTES):
+    for i in range(span):
         found = by_minute.get(start + timedelta(minutes=i))
         for name, counter in SERIES:
             rates[name].append(getattr(found, counter) / found.seconds if found else 0.0)
     peak = max((max(values) for values in rates.values()), default=0.0)
-    top = peak if peak > 0 else 1.0
-    step = CHART_WIDTH / (CHART_MINUTES - 1)
+    top = _round_up(peak)
+    step = CHART_WIDTH / (span - 1)
     series = []
     for name, _ in SERIES:
         values = rates[name]
         points = " ".join(
-            f"{i * step:.1f},{CHART_HEIGHT - value / top * (CHART_HEIGHT - 4):.1f}"
+            f"{i * step:.1f},{CHART_HEIGHT - value / top * CHART_HEIGHT:.1f}"
             for i, value in enumerate(values)
         )
-        latest = next((v for v in reversed(values) if v > 0), 0.0) if minutes else 0.0
-        series.append(Series(name, points, latest))
-    return Chart(series=series, peak=peak, empty=not minutes)
+        series.append(Series(name, points, values[-1]))
+    return Chart(series=series, peak=peak, top=top, span=span, empty=not minutes, scope=scope)
+
+
+def holds(p: PolicyHealth, rate: _queries.RateWindow | None) -> list[str]:
+    """Which limits hold a governed queue's ready work back now, each in words with when the
+    next start is allowed where a rate says so (empty: none does)."""
+    found = []
+    if p.max_active is not None and p.active >= p.max_active:
+        found.append(f"queue limit: {p.active} of {p.max_active} active; the next starts when "
+                     "one ends")
+    if rate is not None and rate.limit is not None and rate.used is not None and (
+            rate.used >= rate.limit):
+        found.append(f"queue rate: {rate.used} of {p.rate_limit} started in the window; the "
+                     f"next start is allowed {_in(rate.next_start)}")
+    if p.saturated_keys:
+        found.append(f"key limit: {p.saturated_keys} key(s) at {p.max_active_per_key} active "
+                     "each; their next starts when one of theirs ends")
+    if p.rate_limited_keys:
+        soonest = rate.key_next_start if rate is not None else None
+        found.append(f"key rate: {p.rate_limited_keys} key(s) out of {p.rate_limit_per_key}; "
+                     f"the soonest may start {_in(soonest)}")
+    return found
+
+
+def _in(seconds: float | None) -> str:
+    if seconds is None:
+        return "when the window moves on"
+    if seconds <= 0:
+        return "now"
+    return f"in {seconds:.0f} s" if seconds < 120 else f"in {seconds / 60:.0f} min"
 
 
 def overview(conn: psycopg.Connection[Any]) -> Overview:
@@ -133,11 +217,28 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
     queues = _ops.execute(conn, _ops.list_queues())
     minutes = _ops.execute(conn, _ops.throughput(CHART_MINUTES))
     workers = _ops.execute(conn, _ops.list_workers())
+    blocked = [p.queue for p in health.policies if p.blocked_ready]
+    rates = _ops.execute(conn, _queries.rate_windows(blocked))
     now = datetime.now(UTC)
     return Overview(
         policies=health.policies, queues=queues, depth=health.depth,
         chart=chart(minutes, now), workers_alive=sum(1 for w in workers if w.alive),
+        stalled=health.stalled,
+        holds={p.queue: holds(p, rates.get(p.queue)) for p in health.policies
+               if p.blocked_ready},
     )
+
+
+def queue_known(conn: psycopg.Connection[Any], queue: str) -> bool:
+    return _ops.execute(conn, _incident.queue_known(queue))
+
+
+def close_names(conn: psycopg.Connection[Any], queue: str) -> list[str]:
+    """Known queue names like `queue` (containing it, or close to it), for a 404's "did you
+    mean"."""
+    known, matching = _ops.execute(conn, _queries.known_queues(queue.strip() or queue))
+    near = difflib.get_close_matches(queue, known, n=5, cutoff=0.6)
+    return list(dict.fromkeys([*near, *(matching or [])]))[:5]
 
 
 def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
@@ -145,6 +246,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
     summaries = _ops.execute(conn, _ops.list_queues())
     policies = _ops.execute(conn, _ops.list_policies(None))
     row = next((p for p in health.policies if p.queue == queue), None)
+    rate = _ops.execute(conn, _queries.rate_windows([queue])).get(queue) if row else None
+    minutes, now = _ops.execute(conn, _queries.queue_minutes(queue, CHART_MINUTES))
     return QueuePage(
         queue=queue,
         health=row,
@@ -154,17 +257,25 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         rate_limited=_ops.execute(conn, _ops.rate_limited_keys(queue)),
         running=_ops.execute(conn, _ops.list_jobs(queue=queue, status="active",
                                                   limit=RUNNING_SHOWN)),
+        stalled=health.stalled.get(queue),
+        holds=holds(row, rate) if row is not None and row.blocked_ready else [],
+        rate=rate,
+        chart=chart(minutes, now or datetime.now(UTC), scope=f"queue {queue}"),
     )
 
 
-def jobs(conn: psycopg.Connection[Any], chosen: JobFilter) -> JobPage:
+def jobs(conn: psycopg.Connection[Any], chosen: JobFilter, *, count: bool = True
+         ) -> _queries.Found:
     if chosen.id is not None:
         job = _ops.execute(conn, _ops.get_job(chosen.id))
-        return JobPage([job] if job is not None else [])
-    return _ops.execute(conn, _ops.browse_jobs(
-        queue=chosen.queue, status=chosen.status, key=chosen.key, task=chosen.task,
-        before=chosen.before, limit=JOBS_PAGE,
-    ))
+        found = [job] if job is not None else []
+        return _queries.Found(found, counts={j.status.value: 1 for j in found})
+    return _ops.execute(conn, _queries.find_jobs(chosen.search(), before=chosen.before,
+                                                 limit=JOBS_PAGE, count=count))
+
+
+def names(conn: psycopg.Connection[Any], chosen: JobFilter) -> _queries.Names:
+    return _ops.execute(conn, _queries.names(chosen.search()))
 
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> Job | None:

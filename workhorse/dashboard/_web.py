@@ -22,6 +22,7 @@ Sessions and CSRF. Each dashboard process draws a random secret when it starts.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -50,15 +51,19 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import database
+from .. import _ops, database
 from .._durations import parse_duration
 from ..errors import WorkhorseError, first_line
 from ..queue import Queue
 from ..types import BIGINT_MAX, JobStatus, check_name, shown
-from . import _data, check_token, is_loopback
+from . import _data, _queries, check_token, is_loopback
 
 SESSION_COOKIE = "workhorse_session"
 CSRF_COOKIE = "workhorse_csrf"
+NOTICE_COOKIE = "workhorse_notice"
+# A notice waits this long for the page it is meant for, and is at most this long.
+NOTICE_SECONDS = 60
+NOTICE_LIMIT = 1000
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 LIVE_SECONDS = 2
@@ -127,7 +132,9 @@ class Dashboard:
             trim_blocks=True, lstrip_blocks=True,
         )
         self.templates.filters.update(ago=_ago, stamp=_stamp, pretty=_pretty, limit=_limit)
-        self.templates.globals.update(statuses=[s.value for s in JobStatus])
+        self.templates.globals.update(statuses=[s.value for s in JobStatus],
+                                      retryable=_queries.RETRYABLE,
+                                      cancelable=_queries.CANCELABLE)
 
     # ---- rendering -----------------------------------------------------------------------
 
@@ -140,11 +147,14 @@ class Dashboard:
         csrf = self.csrf_token(request, browser)
         live = request.query_params.get("live") == "1" and page in LIVE_PAGES
         template = self.templates.get_template(f"_{page}.html" if live else f"{page}.html")
+        # A notice is the server's own result of an action (a signed cookie the action set for
+        # this browser), shown once on the next full page; never text from the URL.
+        flashed = None if live or fresh else self.flashed(request, str(browser))
         values = {
             "request": request, "page": page, "read_only": self.read_only, "csrf": csrf,
             "needs_login": self.token is not None, "live_seconds": LIVE_SECONDS,
-            "notice": request.query_params.get("done"),
-            "problem": request.query_params.get("error"),
+            "notice": flashed[1] if flashed and flashed[0] == "notice" else None,
+            "problem": flashed[1] if flashed and flashed[0] == "problem" else None,
             "redact": self.redact, "can_reveal": self.token is not None,
         }
         html = template.render({**values, **context})
@@ -152,7 +162,42 @@ class Dashboard:
         if fresh:
             response.set_cookie(CSRF_COOKIE, str(browser), httponly=True, samesite="strict",
                                 path="/", secure=_https(request))
+        if flashed is not None:
+            response.delete_cookie(NOTICE_COOKIE, path="/", httponly=True, samesite="strict",
+                                   secure=_https(request))
         return response
+
+    # ---- notices -------------------------------------------------------------------------
+
+    def flash(self, request: Request, response: Response, kind: str, text: str) -> Response:
+        """Have the next full page this browser opens show `text` (kind "notice" or
+        "problem"): a cookie signed with the process secret and bound to the browser id, so
+        that no link or other site can make a page say anything."""
+        browser = request.cookies.get(CSRF_COOKIE)
+        if browser is None or not _BROWSER_ID.match(browser):
+            return response  # a script with a bearer token: it reads the status code
+        body = base64.urlsafe_b64encode(json.dumps(
+            [kind, text[:NOTICE_LIMIT], int(_now()) + NOTICE_SECONDS]).encode()).decode()
+        value = f"{body}.{self.sign('notice', f'{browser}|{body}')}"
+        response.set_cookie(NOTICE_COOKIE, value, max_age=NOTICE_SECONDS, httponly=True,
+                            samesite="strict", path="/", secure=_https(request))
+        return response
+
+    def flashed(self, request: Request, browser: str) -> tuple[str, str] | None:
+        """The (kind, text) this browser's notice cookie holds when it is ours and fresh."""
+        cookie = request.cookies.get(NOTICE_COOKIE)
+        if not cookie or cookie.count(".") != 1:
+            return None
+        body, signature = cookie.split(".")
+        if not _same(signature, self.sign("notice", f"{browser}|{body}")):
+            return None
+        try:
+            kind, text, until = json.loads(base64.urlsafe_b64decode(body.encode()))
+        except (ValueError, TypeError):
+            return None
+        if not isinstance(until, int) or until < _now() or kind not in ("notice", "problem"):
+            return None
+        return str(kind), str(text)
 
     # ---- signatures, sessions, CSRF ------------------------------------------------------
 
@@ -425,6 +470,62 @@ def _int(form: FormData, name: str) -> int | None:
 
 _DONE = {"pause": "paused", "resume": "resumed", "override": "override set",
          "clear-override": "override cleared"}
+OVERRIDE_FIELDS = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key", "for")
+
+
+def _either(statuses: tuple[str, ...]) -> str:
+    return ", ".join(statuses[:-1]) + " or " + statuses[-1]
+
+
+def _unchanged(found: dict[int, tuple[str, bool]], left: list[int], verb: str,
+               applies: tuple[str, ...]) -> str:
+    """Why these jobs were left as they were, by status ("2 are succeeded; 1 no longer
+    exists"), and what the action applies to."""
+    reasons: dict[str, int] = {}
+    for job_id in left:
+        if job_id not in found:
+            reason = "no longer exist(s)"
+        else:
+            status, requested = found[job_id]
+            reason = ("active, already asked to cancel" if requested and status == "active"
+                      else status)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    said = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    done = "retried" if verb == "retry" else "canceled"
+    return f"not {done}: {said} ({verb} applies to {_either(applies)} jobs)"
+
+
+def _job_filter(params: Any) -> _data.JobFilter:
+    """The Jobs page's filter from query parameters or a form: queue and task trimmed (they
+    match a substring), key as sent (it matches exactly), status one of the statuses, id and
+    before job ids; _Refused 400 otherwise."""
+    def sent(name: str) -> str:
+        value = params.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _Refused(400, f"{name} must be text")
+        return value or ""
+
+    status = sent("status").strip() or None
+    if status is not None and status not in {s.value for s in JobStatus}:
+        raise _Refused(400, f"unknown status {status!r}")
+    found = {}
+    for name in ("id", "before"):
+        raw = sent(name).strip()
+        found[name] = _id(raw, name) if raw else None
+    for name in ("queue", "task", "key"):
+        sent(name)
+    return _data.JobFilter(
+        queue=_substring(params.get("queue"), "queue"), status=status,
+        task=_substring(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
+        id=found["id"], before=found["before"],
+    )
+
+
+def _substring(value: Any, what: str) -> str | None:
+    """A substring filter: trimmed; None when blank."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return _name(value.strip(), what)
 
 
 def _name(value: str | None, what: str) -> str:
@@ -493,26 +594,26 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         if not request.query_params.get("name"):
             raise _Refused(400, "which queue? /queue?name=<queue>")
         name = _name(request.query_params.get("name"), "queue")
-        return {"view": _data.queue_page(conn, name)}
+        if request.query_params.get("live") != "1":  # a live refresh follows a known page
+            _known_or_404(conn, name)
+        return {"view": _data.queue_page(conn, name), "entered": {}}
+
+    def _known_or_404(conn: psycopg.Connection[Any], name: str) -> None:
+        if not _data.queue_known(conn, name):
+            near = _data.close_names(conn, name)
+            hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+            raise _Refused(404, f"no queue {name!r}: it has no policy, no control and no job"
+                                f"{hint}")
 
     def jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        params = request.query_params
-        status = params.get("status") or None
-        if status is not None and status not in {s.value for s in JobStatus}:
-            raise _Refused(400, f"unknown status {status!r}")
-        found = {}
-        for name in ("id", "before"):
-            raw = (params.get(name) or "").strip()
-            found[name] = _id(raw, name) if raw else None
-        chosen = _data.JobFilter(
-            queue=_filter(params.get("queue"), "queue"), status=status,
-            task=_filter(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
-            id=found["id"], before=found["before"],
-        )
+        chosen = _job_filter(request.query_params)
         query = urlencode(chosen.query())
-        listed = _data.jobs(conn, chosen)
-        return {"jobs": listed.jobs, "unsearched_below": listed.unsearched_below,
-                "page_size": _data.JOBS_PAGE, "chosen": chosen,
+        live = request.query_params.get("live") == "1"
+        found = _data.jobs(conn, chosen)
+        names = None if live or chosen.id is not None else _data.names(conn, chosen)
+        return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
+                "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
+                "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS,
                 "here": f"/jobs?{query}" if query else "/jobs"}
 
     def job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -532,7 +633,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
     def schedules(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"view": _data.schedules(conn)}
 
-    def action(fn: Callable[[Request, FormData, Queue], Response]
+    def action(fn: Callable[[Request, FormData, psycopg.Connection[Any]], Response]
                ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
@@ -541,13 +642,21 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
                 return PlainTextResponse(refused.message, refused.status)
 
             def run(conn: psycopg.Connection[Any]) -> Response:
-                return fn(request, form, Queue(conn))
+                try:
+                    return fn(request, form, conn)
+                except _Refused as refused:
+                    return dashboard.render(request, "problem", refused.status,
+                                            message=refused.message,
+                                            back=_local_path(_text(form, "back"), "/"))
             return await _in_thread_plain(dashboard, run)
         return endpoint
 
-    def queue_action(request: Request, form: FormData, q: Queue) -> Response:
+    def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
+                     ) -> Response:
         sent = form.get("queue")
         verb = request.path_params["verb"]
+        if verb not in _DONE:
+            return PlainTextResponse(f"no action {verb!r}", 404)
         if not isinstance(sent, str) or not sent.strip():
             return PlainTextResponse("which queue? a form field `queue` is needed", 400)
         try:
@@ -555,6 +664,17 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         except _Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
         back = f"/queue?{urlencode({'name': name})}"
+        _known_or_404(conn, name)  # a typo must not create a governed queue
+        q = Queue(conn)
+        was = next((s for s in q.list_queues() if s.queue == name), None)
+        unchanged = {"pause": was is not None and was.paused,
+                     "resume": was is None or not was.paused,
+                     "clear-override": was is None or was.override is None}.get(verb, False)
+        if unchanged:
+            why = {"pause": "it was already paused", "resume": "it was not paused",
+                   "clear-override": "it had no override"}[verb]
+            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                   f"nothing changed: queue {name!r}: {why}")
         try:
             if verb == "pause":
                 q.pause(name)
@@ -562,7 +682,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
                 q.resume(name)
             elif verb == "clear-override":
                 q.clear_override(name)
-            elif verb == "override":
+            else:
                 duration = _text(form, "for")
                 q.override_policy(
                     name, max_active=_int(form, "max_active"),
@@ -571,32 +691,56 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
                     rate_limit_per_key=_text(form, "rate_limit_per_key"),
                     expires_in=parse_duration(duration) if duration else None,
                 )
-            else:
-                return PlainTextResponse(f"no action {verb!r}", 404)
         except (WorkhorseError, ValueError) as exc:  # refused before anything was written
-            return dashboard.render(request, "problem", 400, message=str(exc), back=back)
-        return _redirect_with(back, done=_DONE[verb])
+            # The queue page again, the operator's entries kept, the reason above them.
+            entered = {k: v for k in OVERRIDE_FIELDS
+                       if isinstance(v := form.get(k), str)}
+            return dashboard.render(request, "queue", 400, view=_data.queue_page(conn, name),
+                                    entered=entered, failure=str(exc))
+        return dashboard.flash(request, RedirectResponse(back, 303), "notice",
+                               f"{_DONE[verb]}: queue {name!r}")
 
-    def jobs_action(request: Request, form: FormData, q: Queue) -> Response:
+    def jobs_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
+                    ) -> Response:
         verb = request.path_params["verb"]
         back = _local_path(_text(form, "back"), "/jobs")
-        try:
-            ids = [_id(str(v), "id") for v in form.getlist("id")]
-        except _Refused as refused:
-            return PlainTextResponse(refused.message, refused.status)
-        if not ids:
-            return _redirect_with(back, error="no job chosen")
-        if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
-            return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
-        if verb == "retry":
-            done = q.retry_jobs(ids)
-            message = f"retried {len(done)} of {len(ids)}"
-        elif verb == "cancel":
-            done = q.cancel_jobs(ids)
-            message = f"canceled (or asked to cancel) {len(done)} of {len(ids)}"
-        else:
+        if verb not in ("retry", "cancel"):
             return PlainTextResponse(f"no action {verb!r}", 404)
-        return _redirect_with(back, done=message)
+        applies = _queries.RETRYABLE if verb == "retry" else _queries.CANCELABLE
+        if form.get("match") == "all":
+            # Everything the filter matches (in the statuses the action applies to), read
+            # again now: the page's count was a moment ago.
+            try:
+                chosen = _job_filter(form)
+            except _Refused as refused:
+                return PlainTextResponse(refused.message, refused.status)
+            ids = _ops.execute(conn, _queries.matching_ids(chosen.search(), applies, MAX_IDS))
+            if not ids:
+                return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                       f"nothing changed: no job matching {chosen.described} "
+                                       f"is {_either(applies)}")
+        else:
+            try:
+                ids = [_id(str(v), "id") for v in form.getlist("id")]
+            except _Refused as refused:
+                return PlainTextResponse(refused.message, refused.status)
+            if not ids:
+                return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                       "nothing changed: no job was chosen")
+            if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
+                return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
+        q = Queue(conn)
+        done = q.retry_jobs(ids) if verb == "retry" else q.cancel_jobs(ids)
+        left = sorted(set(ids) - set(done))
+        word = "retried" if verb == "retry" else "canceled (or asked to cancel)"
+        message = f"{word} {len(done)} of {len(ids)}"
+        if left:
+            message += "; " + _unchanged(_ops.execute(conn, _queries.job_statuses(left)), left,
+                                         verb, applies)
+        kind = "notice" if done else "problem"
+        if not done:
+            message = "nothing changed: " + message
+        return dashboard.flash(request, RedirectResponse(back, 303), kind, message)
 
     async def login_form(request: Request) -> Response:
         if dashboard.token is None:
@@ -711,15 +855,6 @@ class Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-def _redirect_with(target: str, **params: str) -> RedirectResponse:
-    """Back to `target`, its old notice or problem replaced by `params`."""
-    kept = "&".join(part for part in target.partition("?")[2].split("&")
-                    if part and part.split("=")[0] not in ("done", "error"))
-    base = target.partition("?")[0] + (f"?{kept}" if kept else "")
-    separator = "&" if kept else "?"
-    return RedirectResponse(f"{base}{separator}{urlencode(params)}", 303)
 
 
 async def _in_thread(dashboard: Dashboard, reader: Callable[..., dict[str, Any]],

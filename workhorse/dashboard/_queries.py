@@ -1,0 +1,236 @@
+"""The dashboard's own operations (generators of `(statement, params)`, driven by
+`_ops.execute` like those of `_ops.py`): the job search with substring filters, counts and pages
+both ways, the ids a bulk action on everything matching acts on, known names for suggestions,
+rate windows, and one queue's throughput. Every read is bounded whatever the history: see each
+statement's file (sql/statements/dashboard_*.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .. import _ops, _sql
+from ..errors import InvalidOptionsError
+from ..types import Job, JobStatus, ThroughputMinute, check_id, check_optional_name
+
+if TYPE_CHECKING:
+    from .._ops import Operation
+
+# Counts stop here ("10,000+"): past it an operator needs a narrower filter, not a number.
+COUNT_CAP = 10_000
+# How many of the newest jobs give task names for the suggestions.
+TASK_SAMPLE = 2_000
+SUGGESTIONS = 200
+# One queue's chart reads its jobs among this many newest ids (finished history has no index by
+# queue; the fleet-wide chart reads the per-minute counters instead).
+QUEUE_CHART_WINDOW = 20_000
+RATE_SAMPLE = 1000
+# What each action applies to (DESIGN.md's status table).
+RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
+CANCELABLE = (JobStatus.SCHEDULED.value, JobStatus.READY.value, JobStatus.ACTIVE.value,
+              JobStatus.HELD.value)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What the Jobs page filters by: queue and task are substrings (trimmed; matched
+    case-insensitively), status, key exactly."""
+
+    queue: str | None = None
+    status: str | None = None
+    task: str | None = None
+    key: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"queue": self.queue, "status": self.status, "key": self.key, "task": self.task}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A page of the job search: its jobs (newest first), `unsearched_below` as in JobPage,
+    `newer` the `before` of the page of newer matches (0: the first page; None: this is the
+    first page), the matches by status (each counted up to COUNT_CAP; succeeded ones within
+    the searched window) and the queue names the queue substring matched."""
+
+    jobs: list[Job]
+    unsearched_below: int | None = None
+    newer: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    queues: list[str] | None = None
+    capped: bool = False      # some count stopped at COUNT_CAP: "10,000+"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def applicable(self, statuses: tuple[str, ...]) -> int:
+        return sum(n for status, n in self.counts.items() if status in statuses)
+
+
+@dataclass(frozen=True)
+class Names:
+    queues: list[str]
+    matching: list[str] | None   # the queues the substring matches (None: no queue filter)
+    tasks: list[str]
+
+
+def _check(search: Search) -> None:
+    for what, value in (("queue", search.queue), ("task", search.task), ("key", search.key)):
+        check_optional_name(what, value)
+    if search.status is not None and search.status not in {s.value for s in JobStatus}:
+        raise InvalidOptionsError(f"unknown job status {search.status!r}")
+
+
+def known_queues(substring: str | None) -> Operation[tuple[list[str], list[str] | None]]:
+    """Every known queue name, and those that contain `substring` (None when it is None)."""
+    rows = yield _sql.statement("dashboard_known_queues"), {"queue": substring}
+    names = [row[0] for row in rows]
+    return names, ([row[0] for row in rows if row[1]] if substring is not None else None)
+
+
+def names(search: Search) -> Operation[Names]:
+    """The suggestions of the Jobs page's filter form."""
+    queues, matching = yield from known_queues(search.queue)
+    rows = yield _sql.statement("dashboard_known_tasks"), {"sample": TASK_SAMPLE,
+                                                            "limit": SUGGESTIONS}
+    return Names(queues=queues[:SUGGESTIONS], matching=matching, tasks=[r[0] for r in rows])
+
+
+def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
+              window: int | None = None, count: bool = True) -> Operation[Found]:
+    """The newest matches below `before` (None: the newest), at most `limit`, read as
+    `_ops.browse_jobs` reads (a window of ids, then the indexed statuses), with the queue
+    substring resolved first against the known queue names, so that the indexes that lead
+    with the queue serve the older part; the counts by status (with `count`: the first page
+    counts in the same walk as it reads its page), and where the page of newer matches
+    starts."""
+    _check(search)
+    if before is not None:
+        check_id(before, "before (a job id)")
+    window = _ops.BROWSE_WINDOW if window is None else window
+    bounds = yield _sql.statement("job_id_bounds"), ()
+    oldest, newest = bounds[0]
+    if newest is None:
+        return Found([], newer=None if before is None else 0)
+    matching = None
+    if search.queue is not None:
+        _, matching = yield from known_queues(search.queue)
+    params = {**search.params(), "queues": matching}
+    top = newest + 1
+    hi = top if before is None else min(before, top)
+    lo = max(hi - window, oldest)
+    first = hi == top
+    cap = COUNT_CAP + 1 if count and first else limit
+    rows = yield _sql.statement("dashboard_jobs_window"), {**params, "lo": lo, "hi": hi,
+                                                          "cap": cap}
+    jobs = yield from _by_id([int(r[0]) for r in rows[:limit]])
+    unsearched = None
+    if len(jobs) < limit and lo > oldest:
+        if search.status != JobStatus.SUCCEEDED:
+            older = yield _sql.statement("dashboard_jobs_older"), {
+                **params, "lo": lo, "limit": limit - len(jobs)}
+            jobs += [_ops.job_from_row(row) for row in older]
+        if search.status in (None, JobStatus.SUCCEEDED):
+            unsearched = lo
+    newer = None
+    if not first and before is not None:
+        above = yield _sql.statement("dashboard_jobs_above"), {
+            **params, "lo": before, "hi": min(before + window, top), "limit": limit}
+        if len(above) == limit:
+            newer = int(above[-1][0]) + 1
+        elif before + window >= top:
+            newer = 0
+        else:
+            newer = before + window
+    counts: dict[str, int] = {}
+    capped = False
+    if count:
+        if first:
+            in_window = [str(r[1]) for r in rows]
+        else:
+            top_lo = max(top - window, oldest)
+            top_rows = yield _sql.statement("dashboard_jobs_window"), {
+                **params, "lo": top_lo, "hi": top, "cap": COUNT_CAP + 1}
+            in_window = [str(r[1]) for r in top_rows]
+            lo = top_lo
+        capped = len(in_window) > COUNT_CAP
+        for status in in_window:
+            counts[status] = counts.get(status, 0) + 1
+        if lo > oldest:
+            older_counts = yield _sql.statement("dashboard_jobs_counts"), {
+                **params, "lo": lo, "cap": COUNT_CAP + 1}
+            for status, n in older_counts:
+                if n:
+                    counts[status] = counts.get(status, 0) + int(n)
+                    capped = capped or n > COUNT_CAP
+    return Found(jobs, unsearched_below=unsearched, newer=newer, counts=counts,
+                 queues=matching, capped=capped)
+
+
+def _by_id(ids: list[int]) -> Operation[list[Job]]:
+    if not ids:
+        return []
+    rows = yield _sql.statement("dashboard_jobs_by_id"), {"ids": ids}
+    return [_ops.job_from_row(row) for row in rows]
+
+
+def matching_ids(search: Search, statuses: tuple[str, ...], limit: int) -> Operation[list[int]]:
+    """The ids of the jobs matching `search` in `statuses` (those an action applies to),
+    newest first, at most `limit`: what a bulk action on everything matching acts on."""
+    _check(search)
+    chosen = [s for s in statuses if search.status is None or s == search.status]
+    if not chosen:
+        return []
+    matching = None
+    if search.queue is not None:
+        _, matching = yield from known_queues(search.queue)
+    rows = yield _sql.statement("dashboard_job_ids"), {
+        **search.params(), "queues": matching, "statuses": chosen, "limit": limit}
+    return [int(row[0]) for row in rows]
+
+
+def job_statuses(ids: list[int]) -> Operation[dict[int, tuple[str, bool]]]:
+    """id -> (status, cancel requested) for those of `ids` that exist."""
+    rows = yield _sql.statement("dashboard_job_statuses"), {"ids": [check_id(i) for i in ids]}
+    return {int(row[0]): (str(row[1]), bool(row[2])) for row in rows}
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    queue: str
+    limit: int | None
+    period: float | None
+    used: int | None           # starts within the queue-wide window
+    next_start: float | None   # seconds until the queue-wide rate allows one more (0: now)
+    key_next_start: float | None  # the soonest a key out of its rate may start again
+
+
+def rate_windows(queues: list[str]) -> Operation[dict[str, RateWindow]]:
+    for queue in queues:
+        check_optional_name("queue", queue)
+    if not queues:
+        return {}
+    rows = yield _sql.statement("dashboard_rate_windows"), {"queues": queues,
+                                                             "sample": RATE_SAMPLE}
+    return {row[0]: RateWindow(row[0], row[1], row[2],
+                               None if row[3] is None else int(row[3]),
+                               row[4], row[5]) for row in rows}
+
+
+def queue_minutes(queue: str, minutes: int = 60) -> Operation[tuple[list[ThroughputMinute],
+                                                                      datetime | None]]:
+    """One queue's starts, completions and failures per minute among its newest jobs, and the
+    database clock (None when there is no job)."""
+    check_optional_name("queue", queue)
+    rows = yield _sql.statement("dashboard_queue_minutes"), {
+        "queue": queue, "window": QUEUE_CHART_WINDOW, "minutes": minutes}
+    if not rows:
+        return [], None
+    now = rows[0][4]
+    found = []
+    for minute, started, succeeded, failed, _ in rows:
+        seconds = min(max((now - minute).total_seconds(), 1.0), 60.0)
+        found.append(ThroughputMinute(minute, int(started), int(succeeded), int(failed),
+                                      0, 0, 0, seconds=seconds))
+    return found, now
