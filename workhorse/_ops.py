@@ -677,19 +677,24 @@ class ClaimReply:
 def claim_as(
     queue: str, limit: int, lease: float,
     successes: Sequence[tuple[int, int, str, str]] = (), holder: str | None = None,
+    places: int | None = None,
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
-    once; as `holder`, the claiming process's name for its capacity grants (None: none)."""
+    once; as `holder`, the claiming process's name for its capacity grants (None: none), which
+    could run `places` more jobs of the queue (None: `limit`; a claimer that claims in a stream
+    asks for less than it could run)."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     if holder is not None:
         check_name("holder", holder)
+    if places is not None:
+        check_count(places, "places", 0)
     if successes:
         rows = yield _sql.statement("complete_and_claim_with_grant"), (
-            queue, limit, lease, *_success_columns(successes), holder)
+            queue, limit, lease, *_success_columns(successes), holder, places)
     else:
-        rows = yield _sql.statement("claim_with_grant"), (queue, limit, lease, holder)
+        rows = yield _sql.statement("claim_with_grant"), (queue, limit, lease, holder, places)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}

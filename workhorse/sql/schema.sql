@@ -330,7 +330,7 @@ AS $function$
                   (SELECT c.updated_at FROM workhorse.queue_controls c WHERE c.queue = p_queue))
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._grant_standing_v1(p_queue text, p_holder text, p_max integer, p_stamp text, p_asking integer, p_riding integer, p_now timestamp with time zone, OUT grant_id bigint, OUT units integer, OUT target integer, OUT waiting boolean, OUT in_grant boolean)
+CREATE OR REPLACE FUNCTION workhorse._grant_standing_v1(p_queue text, p_holder text, p_max integer, p_stamp text, p_asking integer, p_places integer, p_riding integer, p_now timestamp with time zone, OUT grant_id bigint, OUT units integer, OUT target integer, OUT waiting boolean, OUT in_grant boolean)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -361,7 +361,7 @@ BEGIN
     v_active := GREATEST(v_active - GREATEST(p_riding, 0), 0);
 
     SELECT array_agg(g.id ORDER BY g.id), array_agg(g.units ORDER BY g.id),
-           array_agg(CASE WHEN g.holder = p_holder THEN v_active + GREATEST(p_asking, 0)
+           array_agg(CASE WHEN g.holder = p_holder THEN v_active + GREATEST(p_places, 0)
                           ELSE g.wanted END ORDER BY g.id),
            bool_or(g.holder <> p_holder AND g.wanted > g.units)
     INTO v_ids, v_units, v_wanted, waiting
@@ -1234,7 +1234,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_holder text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_holder text DEFAULT NULL::text, p_places integer DEFAULT NULL::integer)
  RETURNS TABLE(id bigint, task text, queue text, ckey text, priority smallint, payload jsonb, attempts integer, max_attempts integer, fence bigint, lease_until timestamp with time zone, enqueued_at timestamp with time zone, run_at timestamp with time zone, meta jsonb, started_at timestamp with time zone, rank integer, next_start_in double precision, status text, scheduled_for timestamp with time zone)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -1303,8 +1303,8 @@ BEGIN
             INTO v_grant_id, v_grant_units, v_grant_target, v_grant_waiting, v_in_grant
             FROM workhorse._grant_standing_v1(
                 p_queue, p_holder, v_limits.max_active,
-                workhorse._grant_stamp_v1(p_queue, v_limits.max_active), p_limit, v_sent,
-                clock_timestamp()) AS g;
+                workhorse._grant_stamp_v1(p_queue, v_limits.max_active), p_limit,
+                COALESCE(p_places, p_limit), v_sent, clock_timestamp()) AS g;
         END IF;
     END IF;
     IF v_peek AND NOT v_in_grant THEN
@@ -1421,7 +1421,7 @@ BEGIN
         END IF;
         UPDATE workhorse.capacity_grants g
         SET units = v_grant_units,
-            wanted = v_grant_active + GREATEST(p_limit, 0),
+            wanted = v_grant_active + GREATEST(COALESCE(p_places, p_limit), 0),
             expires_at = v_now + make_interval(secs => p_lease)
         WHERE g.id = v_grant_id;
         v_room := LEAST(p_limit, v_grant_units - v_grant_active);
@@ -1441,8 +1441,8 @@ BEGIN
             WHERE lv.feature_level < excluded.feature_level;
         SELECT r.grant_id, r.units, r.active INTO v_grant_id, v_grant_units, v_grant_active
         FROM workhorse._rebalance_grants_v1(
-            p_queue, p_holder, v_max, workhorse._grant_stamp_v1(p_queue, v_max), p_limit,
-            p_lease, v_now) AS r;
+            p_queue, p_holder, v_max, workhorse._grant_stamp_v1(p_queue, v_max),
+            COALESCE(p_places, p_limit), p_lease, v_now) AS r;
         v_room := LEAST(p_limit, v_grant_units - v_grant_active);
         v_in_grant := true;
         IF v_room <= 0 THEN

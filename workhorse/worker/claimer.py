@@ -204,8 +204,8 @@ class Claimer:
                 need = want - total
                 if state.governed and governed_limit is not None:
                     need = min(need, governed_limit - total)
-                if state.governed and governed_chunk is not None and not state.granted:
-                    # (Inside a grant claims do not wait for each other: no stream needed.)
+                places = max(need, 0)  # what this slot could run: its grant's share follows
+                if state.governed and governed_chunk is not None:
                     need = min(need, governed_chunk)
                 successes = recorder.take_riding(state.name) if recorder is not None else []
                 if not successes and (need <= 0 or stop() or state.replace_only):
@@ -231,7 +231,7 @@ class Claimer:
                     try:
                         reply = await _ops.execute_async(conn, _ops.claim_as(
                             state.name, max(need, 0), self.lease, encoded(successes),
-                            self.holder))
+                            self.holder, places))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
@@ -242,7 +242,7 @@ class Claimer:
                         continue
                 else:
                     reply = await _ops.execute_async(conn, _ops.claim_as(
-                        state.name, need, self.lease, holder=self.holder))
+                        state.name, need, self.lease, holder=self.holder, places=places))
                     state.granted = reply.granted
                 claimed, next_start = reply.jobs, reply.next_start
                 if reply.retry:

@@ -4,17 +4,18 @@
 -- holding the lock in shared mode; otherwise the claim takes the lock exclusively and calls
 -- _rebalance_grants_v1. `target` is the holder's fair share (_grant_targets_v1 over the
 -- unexpired grants' wants, its own being its active jobs, less the `p_riding` successes about to
--- be recorded, plus `p_asking`), and `waiting` says that another holder wants more than it has
+-- be recorded, plus the `p_places` it could still fill), and `waiting` says that another holder
+-- wants more than it has
 -- (so a holder above its target should give units back). Nothing read here decides admission:
 -- the claim checks the grant again under the lock.
 --
--- A grant is grown when the holder could start more than its grant allows, is below its target,
--- and units are to be had: some are unassigned (at once), or another holder is above its target
+-- A grant is grown when this claim asks (`p_asking`) for more than the grant's room, the holder
+-- is below its target, and units are to be had: some are unassigned (at once), or another holder is above its target
 -- (at most once every 50 ms per holder, so that a holder that cannot grow yet, because the
 -- others' jobs still run, does not take the lock exclusively at every claim).
 CREATE FUNCTION workhorse._grant_standing_v1(
     p_queue text, p_holder text, p_max integer, p_stamp text, p_asking integer,
-    p_riding integer, p_now timestamptz,
+    p_places integer, p_riding integer, p_now timestamptz,
     OUT grant_id bigint, OUT units integer, OUT target integer, OUT waiting boolean,
     OUT in_grant boolean)
 LANGUAGE plpgsql VOLATILE
@@ -46,7 +47,7 @@ BEGIN
     v_active := GREATEST(v_active - GREATEST(p_riding, 0), 0);
 
     SELECT array_agg(g.id ORDER BY g.id), array_agg(g.units ORDER BY g.id),
-           array_agg(CASE WHEN g.holder = p_holder THEN v_active + GREATEST(p_asking, 0)
+           array_agg(CASE WHEN g.holder = p_holder THEN v_active + GREATEST(p_places, 0)
                           ELSE g.wanted END ORDER BY g.id),
            bool_or(g.holder <> p_holder AND g.wanted > g.units)
     INTO v_ids, v_units, v_wanted, waiting

@@ -7,7 +7,9 @@
 -- `p_lease`, in seconds; the successes to record first, as _record_successes_v1 takes them
 -- (`p_ids`, `p_fences`, `p_results` as JSON text, `p_retention_ix`, `p_retentions`; NULL arrays
 -- when there are none); `p_holder`, the claimer's name for its capacity grants (one per claiming
--- process; NULL: no grant, every claim of a governed queue is exclusive).
+-- process; NULL: no grant, every claim of a governed queue is exclusive); `p_places`, how many
+-- more jobs of this queue the holder could run now (its share of the limit is water-filled over
+-- these; NULL: `p_limit`, which a claimer may keep smaller to claim in a stream).
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -49,7 +51,7 @@
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
-    p_retentions text[], p_holder text DEFAULT NULL)
+    p_retentions text[], p_holder text DEFAULT NULL, p_places integer DEFAULT NULL)
 RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
@@ -122,8 +124,8 @@ BEGIN
             INTO v_grant_id, v_grant_units, v_grant_target, v_grant_waiting, v_in_grant
             FROM workhorse._grant_standing_v1(
                 p_queue, p_holder, v_limits.max_active,
-                workhorse._grant_stamp_v1(p_queue, v_limits.max_active), p_limit, v_sent,
-                clock_timestamp()) AS g;
+                workhorse._grant_stamp_v1(p_queue, v_limits.max_active), p_limit,
+                COALESCE(p_places, p_limit), v_sent, clock_timestamp()) AS g;
         END IF;
     END IF;
     IF v_peek AND NOT v_in_grant THEN
@@ -240,7 +242,7 @@ BEGIN
         END IF;
         UPDATE workhorse.capacity_grants g
         SET units = v_grant_units,
-            wanted = v_grant_active + GREATEST(p_limit, 0),
+            wanted = v_grant_active + GREATEST(COALESCE(p_places, p_limit), 0),
             expires_at = v_now + make_interval(secs => p_lease)
         WHERE g.id = v_grant_id;
         v_room := LEAST(p_limit, v_grant_units - v_grant_active);
@@ -260,8 +262,8 @@ BEGIN
             WHERE lv.feature_level < excluded.feature_level;
         SELECT r.grant_id, r.units, r.active INTO v_grant_id, v_grant_units, v_grant_active
         FROM workhorse._rebalance_grants_v1(
-            p_queue, p_holder, v_max, workhorse._grant_stamp_v1(p_queue, v_max), p_limit,
-            p_lease, v_now) AS r;
+            p_queue, p_holder, v_max, workhorse._grant_stamp_v1(p_queue, v_max),
+            COALESCE(p_places, p_limit), p_lease, v_now) AS r;
         v_room := LEAST(p_limit, v_grant_units - v_grant_active);
         v_in_grant := true;
         IF v_room <= 0 THEN
