@@ -201,10 +201,10 @@ class Task(Generic[P, R]):
         self.timeout: float | None = timeout_seconds(timeout)
         self.signature = _signature(fn)
         self.argument_checker = _argument_checker(self.signature)
-        # Every call's default unique rule (a call's unique= replaces it; unique=False drops it).
-        self.unique: Unique | None = self.check_unique(unique)
         # `send(message, *, urgent=False)`, for errors: annotations are noise there.
         self.call_shape = name + (_shape(self.signature) if self.signature is not None else "")
+        # Every call's default unique rule (a call's unique= replaces it; unique=False drops it).
+        self.unique: Unique | None = self.check_unique(unique)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = fn.__doc__
@@ -326,7 +326,7 @@ class Task(Generic[P, R]):
         queue: str | QueueSpec | None = None,
         concurrency_key: KeySpec = None,
         priority: int | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,

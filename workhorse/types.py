@@ -244,7 +244,7 @@ class EnqueueOptions:
     concurrency_key: str | None = None
     priority: int = 0
     run_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | str | timedelta | None = None
     max_attempts: int = 3
     idempotency_key: str | None = None
     # DESIGN.md "Job keys": at most one of idempotency_key, unique and job_key.
@@ -308,6 +308,11 @@ class EnqueueOptions:
 def delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         return delay.total_seconds()
+    if isinstance(delay, str):  # "5s", "2m": DESIGN.md's job_key example spells delays so
+        try:
+            return parse_duration(delay, maximum=MAX_DELAY_SECONDS)
+        except ValueError as exc:
+            raise InvalidOptionsError(f"delay: {exc}") from None
     if isinstance(delay, bool) or not isinstance(delay, int | float):
         raise InvalidOptionsError(f"delay must be seconds or a timedelta, got {delay!r}")
     if delay != delay or delay in (float("inf"), float("-inf")):
