@@ -35,9 +35,9 @@ from .errors import (
 )
 from .types import (
     INT_MAX,
-    UNIQUE_STATES_DEFAULT,
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
+    UNIQUE_STATES_DEFAULT,
     ClaimedJob,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,

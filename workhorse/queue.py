@@ -95,7 +95,8 @@ class Queue:
         existing job's), what `JobHandle.duplicate` says at the app layer.
 
         >>> opts = EnqueueOptions(queue="sync", job_key="sync:42", delay=5)  # doctest: +SKIP
-        >>> q.enqueue_outcomes([("sync.user", {"args": [42], "kwargs": {}}, opts)] * 2)  # doctest: +SKIP
+        >>> job = ("sync.user", {"args": [42], "kwargs": {}}, opts)      # doctest: +SKIP
+        >>> q.enqueue_outcomes([job, job])                               # doctest: +SKIP
         [(45, False), (45, True)]
         """
         return self._run(_ops.enqueue_outcomes(list(jobs), **extra))

@@ -259,7 +259,8 @@ class EnqueueOptions:
         if self.idempotency_key is not None:
             check_name("idempotency_key", self.idempotency_key)
         if self.unique is not None and not isinstance(self.unique, Unique):
-            raise InvalidOptionsError(f"unique must be a workhorse.Unique, got {shown(self.unique)}")
+            raise InvalidOptionsError(
+                f"unique must be a workhorse.Unique, got {shown(self.unique)}")
         if self.job_key is not None:
             check_name("job_key", self.job_key)
         if not isinstance(self.job_key_mode, str) or self.job_key_mode not in JOB_KEY_MODES:
@@ -270,7 +271,8 @@ class EnqueueOptions:
                  if getattr(self, name) is not None]
         if len(given) > 1:
             raise InvalidOptionsError(
-                f"give at most one of idempotency_key, unique and job_key, got {' and '.join(given)}")
+                "give at most one of idempotency_key, unique and job_key, got "
+                + " and ".join(given))
         if type(self.priority) is not int or not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise InvalidOptionsError(
                 f"priority must be an int in [{PRIORITY_MIN}, {PRIORITY_MAX}], "
@@ -308,7 +310,13 @@ class EnqueueOptions:
 def delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         return delay.total_seconds()
-    if isinstance(delay, str):  # "5s", "2m": DESIGN.md's job_key example spells delays so
+    if isinstance(delay, str):
+        # "5s", "2m": DESIGN.md's job_key example spells a delay so. A bare "5" stays refused:
+        # a number comes as a number, not as text that happens to parse.
+        if not delay.strip()[-1:].isalpha():
+            raise InvalidOptionsError(
+                f"delay must be seconds, a timedelta or a duration with a unit (\"5s\"), "
+                f"got {shown(delay)}")
         try:
             return parse_duration(delay, maximum=MAX_DELAY_SECONDS)
         except ValueError as exc:

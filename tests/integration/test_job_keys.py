@@ -352,9 +352,8 @@ def test_inside_a_rolled_back_transaction_nothing_changes(app: App, database_url
     assert [queue.get_job(held.id), queue.get_job(unique.id)] == before
     assert count(queue.conn) == jobs_before
     # And committed, it sticks.
-    with psycopg.connect(database_url) as caller:
-        with caller.transaction(), app.using(caller):
-            sync.apply_async((5,), job_key="k")
+    with psycopg.connect(database_url) as caller, caller.transaction(), app.using(caller):
+        sync.apply_async((5,), job_key="k")
     job = held.job()
     assert job is not None and job.payload["args"] == [5]
 
