@@ -1171,6 +1171,7 @@ $function$;
 CREATE OR REPLACE FUNCTION workhorse.enqueue_v2(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[], p_feature_levels smallint[] DEFAULT NULL::smallint[], p_unique_keys text[] DEFAULT NULL::text[], p_unique_periods double precision[] DEFAULT NULL::double precision[], p_unique_states text[] DEFAULT NULL::text[], p_job_keys text[] DEFAULT NULL::text[], p_job_key_modes text[] DEFAULT NULL::text[])
  RETURNS TABLE(id bigint, duplicate boolean)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 #variable_conflict use_column
 DECLARE
@@ -1284,7 +1285,7 @@ BEGIN
         LOOP
             SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
             FROM workhorse.jobs j
-            WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i]
+            WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i] AND j.job_key IS NOT NULL
             FOR UPDATE;
             IF FOUND AND v_holder.status IN ('scheduled', 'ready') THEN
                 UPDATE workhorse.jobs j
@@ -1349,7 +1350,7 @@ BEGIN
             FROM unnest(p_tasks, v_ukeys, p_unique_states, v_done)
                  AS u(task, ukey, states, done)
             WHERE u.ukey IS NOT NULL AND NOT u.done
-              AND j.task = u.task AND j.unique_key = u.ukey
+              AND j.task = u.task AND j.unique_key = u.ukey AND j.unique_key IS NOT NULL
               AND NOT (j.status = ANY(COALESCE(string_to_array(u.states, ','),
                                                '{waiting,scheduled,ready,active}')));
         END IF;
@@ -1395,11 +1396,12 @@ BEGIN
                    CASE WHEN ins.id IS NOT NULL THEN ins.id
                         WHEN t.idem IS NOT NULL THEN
                             (SELECT j.id FROM workhorse.jobs j
-                             WHERE j.task = t.task AND j.idempotency_key = t.idem)
+                             WHERE j.task = t.task AND j.idempotency_key = t.idem
+                               AND j.idempotency_key IS NOT NULL)
                         WHEN t.ukey IS NOT NULL THEN
                             (SELECT j.id FROM workhorse.jobs j
                              WHERE j.task = t.task AND j.unique_key = t.ukey
-                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
+                               AND j.unique_key IS NOT NULL AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
                                                            '{waiting,scheduled,ready,active}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)

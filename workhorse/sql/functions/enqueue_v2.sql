@@ -55,6 +55,11 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_job_key_modes text[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
+-- Generic plans, made once a session: the statements below take whole arrays as parameters,
+-- which the planner cannot see into, so a custom plan is no better, and planning each of them
+-- again at every call (what the default chooses for such statements) cost more than the rest of
+-- a keyed enqueue of one job.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -168,7 +173,7 @@ BEGIN
         LOOP
             SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
             FROM workhorse.jobs j
-            WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i]
+            WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i] AND j.job_key IS NOT NULL
             FOR UPDATE;
             IF FOUND AND v_holder.status IN ('scheduled', 'ready') THEN
                 UPDATE workhorse.jobs j
@@ -233,7 +238,7 @@ BEGIN
             FROM unnest(p_tasks, v_ukeys, p_unique_states, v_done)
                  AS u(task, ukey, states, done)
             WHERE u.ukey IS NOT NULL AND NOT u.done
-              AND j.task = u.task AND j.unique_key = u.ukey
+              AND j.task = u.task AND j.unique_key = u.ukey AND j.unique_key IS NOT NULL
               AND NOT (j.status = ANY(COALESCE(string_to_array(u.states, ','),
                                                '{waiting,scheduled,ready,active}')));
         END IF;
@@ -279,11 +284,12 @@ BEGIN
                    CASE WHEN ins.id IS NOT NULL THEN ins.id
                         WHEN t.idem IS NOT NULL THEN
                             (SELECT j.id FROM workhorse.jobs j
-                             WHERE j.task = t.task AND j.idempotency_key = t.idem)
+                             WHERE j.task = t.task AND j.idempotency_key = t.idem
+                               AND j.idempotency_key IS NOT NULL)
                         WHEN t.ukey IS NOT NULL THEN
                             (SELECT j.id FROM workhorse.jobs j
                              WHERE j.task = t.task AND j.unique_key = t.ukey
-                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
+                               AND j.unique_key IS NOT NULL AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
                                                            '{waiting,scheduled,ready,active}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
