@@ -67,6 +67,7 @@ DECLARE
     v_n integer := COALESCE(cardinality(p_tasks), 0);
     v_inserted bigint[];
     v_cand bigint[];
+    v_sequence regclass;
     v_ukeys text[];
     v_ids bigint[];
     v_dup boolean[];
@@ -148,8 +149,9 @@ BEGIN
     END IF;
 
     -- Each entry's candidate id, in input order: the id it gets if it is inserted.
-    v_cand := ARRAY(SELECT nextval(pg_get_serial_sequence('workhorse.jobs', 'id')::regclass)
-                    FROM generate_series(1, v_n) ORDER BY 1);
+    -- The identity's sequence looked up once, not once a job.
+    v_sequence := pg_get_serial_sequence('workhorse.jobs', 'id')::regclass;
+    v_cand := ARRAY(SELECT nextval(v_sequence) FROM generate_series(1, v_n) ORDER BY 1);
     v_ids := array_fill(NULL::bigint, ARRAY[v_n]);
     v_dup := array_fill(false, ARRAY[v_n]);
     v_done := array_fill(false, ARRAY[v_n]);
@@ -234,12 +236,19 @@ BEGIN
         END IF;
         IF v_ukeys IS NOT NULL THEN
             -- A job no longer in an equal enqueue's states gives its unique key up.
+            -- Each entry's holder found by an index probe; the conditions are repeated on the
+            -- updated row, so that a holder changed meanwhile is judged as it is now.
             UPDATE workhorse.jobs j SET unique_key = NULL
-            FROM unnest(p_tasks, v_ukeys, p_unique_states, v_done)
-                 AS u(task, ukey, states, done)
-            WHERE u.ukey IS NOT NULL AND NOT u.done
-              AND j.task = u.task AND j.unique_key = u.ukey AND j.unique_key IS NOT NULL
-              AND NOT (j.status = ANY(COALESCE(string_to_array(u.states, ','),
+            FROM (SELECT u.ukey, u.states, h.id
+                  FROM unnest(p_tasks, v_ukeys, p_unique_states, v_done)
+                       AS u(task, ukey, states, done)
+                  CROSS JOIN LATERAL (
+                      SELECT x.id FROM workhorse.jobs x
+                      WHERE x.task = u.task AND x.unique_key = u.ukey
+                        AND x.unique_key IS NOT NULL) AS h
+                  WHERE u.ukey IS NOT NULL AND NOT u.done) AS s
+            WHERE j.id = s.id AND j.unique_key = s.ukey
+              AND NOT (j.status = ANY(COALESCE(string_to_array(s.states, ','),
                                                '{waiting,scheduled,ready,active}')));
         END IF;
         WITH input AS (
@@ -266,12 +275,11 @@ BEGIN
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status
         )
-        SELECT array_agg(ins.id),
-               v_hint_queues || COALESCE(array_agg(ins.queue) FILTER (WHERE ins.status = 'ready'),
+        SELECT v_hint_queues || COALESCE(array_agg(ins.queue) FILTER (WHERE ins.status = 'ready'),
                                          '{}'),
                v_hint_keys || COALESCE(array_agg(ins.ckey) FILTER (WHERE ins.status = 'ready'),
                                        '{}')
-        INTO v_inserted, v_hint_queues, v_hint_keys
+        INTO v_hint_queues, v_hint_keys
         FROM inserted ins;
 
         -- A new statement: it sees the rows just inserted, and those of enqueues that committed
@@ -294,7 +302,11 @@ BEGIN
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
                  WITH ORDINALITY AS t(task, idem, ukey, states, cand, done, ord)
-            LEFT JOIN unnest(v_inserted) AS ins(id) ON ins.id = t.cand
+            -- Inserted means its candidate id exists (no one else uses it): one primary-key
+            -- probe an entry, where a join with the inserted ids, planned for arrays of unknown
+            -- size, may compare every pair.
+            LEFT JOIN LATERAL (SELECT j.id FROM workhorse.jobs j WHERE j.id = t.cand) AS ins
+                   ON true
             WHERE NOT t.done
         LOOP
             IF v_row.job_id IS NULL THEN
