@@ -106,3 +106,25 @@ def test_the_task_rule_applies_and_a_call_can_replace_or_drop_it() -> None:
         app.task(name="x.z", unique="args")(lambda user_id: None)  # type: ignore[arg-type]
     # A function with **kwargs may name any key.
     assert app.task(name="x.w", unique=Unique(keys=("any",)))(lambda **kw: None).unique
+
+
+def test_under_eager_an_idempotency_hit_is_a_duplicate_and_keys_are_kept() -> None:
+    from workhorse.testing import eager
+
+    app = App("unit-eager")
+    ran: list[int] = []
+
+    @app.task(name="users.sync")
+    def sync(n: int) -> None:
+        ran.append(n)
+
+    with eager(app):
+        a = sync.apply_async((1,), idempotency_key="i")
+        b = sync.apply_async((2,), idempotency_key="i")
+        k = sync.apply_async((3,), job_key="k")
+        again = sync.apply_async((4,), job_key="k")  # the first has finished: a new job
+    assert (a.duplicate, b.duplicate, b.id) == (False, True, a.id)
+    assert not again.duplicate and again.id != k.id
+    assert ran == [1, 3, 4]
+    job = k.job()
+    assert job is not None and job.job_key == "k"
