@@ -355,8 +355,9 @@ def test_a_claim_moves_key_heads_by_key_not_by_walking_the_queues_heads(explaine
 
 
 def test_keyed_enqueue_plans_use_indexes(explained: Any) -> None:
-    """Unique and job_key enqueues (enqueue_v2's generic plans), single and in batches, with
-    holders to find, update and take over: every statement walks an index, never the table."""
+    """Unique and job_key enqueues (the keyed enqueue function's generic plans), single and in
+    batches, with holders to find, update and take over: every statement walks an index, never
+    the table."""
     from workhorse import Unique
 
     q, plans = explained
