@@ -170,7 +170,8 @@ BEGIN
     -- ---- job keys: one entry at a time, in (task, key, input) order --------------------------
     FOR v_i IN SELECT k.ord FROM unnest(p_tasks, p_job_keys) WITH ORDINALITY AS k(task, jkey, ord)
                WHERE k.jkey IS NOT NULL ORDER BY k.task, k.jkey, k.ord LOOP
-        v_due := COALESCE(p_run_ats[v_i], now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
+        v_due := COALESCE(p_run_ats[v_i],
+                          now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
         v_replace := COALESCE(p_job_key_modes[v_i], 'replace') = 'replace';
         LOOP
             SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
@@ -229,6 +230,7 @@ BEGIN
 
     -- ---- every other entry: set by set, until each has its job ---------------------------------
     LOOP
+        EXIT WHEN NOT (false = ANY(v_done));  -- a batch of job keys only: nothing left
         v_passes := v_passes + 1;
         IF v_passes > 100 THEN
             -- Each pass resolves what no concurrent change undid; this is not expected.
@@ -297,7 +299,8 @@ BEGIN
                         WHEN t.ukey IS NOT NULL THEN
                             (SELECT j.id FROM workhorse.jobs j
                              WHERE j.task = t.task AND j.unique_key = t.ukey
-                               AND j.unique_key IS NOT NULL AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
+                               AND j.unique_key IS NOT NULL
+                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
                                                            '{waiting,scheduled,ready,active}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
