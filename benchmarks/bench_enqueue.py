@@ -11,6 +11,14 @@ Variants, each with the same N rows (task, queue, payload {"args": [i], "kwargs"
 and two for context:
   a' plain INSERT, one row per transaction (autocommit): the commit cost (a) pays
   c' Queue.enqueue_many of keyed jobs into a per-key-governed queue (writes key hints)
+and the job keys of DESIGN.md "Job keys" beside plain enqueue, one job per transaction and in
+batches of 1,000 (`enqueue_many`, 1,000 jobs a call, N/1,000 calls):
+  p1    plain Queue.enqueue, one per transaction (as a)         p1k   plain, batches of 1,000
+  u1    unique=Unique() (every job new: distinct arguments)      u1k   unique, batches of 1,000
+  u1=   unique, every job a duplicate of one existing job        u1k=  duplicates, batches
+  k1    job_key (every key new: inserts)                          k1k   job_key, batches of 1,000
+  k1=   job_key, one key (every enqueue updates its job)          k1k=  1,000 keys, each updated
+The keyed variants build their EnqueueOptions before the clock starts (one a job for job_key).
 
 The "equivalent plain table" is `CREATE TABLE ... (LIKE workhorse.jobs INCLUDING ALL)`: the same
 columns, defaults, generated rank, identity, constraints and partial indexes, without the enqueue
@@ -97,6 +105,55 @@ def v_enqueue_many_keyed(conn: psycopg.Connection[Any], n: int) -> float:
     return time.perf_counter() - t0
 
 
+BATCH = 1_000
+
+
+def _keyed_options(kind: str, n: int) -> list[Any]:
+    """One EnqueueOptions per job: `unique` (one shared), `job_key` (one key a job, or one key
+    for all with "job_key=")."""
+    from workhorse import EnqueueOptions, Unique
+
+    if kind == "plain":
+        return [EnqueueOptions(queue=QUEUE)] * n
+    if kind == "unique":
+        return [EnqueueOptions(queue=QUEUE, unique=Unique())] * n
+    if kind == "job_key":
+        return [EnqueueOptions(queue=QUEUE, job_key=f"k{i}") for i in range(n)]
+    if kind == "job_key=":
+        return [EnqueueOptions(queue=QUEUE, job_key="k")] * n
+    if kind == "job_key=1k":  # the same 1,000 keys in every batch: each batch updates them all
+        keys = [EnqueueOptions(queue=QUEUE, job_key=f"k{i}") for i in range(BATCH)]
+        return [keys[i % BATCH] for i in range(n)]
+    raise ValueError(kind)
+
+
+def _key_variant(kind: str, batch: int, duplicate: bool = False
+                 ) -> Callable[[psycopg.Connection[Any], int], float]:
+    """Enqueue n jobs with `kind` keys: one per transaction (batch 1) or `batch` a call.
+    `duplicate`: every payload equal, after one first job (so each enqueue finds it)."""
+
+    def run(conn: psycopg.Connection[Any], n: int) -> float:
+        from workhorse import Queue
+
+        q = Queue(conn)
+        options = _keyed_options(kind, n)
+        payloads = [_payload(0 if duplicate else i) for i in range(n)]
+        if duplicate or kind.startswith("job_key="):
+            # The job every later enqueue finds, made before the clock starts.
+            q.enqueue_many([(TASK, payloads[i], options[i]) for i in range(min(batch, n))])
+        t0 = time.perf_counter()
+        if batch == 1:
+            for i in range(n):
+                q.enqueue(TASK, payloads[i], options[i])
+        else:
+            for start in range(0, n, batch):
+                q.enqueue_many([(TASK, payloads[i], options[i])
+                                for i in range(start, min(start + batch, n))])
+        return time.perf_counter() - t0
+
+    return run
+
+
 def _plain_rows(n: int) -> list[tuple[Any, ...]]:
     return [
         (TASK, QUEUE, "", 0, Jsonb(_payload(i)), "ready", 3, "fail", Jsonb({})) for i in range(n)
@@ -158,6 +215,25 @@ VARIANTS = [
         False,
         v_enqueue_many_keyed,
     ),
+    Variant("p1", "plain enqueue, one per transaction", True, True, _key_variant("plain", 1)),
+    Variant("u1", "unique, one per transaction (all new)", True, True,
+            _key_variant("unique", 1)),
+    Variant("u1=", "unique, one per transaction (all duplicates)", True, True,
+            _key_variant("unique", 1, duplicate=True)),
+    Variant("k1", "job_key, one per transaction (all new)", True, True,
+            _key_variant("job_key", 1)),
+    Variant("k1=", "job_key, one per transaction (all updates)", True, True,
+            _key_variant("job_key=", 1)),
+    Variant("p1k", "plain enqueue_many, batches of 1,000", False, False,
+            _key_variant("plain", BATCH)),
+    Variant("u1k", "unique, batches of 1,000 (all new)", False, False,
+            _key_variant("unique", BATCH)),
+    Variant("u1k=", "unique, batches of 1,000 (all duplicates)", False, False,
+            _key_variant("unique", BATCH, duplicate=True)),
+    Variant("k1k", "job_key, batches of 1,000 (all new)", False, False,
+            _key_variant("job_key", BATCH)),
+    Variant("k1k=", "job_key, batches of 1,000 (all updates)", False, False,
+            _key_variant("job_key=1k", BATCH)),
 ]
 QUICK_PER_CALL_JOBS = 2_000
 
@@ -246,7 +322,8 @@ def main(
         table.add(
             f"({v.id}) {v.label}",
             f"{jobs[v.id]:,}",
-            f"{jobs[v.id]:,}" if v.per_transaction else "1",
+            f"{jobs[v.id]:,}" if v.per_transaction
+            else f"{-(-jobs[v.id] // BATCH):,}" if v.id.endswith(("1k", "1k=")) else "1",
             c.rate(1 / m),
             f"{m * 1e6:.1f}",
             f"{m / base:.2f}x" if base else "-",
@@ -255,6 +332,11 @@ def main(
         "(a') and (c') are context: (a') is the per-commit floor that (a) pays; (c') adds one key "
         f"hint per distinct key ({KEYS} keys) in a queue with max_active_per_key. The plain table "
         "is LIKE workhorse.jobs INCLUDING ALL (same columns, defaults, indexes)."
+    )
+    table.notes.append(
+        "p/u/k: plain, unique, job_key; 1: one job per transaction; 1k: enqueue_many of 1,000 "
+        "(one transaction a call); '=': every enqueue finds an existing job (a unique duplicate, "
+        "a job_key update)."
     )
     out.table(table)
 

@@ -38,6 +38,7 @@ from .types import (
     Schedule,
     ScheduleDefinition,
     SyncReport,
+    Unique,
     WorkerInfo,
 )
 
@@ -78,6 +79,7 @@ __all__ = [
     "Task",
     "TaskCanceledError",
     "TaskFailedError",
+    "Unique",
     "UnknownTaskError",
     "WorkerInfo",
     "WorkhorseError",

@@ -322,10 +322,12 @@ class AppEnqueuer(Enqueuer):
 
     def _enqueue(self, calls: Sequence[Call]) -> Plan[list[JobHandle]]:
         with telemetry.enqueue_span(calls[0].task, calls[0].options.queue) as meta:
-            ids = yield _ops.enqueue_many(
+            unique = any(c.arguments is not None for c in calls)
+            outcomes = yield _ops.enqueue_outcomes(
                 [(c.task, c.payload, c.options) for c in calls],
-                on_failure=[c.on_failure for c in calls], meta=[meta] * len(calls))
-        return [JobHandle(job_id, self) for job_id in ids]
+                on_failure=[c.on_failure for c in calls], meta=[meta] * len(calls),
+                arguments=[c.arguments for c in calls] if unique else None)
+        return [JobHandle(job_id, self, duplicate) for job_id, duplicate in outcomes]
 
     def enqueue_calls(self, calls: Sequence[Call], connection: Any = None) -> list[JobHandle]:
         """Enqueue resolved calls in one round trip, on `connection`, the `using()` connection,

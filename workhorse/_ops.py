@@ -11,6 +11,7 @@ Nothing here commits: the caller owns the connection and its transaction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -37,6 +38,7 @@ from .types import (
     INT_MAX,
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
+    UNIQUE_STATES_DEFAULT,
     ClaimedJob,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -56,6 +58,7 @@ from .types import (
     ScheduleDefinition,
     SyncReport,
     ThroughputMinute,
+    Unique,
     WorkerInfo,
     check_count,
     check_id,
@@ -229,14 +232,33 @@ def enqueue_many(
     jobs: Sequence[tuple[str, Any, EnqueueOptions | None]],
     on_failure: Sequence[str] | None = None,
     meta: Sequence[dict[str, Any] | None] | None = None,
+    arguments: Sequence[dict[str, Any] | None] | None = None,
 ) -> Operation[list[int]]:
-    for what, per_job in (("on_failure", on_failure), ("meta", meta)):
+    """The ids of `jobs`, in order (an existing job's id where a key made it a duplicate)."""
+    outcomes = yield from enqueue_outcomes(jobs, on_failure, meta, arguments)
+    return [job_id for job_id, _ in outcomes]
+
+
+def enqueue_outcomes(
+    jobs: Sequence[tuple[str, Any, EnqueueOptions | None]],
+    on_failure: Sequence[str] | None = None,
+    meta: Sequence[dict[str, Any] | None] | None = None,
+    arguments: Sequence[dict[str, Any] | None] | None = None,
+) -> Operation[list[tuple[int, bool]]]:
+    """`(id, duplicate)` for each of `jobs`, in order: duplicate is True when the enqueue
+    inserted no row for it (an idempotency hit, a unique duplicate, a job_key update).
+
+    `arguments` (one per job, or None) are a task call's arguments bound through its signature,
+    which a `Unique(by=("args",))` compares; without them it compares the payload."""
+    for what, per_job in (("on_failure", on_failure), ("meta", meta),
+                          ("arguments", arguments)):
         if per_job is not None and (isinstance(per_job, str | dict) or len(per_job) != len(jobs)):
             raise InvalidOptionsError(f"{what} must be a sequence with one entry per job")
     tasks: list[str] = []
     payloads: list[str] = []
     every: list[EnqueueOptions] = []
     names: set[str] = set()  # task names already checked
+    unique_keys: list[str | None] = []
     for index, item in enumerate(jobs):
         try:
             task, payload, options = item
@@ -254,6 +276,8 @@ def enqueue_many(
         tasks.append(task)
         payloads.append(encode_json(payload))
         every.append(options)
+        unique_keys.append(None if options.unique is None else unique_digest(
+            options, payload, None if arguments is None else arguments[index]))
     if on_failure is None:
         failure_modes = ["fail"] * len(jobs)
     else:
@@ -270,17 +294,75 @@ def enqueue_many(
     if all(options is first for options in every):
         # One options object for the batch: each option goes once, not once a job.
         n = len(tasks)
-        rows = yield _sql.statement("enqueue_shared_options"), (
+        unique = first.unique
+        rows = yield _sql.statement("enqueue_keyed_shared_options"), (
             tasks, first.queue, n, first.concurrency_key, n, first.priority, n, payloads,
             first.run_at, n, first.delay_seconds, n, first.max_attempts, n, failure_modes,
-            _or_null(metas), first.idempotency_key, n)
+            _or_null(metas), first.idempotency_key, n, _or_null(unique_keys),
+            None if unique is None else unique.period_seconds, n,
+            None if unique is None else _states_text(unique), n,
+            first.job_key, n, None if first.job_key is None else first.job_key_mode, n)
     else:
-        rows = yield _sql.statement("enqueue"), (
+        uniques = [o.unique for o in every]
+        rows = yield _sql.statement("enqueue_keyed"), (
             tasks, [o.queue for o in every], _or_null([o.concurrency_key for o in every]),
             [o.priority for o in every], payloads, _or_null([o.run_at for o in every]),
             _or_null([o.delay_seconds for o in every]), [o.max_attempts for o in every],
-            failure_modes, _or_null(metas), _or_null([o.idempotency_key for o in every]))
-    return [row[0] for row in rows]
+            failure_modes, _or_null(metas), _or_null([o.idempotency_key for o in every]),
+            _or_null(unique_keys),
+            _or_null([None if u is None else u.period_seconds for u in uniques]),
+            _or_null([None if u is None else _states_text(u) for u in uniques]),
+            _or_null([o.job_key for o in every]),
+            _or_null([None if o.job_key is None else o.job_key_mode for o in every]))
+    return [(row[0], bool(row[1])) for row in rows]
+
+
+def _states_text(unique: Unique) -> str | None:
+    """The states as the enqueue function reads them: comma-separated; None for the default."""
+    return None if unique.states == UNIQUE_STATES_DEFAULT else ",".join(unique.states)
+
+
+# Canonical JSON for a digest: keys sorted, so that {"a": 1, "b": 2} equals {"b": 2, "a": 1}.
+_CANONICAL = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False,
+                              sort_keys=True)
+
+
+def unique_digest(options: EnqueueOptions, payload: Any,
+                  arguments: dict[str, Any] | None) -> str:
+    """The identity of a unique job: a sha256 of its `by` values as canonical JSON. "args" are
+    `arguments` (a task call's, bound through its signature) when given, else the payload; with
+    `keys`, only the named arguments (or fields of a payload object).
+
+    >>> from workhorse import Unique
+    >>> one = EnqueueOptions(unique=Unique(by=("args", "queue")))
+    >>> unique_digest(one, {"b": 2, "a": 1}, None) == unique_digest(one, {"a": 1, "b": 2}, None)
+    True
+    """
+    unique = options.unique
+    assert unique is not None
+    document: dict[str, Any] = {}
+    if "args" in unique.by:
+        values: Any = payload if arguments is None else arguments
+        if unique.keys is not None:
+            if not isinstance(values, dict):
+                raise InvalidOptionsError(
+                    "Unique(keys=...) names fields: without a task's signature, the payload "
+                    f"must be a JSON object, got {shown(values)}")
+            missing = [key for key in unique.keys if key not in values]
+            if missing and arguments is None:
+                raise InvalidOptionsError(
+                    f"Unique(keys=...): the payload has no field {', '.join(map(repr, missing))}")
+            values = {key: values.get(key) for key in unique.keys}
+        document["args"] = values
+    if "queue" in unique.by:
+        document["queue"] = options.queue
+    if "concurrency_key" in unique.by:
+        document["concurrency_key"] = options.concurrency_key
+    try:
+        text = _CANONICAL.encode(document)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOptionsError(f"unique: the compared arguments are not JSON: {exc}") from None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 _DEFAULT_OPTIONS = EnqueueOptions()
@@ -295,7 +377,7 @@ def _or_null(column: list[Any]) -> list[Any] | None:
 def _job_from_row(row: tuple[Any, ...]) -> Job:
     (id_, task, queue, ckey, priority, payload, status, attempts, max_attempts, result, error,
      run_at, enqueued_at, started_at, finished_at, on_failure, fence, lease_until, meta,
-     cancel_requested, idempotency_key, expires_at) = row
+     cancel_requested, idempotency_key, expires_at, *keys) = row
     return Job(
         id=id_, task=task, queue=queue, concurrency_key=ckey, priority=priority, payload=payload,
         status=JobStatus.of_row(status), attempts=attempts, max_attempts=max_attempts,
@@ -303,6 +385,8 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
+        # Only get_job reads the job key; the list statements of 0.2.0 do not (frozen).
+        job_key=keys[0] if keys else None,
     )
 
 
@@ -316,7 +400,7 @@ def _job_id(job_id: object) -> int:
 
 
 def get_job(job_id: int) -> Operation[Job | None]:
-    rows = yield _sql.statement("get_job"), (_job_id(job_id),)
+    rows = yield _sql.statement("get_job_keyed"), (_job_id(job_id),)
     return _job_from_row(rows[0]) if rows else None
 
 

@@ -40,6 +40,7 @@ from .types import (
     QueueSpec,
     ScheduleDefinition,
     SyncReport,
+    Unique,
     check_name,
     retention_seconds,
 )
@@ -185,6 +186,7 @@ class App(AppEnqueuer):
         retention: dict[str, Any] | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
+        unique: Unique | None = None,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
@@ -207,6 +209,7 @@ class App(AppEnqueuer):
         retention: dict[str, Any] | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
+        unique: Unique | None = None,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
@@ -229,7 +232,7 @@ class App(AppEnqueuer):
                 rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
                 on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
-                timeout=timeout,
+                timeout=timeout, unique=unique,
             )
 
         return register(fn) if fn is not None else register
@@ -253,6 +256,7 @@ class App(AppEnqueuer):
         retention: dict[str, Any] | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
+        unique: Unique | None = None,
     ) -> Task[Any, Any]:
         from ._durations import parse_lease
 
@@ -301,7 +305,7 @@ class App(AppEnqueuer):
             priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
             on_failure=on_failure, lease=lease_seconds,
             retention=retention_seconds(retention, self.retention), retry_on=retry_on,
-            timeout=timeout_limit,
+            timeout=timeout_limit, unique=unique,
         )
         self.tasks[task_name] = task
         return task

@@ -74,10 +74,15 @@ class JobHandle:
     >>> h = add.delay(2, 3)                                           # doctest: +SKIP
     >>> h.get(timeout=10)                                             # doctest: +SKIP
     5
+    >>> refresh.delay(42).duplicate, refresh.delay(42).duplicate     # doctest: +SKIP
+    (False, True)
     """
 
     id: int
     enqueuer: Enqueuer = field(repr=False, compare=False)
+    # True when the enqueue that made this handle inserted no row: an idempotency hit, a unique
+    # duplicate or a job_key update returned an existing job's id (False for `app.handle(id)`).
+    duplicate: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # A handle is made for a stored id (a bigint): `app.handle(2**70)` fails here, typed.

@@ -87,6 +87,20 @@ class Queue:
         """
         return self._run(_ops.enqueue_many(list(jobs), **extra))
 
+    def enqueue_outcomes(
+        self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
+    ) -> list[tuple[int, bool]]:
+        """`enqueue_many`, with each job's `(id, duplicate)`: duplicate is True when no row was
+        inserted (an idempotency hit, a unique duplicate, a job_key update: the id is the
+        existing job's), what `JobHandle.duplicate` says at the app layer.
+
+        >>> opts = EnqueueOptions(queue="sync", job_key="sync:42", delay=5)  # doctest: +SKIP
+        >>> job = ("sync.user", {"args": [42], "kwargs": {}}, opts)      # doctest: +SKIP
+        >>> q.enqueue_outcomes([job, job])                               # doctest: +SKIP
+        [(45, False), (45, True)]
+        """
+        return self._run(_ops.enqueue_outcomes(list(jobs), **extra))
+
     def sync_concurrency_policies(
         self,
         namespace: str,
@@ -395,6 +409,16 @@ class AsyncQueue:
         [43]
         """
         return await self._run(_ops.enqueue_many(list(jobs), **extra))
+
+    async def enqueue_outcomes(
+        self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
+    ) -> list[tuple[int, bool]]:
+        """`Queue.enqueue_outcomes`, awaitable.
+
+        >>> await aq.enqueue_outcomes([("sync.user", {"args": [42]}, opts)])  # doctest: +SKIP
+        [(45, False)]
+        """
+        return await self._run(_ops.enqueue_outcomes(list(jobs), **extra))
 
     async def sync_concurrency_policies(
         self,

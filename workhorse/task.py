@@ -17,7 +17,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from .errors import InvalidOptionsError
 from .handle import Enqueuer, JobHandle
 from .retry import RetryBackoff
-from .types import EnqueueOptions, QueueSpec, retention_seconds
+from .types import EnqueueOptions, QueueSpec, Unique, retention_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -66,7 +66,7 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
 # What apply_async, map, enqueue_async and send_task accept besides args and kwargs; `countdown`
 # and `eta` are Celery's spellings of `delay` and `run_at`.
 CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
-                "max_attempts", "idempotency_key")
+                "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode")
 
 
 def check_call_options(options: Mapping[str, Any], where: str) -> None:
@@ -147,6 +147,9 @@ class Call:
     payload: dict[str, Any]
     options: EnqueueOptions
     on_failure: str = "fail"
+    # The arguments bound through the task's signature, by parameter name: what a unique job's
+    # `by=("args",)` compares (set only when the call is unique).
+    arguments: dict[str, Any] | None = None
 
 
 class Task(Generic[P, R]):
@@ -176,6 +179,7 @@ class Task(Generic[P, R]):
         retention: dict[str, float | None] | None = None,
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
+        unique: Unique | None = None,
     ) -> None:
         self.enqueuer = enqueuer
         self.fn = fn
@@ -199,6 +203,8 @@ class Task(Generic[P, R]):
         self.argument_checker = _argument_checker(self.signature)
         # `send(message, *, urgent=False)`, for errors: annotations are noise there.
         self.call_shape = name + (_shape(self.signature) if self.signature is not None else "")
+        # Every call's default unique rule (a call's unique= replaces it; unique=False drops it).
+        self.unique: Unique | None = self.check_unique(unique)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.__name__ = getattr(fn, "__name__", name)
         self.__doc__ = fn.__doc__
@@ -253,6 +259,65 @@ class Task(Generic[P, R]):
                 f"{self.call_shape}: the arguments do not match: {exc}"
             ) from None
 
+    def check_unique(self, unique: object) -> Unique | None:
+        """`unique` if it is None or a `Unique` whose `keys` this task's function takes; else
+        InvalidOptionsError.
+
+        >>> app = App("docs")
+        >>> @app.task(name="users.refresh")
+        ... def refresh(user_id, force=False): ...
+        >>> refresh.check_unique(Unique(keys=("user_id",))).keys
+        ('user_id',)
+        >>> refresh.check_unique(Unique(keys=("uid",)))
+        Traceback (most recent call last):
+        ...
+        workhorse.errors.InvalidOptionsError: users.refresh(user_id, force=False): Unique.keys ...
+        """
+        if unique is None:
+            return None
+        if not isinstance(unique, Unique):
+            raise InvalidOptionsError(f"unique must be a workhorse.Unique, got {unique!r}")
+        if unique.keys is not None and self.signature is not None:
+            parameters = self.signature.parameters.values()
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+            named = {p.name for p in parameters if p.kind not in (
+                inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+            unknown = [key for key in unique.keys if key not in named]
+            if unknown and not takes_any:
+                raise InvalidOptionsError(
+                    f"{self.call_shape}: Unique.keys names {', '.join(map(repr, unknown))}, "
+                    "which the function does not take")
+        return unique
+
+    def bound_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name, defaults applied, as a unique job compares
+        them: `f(42)` and `f(user_id=42)` give the same. Extra keyword arguments (`**kw`) sit
+        beside the named ones; extra positional ones (`*args`) under their parameter's name.
+
+        >>> app = App("docs")
+        >>> @app.task(name="users.refresh")
+        ... def refresh(user_id, force=False): ...
+        >>> refresh.bound_arguments((42,), {}) == refresh.bound_arguments((), {"user_id": 42})
+        True
+        >>> refresh.bound_arguments((42,), {})
+        {'user_id': 42, 'force': False}
+        """
+        if self.signature is None:
+            return {"args": list(args), "kwargs": dict(kwargs)}
+        bound = self.signature.bind(*args, **kwargs)  # checked already: it binds
+        bound.apply_defaults()
+        values: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = self.signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                for key, extra in value.items():
+                    values.setdefault(key, extra)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                values[name] = list(value)
+            else:
+                values[name] = value
+        return values
+
     def call(
         self,
         args: Sequence[Any] = (),
@@ -261,12 +326,15 @@ class Task(Generic[P, R]):
         queue: str | QueueSpec | None = None,
         concurrency_key: KeySpec = None,
         priority: int | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
         countdown: float | timedelta | None = None,
         eta: datetime | None = None,
+        unique: Unique | bool | None = None,
+        job_key: str | None = None,
+        job_key_mode: str = "replace",
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
         are Celery's spellings of `delay` and `run_at`.
@@ -297,6 +365,15 @@ class Task(Generic[P, R]):
             raise InvalidOptionsError(
                 "give a delay (delay/countdown) or a time (run_at/eta), not both")
         self.check_arguments(args, kwargs)
+        if unique is False:
+            unique_rule = None  # this call drops the task's unique rule
+        elif unique is None or unique is True:
+            if unique is True and self.unique is None:
+                raise InvalidOptionsError(
+                    "unique=True needs a task declared with unique=Unique(...); pass a Unique")
+            unique_rule = self.unique
+        else:
+            unique_rule = self.check_unique(unique)
         key_spec = concurrency_key if concurrency_key is not None else self.concurrency_key
         key = resolve_key(key_spec, args, kwargs)
         if queue is None:
@@ -311,8 +388,13 @@ class Task(Generic[P, R]):
             delay=delay,
             max_attempts=self.max_attempts if max_attempts is None else max_attempts,
             idempotency_key=idempotency_key,
+            unique=unique_rule,
+            job_key=job_key,
+            job_key_mode=job_key_mode,
         )
-        return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure)
+        arguments = None if unique_rule is None else self.bound_arguments(args, kwargs)
+        return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure,
+                    arguments)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue with the decorator's options: `send.delay({"tenant": "t1"})`.
@@ -332,9 +414,11 @@ class Task(Generic[P, R]):
         **options: Any,
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
-        max_attempts, idempotency_key); `connection=` enqueues inside the caller's transaction.
-        With an idempotency key, a job of this task with that key that still exists is returned
-        instead of a new one.
+        max_attempts, idempotency_key, unique, job_key, job_key_mode); `connection=` enqueues
+        inside the caller's transaction. With an idempotency key, a job of this task with that
+        key that still exists is returned instead of a new one; with `unique`, an equal job in
+        the rule's states; with a `job_key`, the key's pending job, updated (see docs/job-keys.md).
+        The handle's `duplicate` says whether no row was inserted.
 
         >>> send.apply_async(({"tenant": "t1"},), queue="mail-bulk", priority=5,  # doctest: +SKIP
         ...                  countdown=30, idempotency_key="invoice-7")

@@ -110,7 +110,9 @@ class EagerRunner:
             job, task = self._accept(call)
             if task is not None:
                 job = self._run_blocking(task, job)
-            handles.append(JobHandle(job.id, self))
+            # No task: an idempotency hit. A unique or job_key call never finds a job here: an
+            # eager job has finished before the next call, which frees its key.
+            handles.append(JobHandle(job.id, self, task is None))
         return handles
 
     async def enqueue_calls_async(
@@ -121,7 +123,7 @@ class EagerRunner:
             job, task = self._accept(call)
             if task is not None:
                 job = await self._run(task, job)
-            handles.append(JobHandle(job.id, self))
+            handles.append(JobHandle(job.id, self, task is None))
         return handles
 
     def get_job(self, job_id: int) -> Job | None:
@@ -183,7 +185,7 @@ class EagerRunner:
             concurrency_key=options.concurrency_key, priority=options.priority, payload=payload,
             status=JobStatus.READY, attempts=0, max_attempts=options.max_attempts, result=None,
             error=None, run_at=run_at, enqueued_at=now, started_at=None, finished_at=None,
-            on_failure=call.on_failure, idempotency_key=key,
+            on_failure=call.on_failure, idempotency_key=key, job_key=options.job_key,
         )
         self.jobs[job_id] = job
         return job, task

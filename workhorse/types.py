@@ -155,6 +155,83 @@ def check_count(value: object, what: str, low: int = 1, high: int = INT_MAX) -> 
     return int(value)
 
 
+UNIQUE_BY = ("args", "queue", "concurrency_key")
+UNIQUE_STATES_DEFAULT = ("waiting", "scheduled", "ready", "active")
+# What `Unique.states` may name: every status a job can be in (workflows add `waiting`).
+JOB_STATUSES = ("waiting", "scheduled", "ready", "active", "succeeded", "failed", "held",
+                "canceled")
+JOB_KEY_MODES = ("replace", "preserve_run_at")
+
+
+def _names_tuple(what: str, value: object, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
+    """A non-empty tuple of distinct names (a list or tuple of str), each in `allowed` when
+    given; else InvalidOptionsError. A lone str is refused: ("args") is a str, not a tuple."""
+    if isinstance(value, str) or not isinstance(value, tuple | list) or not value:
+        raise InvalidOptionsError(f"{what} must be a non-empty tuple of names, got {shown(value)}")
+    for item in value:
+        if not isinstance(item, str) or not item:
+            raise InvalidOptionsError(f"{what} must hold non-empty strings, got {shown(value)}")
+        if allowed is not None and item not in allowed:
+            raise InvalidOptionsError(
+                f"{what}: {item!r} is not one of {', '.join(allowed)}")
+    if len(set(value)) != len(value):
+        raise InvalidOptionsError(f"{what} names one thing twice: {shown(value)}")
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Unique:
+    """No second job while an equal one is in `states`: an enqueue is a duplicate when a job of
+    the same task with equal `by` values is in one of `states` (and, with `period`, was
+    enqueued in the same period, counted from the Unix epoch). A duplicate inserts nothing and
+    returns the existing job's handle (`duplicate` is True).
+
+    `by` is a subset of "args" (the call's arguments bound through the task's signature, so
+    `f(42)` equals `f(user_id=42)`; `keys` compares only the named ones), "queue" and
+    "concurrency_key". `period` is a duration ("1h", seconds, a timedelta), kept in seconds.
+
+    >>> Unique(by=("args",), keys=("user_id",), period="1h").period
+    3600.0
+    >>> Unique(states=("ready",)).by
+    ('args',)
+    """
+
+    by: tuple[str, ...] = ("args",)
+    keys: tuple[str, ...] | None = None
+    period: float | str | timedelta | None = None
+    states: tuple[str, ...] = UNIQUE_STATES_DEFAULT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by", _names_tuple("Unique.by", self.by, UNIQUE_BY))
+        if self.keys is not None:
+            object.__setattr__(self, "keys", _names_tuple("Unique.keys", self.keys, None))
+            if "args" not in self.by:
+                raise InvalidOptionsError("Unique.keys names arguments: by= must include 'args'")
+        object.__setattr__(self, "states",
+                           _names_tuple("Unique.states", self.states, JOB_STATUSES))
+        if self.period is not None:
+            if isinstance(self.period, bool):
+                raise InvalidOptionsError(f"Unique.period must be a duration, got {self.period!r}")
+            try:
+                seconds = parse_duration(self.period, maximum=MAX_DELAY_SECONDS)
+            except (TypeError, ValueError) as exc:
+                raise InvalidOptionsError(f"Unique.period: {exc}") from None
+            if not 0 < seconds <= MAX_DELAY_SECONDS:
+                raise InvalidOptionsError(
+                    f"Unique.period must be more than 0 and at most 1000 years, "
+                    f"got {self.period!r}")
+            object.__setattr__(self, "period", float(seconds))
+
+    @property
+    def period_seconds(self) -> float | None:
+        """`period` in seconds, or None without one.
+
+        >>> Unique(period="1s").period_seconds, Unique().period_seconds
+        (1.0, None)
+        """
+        return None if self.period is None else float(self.period)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueOptions:
     """Where and how a job is enqueued.
@@ -167,9 +244,13 @@ class EnqueueOptions:
     concurrency_key: str | None = None
     priority: int = 0
     run_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | str | timedelta | None = None
     max_attempts: int = 3
     idempotency_key: str | None = None
+    # DESIGN.md "Job keys": at most one of idempotency_key, unique and job_key.
+    unique: Unique | None = None
+    job_key: str | None = None
+    job_key_mode: str = "replace"
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
@@ -177,6 +258,21 @@ class EnqueueOptions:
             check_name("concurrency_key", self.concurrency_key)
         if self.idempotency_key is not None:
             check_name("idempotency_key", self.idempotency_key)
+        if self.unique is not None and not isinstance(self.unique, Unique):
+            raise InvalidOptionsError(
+                f"unique must be a workhorse.Unique, got {shown(self.unique)}")
+        if self.job_key is not None:
+            check_name("job_key", self.job_key)
+        if not isinstance(self.job_key_mode, str) or self.job_key_mode not in JOB_KEY_MODES:
+            raise InvalidOptionsError(
+                f"job_key_mode must be one of {', '.join(JOB_KEY_MODES)}, "
+                f"got {shown(self.job_key_mode)}")
+        given = [name for name in ("idempotency_key", "unique", "job_key")
+                 if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise InvalidOptionsError(
+                "give at most one of idempotency_key, unique and job_key, got "
+                + " and ".join(given))
         if type(self.priority) is not int or not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise InvalidOptionsError(
                 f"priority must be an int in [{PRIORITY_MIN}, {PRIORITY_MAX}], "
@@ -214,6 +310,17 @@ class EnqueueOptions:
 def delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         return delay.total_seconds()
+    if isinstance(delay, str):
+        # "5s", "2m": DESIGN.md's job_key example spells a delay so. A bare "5" stays refused:
+        # a number comes as a number, not as text that happens to parse.
+        if not delay.strip()[-1:].isalpha():
+            raise InvalidOptionsError(
+                f"delay must be seconds, a timedelta or a duration with a unit (\"5s\"), "
+                f"got {shown(delay)}")
+        try:
+            return parse_duration(delay, maximum=MAX_DELAY_SECONDS)
+        except ValueError as exc:
+            raise InvalidOptionsError(f"delay: {exc}") from None
     if isinstance(delay, bool) or not isinstance(delay, int | float):
         raise InvalidOptionsError(f"delay must be seconds or a timedelta, got {delay!r}")
     if delay != delay or delay in (float("inf"), float("-inf")):
@@ -465,6 +572,8 @@ class Job:
     cancel_requested: bool = False
     idempotency_key: str | None = None
     expires_at: datetime | None = None
+    # The job key it holds (DESIGN.md "Job keys"); None once a newer job took the key over.
+    job_key: str | None = None
 
     @property
     def resting(self) -> bool:

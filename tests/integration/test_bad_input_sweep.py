@@ -37,6 +37,7 @@ from workhorse import (
     EnqueueOptions,
     Queue,
     ScheduleDefinition,
+    Unique,
     WorkhorseError,
 )
 from workhorse.cli import main
@@ -228,6 +229,34 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
     add("app.handle 2**70", lambda: app.handle(BIG))
     add("JobHandle 2**63", lambda: JobHandle(BEYOND, app))
     add("JobHandle(str)", lambda: JobHandle("1", app))  # type: ignore[arg-type]
+    # Job keys (issue #27): each refused, typed, before anything is written.
+    for label, bad in (("empty", ""), ("256", TOO_LONG), ("NUL", NUL), ("surrogate", SURROGATE),
+                       ("int", 7)):
+        add(f"EnqueueOptions job_key {label}", lambda bad=bad: EnqueueOptions(job_key=bad))
+        add(f"apply_async job_key {label}", lambda bad=bad: task.apply_async((1,), job_key=bad))
+    add("job_key_mode unknown", lambda: task.apply_async((1,), job_key="k", job_key_mode="merge"))
+    add("job_key_mode None", lambda: EnqueueOptions(job_key="k", job_key_mode=None))  # type: ignore[arg-type]
+    add("Unique by unknown", lambda: Unique(by=("args", "payload")))
+    add("Unique by a str", lambda: Unique(by="args"))  # type: ignore[arg-type]
+    add("Unique by empty", lambda: Unique(by=()))
+    add("Unique period 0", lambda: Unique(period=0))
+    add("Unique period '0s'", lambda: Unique(period="0s"))
+    add("Unique period negative", lambda: Unique(period=-1))
+    add("Unique period NaN", lambda: Unique(period=NAN))
+    add("Unique period bool", lambda: Unique(period=True))
+    add("Unique states unknown", lambda: Unique(states=("ready", "sleeping")))
+    add("Unique keys without args", lambda: Unique(by=("queue",), keys=("n",)))
+    add("Unique keys the task lacks", lambda: task.apply_async((1,), unique=Unique(keys=("m",))))
+    add("unique not a Unique", lambda: EnqueueOptions(unique="args"))  # type: ignore[arg-type]
+    add("idempotency_key and unique", lambda: task.apply_async(
+        (1,), idempotency_key="i", unique=Unique()))
+    add("idempotency_key and job_key", lambda: EnqueueOptions(idempotency_key="i", job_key="k"))
+    add("unique and job_key", lambda: q.enqueue("sweep.task", ok, EnqueueOptions(
+        unique=Unique(), job_key="k")))
+    add("unique keys on a list payload", lambda: q.enqueue("sweep.task", [1], EnqueueOptions(
+        unique=Unique(keys=("n",)))))
+    add("app.task unique keys it lacks", lambda: app.task(name="sweep.u", unique=Unique(
+        keys=("nope",)))(lambda n: None))
     return cases
 
 

@@ -357,3 +357,29 @@ def test_a_claim_moves_key_heads_by_key_not_by_walking_the_queues_heads(explaine
         "SELECT count(*) FROM workhorse.claim_broken"
         "('heads', 32, 30, NULL, NULL, NULL, NULL, NULL)"))
     assert _heads_walked(old), "the checker saw nothing in a claim that walks the heads"
+
+
+def test_keyed_enqueue_plans_use_indexes(explained: Any) -> None:
+    """Unique and job_key enqueues (the keyed enqueue function's generic plans), single and in
+    batches, with holders to find, update and take over: every statement walks an index, never
+    the table."""
+    from workhorse import Unique
+
+    q, plans = explained
+    _fill(q)
+    unique = EnqueueOptions(queue="free", unique=Unique())
+    keyed = [EnqueueOptions(queue="per-key", concurrency_key="k1", job_key=f"j{i}")
+             for i in range(1000)]
+    q.enqueue_many([("t", {"n": i}, unique) for i in range(1000)])
+    q.enqueue_many([("t", {}, options) for options in keyed])
+    q.conn.execute("ANALYZE workhorse.jobs")
+    _check(plans(lambda: q.enqueue("t", {"n": 1}, unique)),
+           expect=("jobs_unique_key_idx", "jobs_pkey"))
+    _check(plans(lambda: q.enqueue_many([("t", {"n": i}, unique) for i in range(500, 1500)])))
+    _check(plans(lambda: q.enqueue("t", {}, keyed[0])), expect=("jobs_job_key_idx",))
+    _check(plans(lambda: q.enqueue_many([("t", {}, options) for options in keyed])))
+    taken = q.claim("per-key", 1, 30)
+    assert taken
+    _check(plans(lambda: q.enqueue_many([("t", {}, options) for options in keyed[:10]])))
+    _check(plans(lambda: q.enqueue_many([("t", {"i": 1}, EnqueueOptions(
+        queue="free", idempotency_key=f"i{i}")) for i in range(100)])))

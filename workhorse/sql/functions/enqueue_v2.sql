@@ -1,0 +1,339 @@
+-- Enqueue a batch in one statement, and say of each job whether this enqueue inserted it.
+-- Arrays are parallel (one entry per job; a NULL array means NULL for every job); the rows come
+-- back in input order as (id, duplicate): duplicate is true when no row was inserted for that
+-- entry and `id` is an existing job's.
+--
+-- Every job is one of four kinds, by the key it carries (the caller sends at most one):
+-- * No key: inserted.
+-- * `p_idempotency_keys`: inserted only while no job of the same task has that key (in any
+--   status, until retention prunes it); otherwise that job's id. The unique index decides, so
+--   concurrent enqueues of one key make one job (an uncommitted one makes the second wait, as
+--   any unique index does); the same key twice in one batch gives the first one's id twice.
+-- * `p_unique_keys` (a digest of the job's `by` values, made by the caller), with
+--   `p_unique_periods` (seconds, or NULL) and `p_unique_states` (comma-separated statuses, or
+--   NULL: waiting,scheduled,ready,active): a duplicate of the job of the same task with an equal
+--   digest (and, with a period, enqueued in the same period bucket, counted from the Unix epoch
+--   on the database's clock) whose status is one of the states; otherwise inserted. The bucket
+--   is part of the stored `unique_key`, and the index on (task, unique_key) is exact under
+--   concurrency. A job that left the states keeps its unique_key until an equal enqueue comes:
+--   that enqueue clears it (so the key never blocks a new job) and inserts.
+-- * `p_job_keys` with `p_job_key_modes` ('replace', the default, or 'preserve_run_at'): at most
+--   one pending (scheduled, ready) job per task and key. If the key's holder is pending it is
+--   updated in place (payload and meta; run_at and priority too under 'replace'; its status
+--   follows its run_at) and its id returned as a duplicate; otherwise (the holder is active or
+--   finished, or there is none) the holder's job_key is cleared and a new job inserted with the
+--   key, in this transaction, under the holder's row lock: the key belongs to the newest job,
+--   and an older one that returns to `scheduled` runs on without it. Concurrent enqueues of one
+--   key: the index on (task, job_key) makes the second wait for the first's commit, and it then
+--   updates the first's job. Keys are taken in (task, key) order, so two batches never
+--   deadlock on each other's keys; one key twice in a batch ends with the later arguments.
+--
+-- Ids follow input order within a batch (each entry gets its candidate id first; a duplicate's
+-- is left unused). `p_feature_levels` (NULL: every job level 1) is the feature level each job
+-- needs; a job above level 1 raises its queue's level in queue_levels, in this transaction, so
+-- that no claim of a lower level sees the job without seeing its queue's level too. Keys need no
+-- level of their own: see migrations/0004_job_keys.sql. Takes each queue's enqueue gate in
+-- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
+-- queues' claimers at commit.
+CREATE FUNCTION workhorse.enqueue_v2(
+    p_tasks text[],
+    p_queues text[],
+    p_ckeys text[],
+    p_priorities smallint[],
+    p_payloads text[],
+    p_run_ats timestamptz[],
+    p_delays double precision[],
+    p_max_attempts integer[],
+    p_on_failures text[],
+    p_metas text[],
+    p_idempotency_keys text[],
+    p_feature_levels smallint[] DEFAULT NULL,
+    p_unique_keys text[] DEFAULT NULL,
+    p_unique_periods double precision[] DEFAULT NULL,
+    p_unique_states text[] DEFAULT NULL,
+    p_job_keys text[] DEFAULT NULL,
+    p_job_key_modes text[] DEFAULT NULL
+) RETURNS TABLE (id bigint, duplicate boolean)
+LANGUAGE plpgsql VOLATILE
+-- Generic plans, made once a session: the statements below take whole arrays as parameters,
+-- which the planner cannot see into, so a custom plan is no better, and planning each of them
+-- again at every call (what the default chooses for such statements) cost more than the rest of
+-- a keyed enqueue of one job.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue text;
+    v_n integer := COALESCE(cardinality(p_tasks), 0);
+    v_inserted bigint[];
+    v_cand bigint[];
+    v_sequence regclass;
+    v_ukeys text[];
+    v_ids bigint[];
+    v_dup boolean[];
+    v_done boolean[];
+    v_hint_queues text[] := '{}';
+    v_hint_keys text[] := '{}';
+    v_woken text[] := '{}';
+    v_i integer;
+    v_passes integer := 0;
+    v_due timestamptz;
+    v_replace boolean;
+    v_holder record;
+    v_row record;
+    v_status text;
+    v_new bigint;
+    v_left boolean;
+BEGIN
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- Sorted, so that two multi-queue enqueues and an install take the gates in one order.
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
+    END LOOP;
+
+    IF p_feature_levels IS NOT NULL THEN
+        -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
+        -- the claims that do not know it away.
+        INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
+        SELECT t.queue, max(t.level)
+        FROM unnest(p_queues, p_feature_levels) AS t(queue, level)
+        WHERE t.level > 1
+        GROUP BY t.queue
+        ORDER BY t.queue
+        ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
+            WHERE lv.feature_level < excluded.feature_level;
+    END IF;
+
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_idempotency_keys, p_unique_keys, p_job_keys)
+                   AS k(idem, ukey, jkey)
+                   WHERE k.idem IS NOT NULL OR k.ukey IS NOT NULL OR k.jkey IS NOT NULL) THEN
+        -- No keys: every row is inserted, and ids follow input order (the plain enqueue's cost).
+        -- A new statement, so the policy read behind the hints sees any install that finished
+        -- while we waited at the gate.
+        WITH input AS (
+            SELECT t.*,
+                   COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
+            FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
+                        p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels)
+                 WITH ORDINALITY
+                 AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
+                      on_failure, meta, level, ord)
+        ), inserted AS (
+            INSERT INTO workhorse.jobs
+                (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
+                 meta, feature_level)
+            SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
+                   CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+                   i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
+                   COALESCE(i.level, 1)
+            FROM input i
+            ORDER BY i.ord
+            RETURNING id, queue, ckey, status
+        ), hinted AS (
+            INSERT INTO workhorse.key_hints (queue, ckey)
+            SELECT DISTINCT i.queue, i.ckey
+            FROM inserted i
+            JOIN (SELECT DISTINCT q FROM unnest(p_queues) AS q) AS keyed
+              ON keyed.q = i.queue AND workhorse._keyed_v1(keyed.q)
+            WHERE i.ckey <> '' AND i.status = 'ready'
+        )
+        SELECT array_agg(ins.id ORDER BY ins.id) INTO v_inserted FROM inserted ins;
+        FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q LOOP
+            PERFORM workhorse._wake_v1(v_queue);
+        END LOOP;
+        RETURN QUERY SELECT u.id, false FROM unnest(v_inserted) WITH ORDINALITY AS u(id, n)
+                     ORDER BY u.n;
+        RETURN;
+    END IF;
+
+    -- Each entry's candidate id, in input order: the id it gets if it is inserted.
+    -- The identity's sequence looked up once, not once a job.
+    v_sequence := pg_get_serial_sequence('workhorse.jobs', 'id')::regclass;
+    v_cand := ARRAY(SELECT nextval(v_sequence) FROM generate_series(1, v_n) ORDER BY 1);
+    v_ids := array_fill(NULL::bigint, ARRAY[v_n]);
+    v_dup := array_fill(false, ARRAY[v_n]);
+    v_done := array_fill(false, ARRAY[v_n]);
+    -- A unique job's stored key: its digest, and its period's bucket (now(): the transaction's
+    -- clock, as enqueued_at).
+    IF p_unique_keys IS NOT NULL THEN
+        v_ukeys := ARRAY(
+            SELECT CASE WHEN u.k IS NULL OR u.p IS NULL THEN u.k
+                        ELSE u.k || '@'
+                             || floor(extract(epoch FROM now())::double precision / u.p)::bigint
+                   END
+            FROM unnest(p_unique_keys, p_unique_periods) WITH ORDINALITY AS u(k, p, ord)
+            ORDER BY u.ord);
+    END IF;
+
+    -- ---- job keys: one entry at a time, in (task, key, input) order --------------------------
+    FOR v_i IN SELECT k.ord FROM unnest(p_tasks, p_job_keys) WITH ORDINALITY AS k(task, jkey, ord)
+               WHERE k.jkey IS NOT NULL ORDER BY k.task, k.jkey, k.ord LOOP
+        v_due := COALESCE(p_run_ats[v_i],
+                          now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
+        v_replace := COALESCE(p_job_key_modes[v_i], 'replace') = 'replace';
+        LOOP
+            SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
+            FROM workhorse.jobs j
+            WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i] AND j.job_key IS NOT NULL
+            FOR UPDATE;
+            IF FOUND AND v_holder.status IN ('scheduled', 'ready') THEN
+                UPDATE workhorse.jobs j
+                SET payload = p_payloads[v_i]::jsonb,
+                    meta = j.meta || COALESCE(p_metas[v_i], '{}')::jsonb,
+                    run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
+                    priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
+                    status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
+                                  THEN 'scheduled' ELSE 'ready' END
+                WHERE j.id = v_holder.id
+                RETURNING j.status INTO v_status;
+                -- A ready job's head may have moved (its rank, or it left `ready`), as after a
+                -- cancel: the claim refreshes the hinted key.
+                IF v_status = 'ready' OR v_holder.status = 'ready' THEN
+                    v_hint_queues := v_hint_queues || v_holder.queue;
+                    v_hint_keys := v_hint_keys || v_holder.ckey;
+                END IF;
+                v_woken := v_woken || v_holder.queue;
+                v_ids[v_i] := v_holder.id;
+                v_dup[v_i] := true;
+                EXIT;
+            END IF;
+            IF FOUND THEN
+                -- Active or finished: the new job takes the key over.
+                UPDATE workhorse.jobs j SET job_key = NULL WHERE j.id = v_holder.id;
+            END IF;
+            INSERT INTO workhorse.jobs
+                (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
+                 run_at, meta, feature_level, job_key)
+            OVERRIDING SYSTEM VALUE
+            VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
+                    p_priorities[v_i], p_payloads[v_i]::jsonb,
+                    CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END,
+                    p_max_attempts[v_i], p_on_failures[v_i], v_due,
+                    COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
+                    p_job_keys[v_i])
+            ON CONFLICT DO NOTHING
+            RETURNING id, queue, ckey, status INTO v_row;
+            IF FOUND THEN
+                IF v_row.status = 'ready' THEN
+                    v_hint_queues := v_hint_queues || v_row.queue;
+                    v_hint_keys := v_hint_keys || v_row.ckey;
+                END IF;
+                v_ids[v_i] := v_row.id;
+                EXIT;
+            END IF;
+            -- Another enqueue inserted the key's job first and has committed: go again.
+        END LOOP;
+        v_done[v_i] := true;
+    END LOOP;
+
+    -- ---- every other entry: set by set, until each has its job ---------------------------------
+    LOOP
+        EXIT WHEN NOT (false = ANY(v_done));  -- a batch of job keys only: nothing left
+        v_passes := v_passes + 1;
+        IF v_passes > 100 THEN
+            -- Each pass resolves what no concurrent change undid; this is not expected.
+            RAISE EXCEPTION 'enqueue_v2: entries still unresolved after % passes', v_passes - 1;
+        END IF;
+        IF v_ukeys IS NOT NULL THEN
+            -- A job no longer in an equal enqueue's states gives its unique key up.
+            -- Each entry's holder found by an index probe; the conditions are repeated on the
+            -- updated row, so that a holder changed meanwhile is judged as it is now.
+            UPDATE workhorse.jobs j SET unique_key = NULL
+            FROM (SELECT u.ukey, u.states, h.id
+                  FROM unnest(p_tasks, v_ukeys, p_unique_states, v_done)
+                       AS u(task, ukey, states, done)
+                  CROSS JOIN LATERAL (
+                      SELECT x.id FROM workhorse.jobs x
+                      WHERE x.task = u.task AND x.unique_key = u.ukey
+                        AND x.unique_key IS NOT NULL) AS h
+                  WHERE u.ukey IS NOT NULL AND NOT u.done) AS s
+            WHERE j.id = s.id AND j.unique_key = s.ukey
+              AND NOT (j.status = ANY(COALESCE(string_to_array(s.states, ','),
+                                               '{waiting,scheduled,ready,active}')));
+        END IF;
+        WITH input AS (
+            SELECT t.*,
+                   COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
+            FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
+                        p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
+                        p_feature_levels, v_ukeys, v_cand, v_done)
+                 WITH ORDINALITY
+                 AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
+                      on_failure, meta, idem, level, ukey, cand, done, ord)
+            WHERE NOT t.done
+        ), inserted AS (
+            INSERT INTO workhorse.jobs
+                (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
+                 run_at, meta, idempotency_key, feature_level, unique_key)
+            OVERRIDING SYSTEM VALUE
+            SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
+                   CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+                   i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
+                   COALESCE(i.level, 1), i.ukey
+            FROM input i
+            ORDER BY i.ord
+            ON CONFLICT DO NOTHING
+            RETURNING id, queue, ckey, status
+        )
+        SELECT v_hint_queues || COALESCE(array_agg(ins.queue) FILTER (WHERE ins.status = 'ready'),
+                                         '{}'),
+               v_hint_keys || COALESCE(array_agg(ins.ckey) FILTER (WHERE ins.status = 'ready'),
+                                       '{}')
+        INTO v_hint_queues, v_hint_keys
+        FROM inserted ins;
+
+        -- A new statement: it sees the rows just inserted, and those of enqueues that committed
+        -- while the insert waited on them. An entry not inserted takes its holder's id; one
+        -- whose holder is gone (pruned) or left the states meanwhile goes round again.
+        v_left := false;
+        FOR v_row IN
+            SELECT t.ord, t.cand,
+                   ins.id IS NOT NULL AS inserted,
+                   CASE WHEN ins.id IS NOT NULL THEN ins.id
+                        WHEN t.idem IS NOT NULL THEN
+                            (SELECT j.id FROM workhorse.jobs j
+                             WHERE j.task = t.task AND j.idempotency_key = t.idem
+                               AND j.idempotency_key IS NOT NULL)
+                        WHEN t.ukey IS NOT NULL THEN
+                            (SELECT j.id FROM workhorse.jobs j
+                             WHERE j.task = t.task AND j.unique_key = t.ukey
+                               AND j.unique_key IS NOT NULL
+                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
+                                                           '{waiting,scheduled,ready,active}')))
+                   END AS job_id
+            FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
+                 WITH ORDINALITY AS t(task, idem, ukey, states, cand, done, ord)
+            -- Inserted means its candidate id exists (no one else uses it): one primary-key
+            -- probe an entry, where a join with the inserted ids, planned for arrays of unknown
+            -- size, may compare every pair.
+            LEFT JOIN LATERAL (SELECT j.id FROM workhorse.jobs j WHERE j.id = t.cand) AS ins
+                   ON true
+            WHERE NOT t.done
+        LOOP
+            IF v_row.job_id IS NULL THEN
+                v_left := true;
+            ELSE
+                v_ids[v_row.ord] := v_row.job_id;
+                v_dup[v_row.ord] := NOT v_row.inserted;
+                v_done[v_row.ord] := true;
+            END IF;
+        END LOOP;
+        EXIT WHEN NOT v_left;
+    END LOOP;
+
+    INSERT INTO workhorse.key_hints (queue, ckey)
+    SELECT h.queue, h.ckey
+    FROM (SELECT DISTINCT h.queue, h.ckey FROM unnest(v_hint_queues, v_hint_keys) AS h(queue, ckey)
+          WHERE h.ckey <> '') AS h
+    WHERE workhorse._keyed_v1(h.queue);
+
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues || v_woken) AS q LOOP
+        PERFORM workhorse._wake_v1(v_queue);
+    END LOOP;
+
+    RETURN QUERY SELECT u.id, u.dup FROM unnest(v_ids, v_dup) WITH ORDINALITY AS u(id, dup, n)
+                 ORDER BY u.n;
+END
+$$;
