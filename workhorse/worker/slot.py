@@ -114,6 +114,7 @@ class SlotConfig:
     saturation_poll: float = SATURATION_POLL
     ride: bool = True  # successes ride on the next claim of their queue
     prefetch: int = 0  # at most this many jobs of ungoverned queues claimed ahead of a place
+    capacity_grants: bool = False  # claim FIFO queues inside this slot's share (claim's SQL)
 
 
 class _Flag:
@@ -167,7 +168,8 @@ class Slot:
             pass_on=self._pass_on,
             # One name per slot process for its capacity grants (claim's SQL), never reused by
             # another process, so that a restarted slot never inherits a dead one's grant.
-            holder=f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}",
+            holder=(f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+                    if config.capacity_grants else None),
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started

@@ -25,3 +25,15 @@ async def governed(token: str, key: str) -> str:
     finally:
         await probe.leave("queue", f"key:{key}")
     return token
+
+
+# A FIFO queue with only a queue-wide limit: what capacity grants serve (`--capacity-grants`).
+@app.task(queue="fleet-fifo", max_active=MAX_ACTIVE)
+async def fifo(token: str) -> str:
+    await probe.enter("queue")
+    try:
+        await probe.ran(token)
+        await asyncio.sleep(0.02)
+    finally:
+        await probe.leave("queue")
+    return token
