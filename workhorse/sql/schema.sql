@@ -1807,7 +1807,9 @@ BEGIN
     IF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
         v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
     ELSIF v_rate_key IS NOT NULL AND v_admitted < v_room THEN
-        SELECT min(workhorse._rate_next_start_v1(p_queue, h.ckey, v_rate_key, v_period_key, v_now))
+        -- Counted from now, not from the claim's start: the claim itself may have taken a while.
+        SELECT min(workhorse._rate_next_start_v1(p_queue, h.ckey, v_rate_key, v_period_key,
+                                                 clock_timestamp()))
         INTO v_next
         FROM (SELECT kh.ckey FROM workhorse.key_heads kh WHERE kh.queue = p_queue
               ORDER BY kh.queue, kh.head_rank, kh.head_id LIMIT v_room) AS h
