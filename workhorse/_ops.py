@@ -747,38 +747,27 @@ def lease_seconds(lease: object) -> float:
 class ClaimReply:
     """What one claim call said: the jobs claimed; the seconds until a rate limit allows the
     next start, when one cut the claim short (else None); the (id, fence) pairs of the
-    successes that rode on it, each with its new status (stale ones left out); `granted`, that
-    it ran inside the holder's capacity grant; `retry`, that the queue's policy changed under it
-    and it admitted nothing: claim again at once."""
+    successes that rode on it, each with its new status (stale ones left out)."""
 
     jobs: list[ClaimedJob]
     next_start: float | None
     accepted: dict[tuple[int, int], JobStatus]
-    granted: bool = False
-    retry: bool = False
 
 
 def claim_as(
     queue: str, limit: int, lease: float,
-    successes: Sequence[tuple[int, int, str, str]] = (), holder: str | None = None,
-    places: int | None = None,
+    successes: Sequence[tuple[int, int, str, str]] = (),
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
-    once; as `holder`, the claiming process's name for its capacity grants (None: none), which
-    could run `places` more jobs of the queue (None: `limit`; a claimer that claims in a stream
-    asks for less than it could run)."""
+    once."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
-    if holder is not None:
-        check_name("holder", holder)
-    if places is not None:
-        check_count(places, "places", 0)
     if successes:
-        rows = yield _sql.statement("complete_and_claim_with_grant"), (
-            queue, limit, lease, *_success_columns(successes), holder, places)
+        rows = yield _sql.statement("complete_and_claim_next"), (
+            queue, limit, lease, *_success_columns(successes))
     else:
-        rows = yield _sql.statement("claim_with_grant"), (queue, limit, lease, holder, places)
+        rows = yield _sql.statement("claim_next"), (queue, limit, lease)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
@@ -787,13 +776,7 @@ def claim_as(
             del accepted[key]
         else:
             accepted[key] = status
-    return ClaimReply(reply.jobs, reply.next_start, accepted, reply.granted, reply.retry)
-
-
-def release_grants(holder: str) -> Operation[None]:
-    """Give back every capacity grant `holder` holds (a slot that stops)."""
-    check_name("holder", holder)
-    yield _sql.statement("release_grants"), (holder,)
+    return ClaimReply(reply.jobs, reply.next_start, accepted)
 
 
 def claim_batch(
@@ -813,8 +796,8 @@ def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
 def complete_and_claim(
     queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]]
 ) -> Operation[tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]]:
-    """`claim_as` without a holder: the jobs, the rate limit's next start (as `claim_batch`),
-    and the (id, fence) pairs accepted with their new status."""
+    """`claim_as`, as a tuple: the jobs, the rate limit's next start (as `claim_batch`), and the
+    (id, fence) pairs accepted with their new status."""
     reply = yield from claim_as(queue, limit, lease, successes)
     return reply.jobs, reply.next_start, reply.accepted
 
@@ -829,25 +812,18 @@ class _ClaimRows:
     jobs: list[ClaimedJob]
     next_start: float | None
     exceptions: dict[tuple[int, int], JobStatus | None]
-    granted: bool
-    retry: bool
 
 
 def _claimed(rows: list[Any]) -> _ClaimRows:
     """Claim rows: jobs, and the markers (rows with no id): the rate limit's next start, or a
     status: `feature_level` says that the queue needs a newer claim than this package's (it
-    admitted nothing, and the worker is told once per queue), `granted` that the claim ran in
-    the holder's grant, `retry` that it must be sent again. Rows with an id and no task are the
+    admitted nothing, and the worker is told once per queue). Rows with an id and no task are the
     successes that did not end succeeded: (id, fence) -> status (None: stale)."""
-    out = _ClaimRows([], None, {}, False, False)
+    out = _ClaimRows([], None, {})
     for row in rows:
         if row[0] is None:  # no job: a marker
             if row[15] == "feature_level":
                 _warn_feature_level(row[2], row[6])
-            elif row[15] == "granted":
-                out.granted = True
-            elif row[15] == "retry":
-                out.retry = True
             else:  # the rate limit's next allowed start
                 out.next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one

@@ -32,7 +32,7 @@
 -- is left unused). `p_feature_levels` (NULL: every job level 1) is the feature level each job
 -- needs; a job above level 1 raises its queue's level in queue_levels, in this transaction, so
 -- that no claim of a lower level sees the job without seeing its queue's level too. Keys need no
--- level of their own: see migrations/0003_job_keys.sql. Takes each queue's enqueue gate in
+-- level of their own: see migrations/0002_job_keys.sql. Takes each queue's enqueue gate in
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
 -- queues' claimers at commit.
 CREATE FUNCTION workhorse.enqueue_v2(
