@@ -50,6 +50,7 @@ from .types import (
     KeyPressure,
     PolicyHealth,
     PolicyOverride,
+    Progress,
     QueueControl,
     QueueHealth,
     QueueSummary,
@@ -385,8 +386,10 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
-        # Only get_job reads the job key; the list statements of 0.2.0 do not (frozen).
+        # Only get_job reads the job key and the progress; the list statements of 0.2.0 do not
+        # (frozen).
         job_key=keys[0] if keys else None,
+        progress=Progress.from_stored(keys[1], keys[2]) if len(keys) >= 3 else None,
     )
 
 
@@ -940,6 +943,46 @@ def renew_leases(leases: Sequence[tuple[int, int, float]]) -> Operation[dict[int
         [lease_seconds(seconds) for _, _, seconds in leases],
     )
     return {row[0]: bool(row[1]) for row in rows}
+
+
+def _progress_number(value: int | float | None) -> str | None:
+    """A progress number as the text of a JSON number (write_progress casts it to numeric)."""
+    if value is None:
+        return None
+    return str(value) if isinstance(value, int) else repr(float(value))
+
+
+def write_progress(
+    entries: Sequence[tuple[int, int, int, int | float, int | float | None, str | None]],
+) -> Operation[set[int]]:
+    """Write `(job_id, fence, seq, done, total, message)` progress values (checked by
+    `check_progress` when the handler reported them), each under its job's fence; returns the
+    ids written (a stale fence or an expired lease writes nothing)."""
+    if not entries:
+        return set()
+    rows = yield _sql.statement("write_progress"), (
+        [check_id(e[0]) for e in entries],
+        [check_id(e[1], "a fence") for e in entries],
+        [int(e[2]) for e in entries],
+        [_progress_number(e[3]) for e in entries],
+        [_progress_number(e[4]) for e in entries],
+        [e[5] for e in entries],
+    )
+    return {row[0] for row in rows}
+
+
+def job_progress(job_ids: Sequence[int]) -> Operation[dict[int, Progress]]:
+    """The progress of each job's current (or last) attempt, for the ids that have one."""
+    ids = [check_id(job_id) for job_id in job_ids]
+    if not ids:
+        return {}
+    rows = yield _sql.statement("job_progress"), (ids,)
+    found = {}
+    for job_id, document, at in rows:
+        progress = Progress.from_stored(document, at)
+        if progress is not None:
+            found[job_id] = progress
+    return found
 
 
 def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:

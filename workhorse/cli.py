@@ -650,6 +650,8 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
         if field.name in ("error", "meta"):
             continue
         value = getattr(job, field.name)
+        if field.name == "progress" and value is not None:
+            value = value.text + (f" (at {value.at})" if value.at is not None else "")
         if isinstance(value, dict | list):
             value = json.dumps(value, default=_json_default)
         table.add_row(field.name, "-" if value is None else str(value))

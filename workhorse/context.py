@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from ._durations import parse_duration
 from .errors import InvalidOptionsError, NoCurrentJobError
-from .types import ClaimedJob
+from .types import ClaimedJob, check_progress
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,6 +43,10 @@ def _never() -> bool:
 
 
 def _no_renewal() -> None:
+    return None
+
+
+def _no_report(done: int | float, total: int | float | None, message: str | None) -> None:
     return None
 
 
@@ -71,6 +75,9 @@ class JobContext:
     # (may raise StaleLeaseError when the lease is already lost). Both must be thread-safe.
     cancel_check: Callable[[], bool] = field(default=_never, repr=False, compare=False)
     renew: Callable[[], None] = field(default=_no_renewal, repr=False, compare=False)
+    # Keep the latest progress (checked) in the runner's memory; it writes it later, not here.
+    report: Callable[[int | float, int | float | None, str | None], None] = field(
+        default=_no_report, repr=False, compare=False)
 
     @classmethod
     def for_claimed(
@@ -79,6 +86,7 @@ class JobContext:
         *,
         cancel_check: Callable[[], bool] = _never,
         renew: Callable[[], None] = _no_renewal,
+        report: Callable[[int | float, int | float | None, str | None], None] = _no_report,
     ) -> JobContext:
         """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
         (the claim says), else the job's `run_at` on a first attempt; None for a retried job that
@@ -93,7 +101,7 @@ class JobContext:
             attempt=job.attempts, max_attempts=job.max_attempts,
             scheduled_for=job.scheduled_for if job.scheduled_for is not None
             else job.run_at if job.attempts == 1 else None,
-            cancel_check=cancel_check, renew=renew,
+            cancel_check=cancel_check, renew=renew, report=report,
         )
 
     @property
@@ -114,6 +122,22 @@ class JobContext:
         True
         """
         return self.attempt >= self.max_attempts
+
+    def progress(
+        self, done: int | float, total: int | float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the attempt has come. No round trip: the value is kept in the worker's
+        memory, and the worker writes the latest one within about a second (at most once a
+        second per job, under the job's fence, and once more when the attempt ends), so a
+        handler may call this in its innermost loop. `done` and `total` are numbers >= 0 (int or
+        float, finite, not bool); `message` at most 1000 characters. Bad input raises
+        InvalidOptionsError, and nothing is kept.
+
+        >>> for i, page in enumerate(pages, 1):      # in a handler  # doctest: +SKIP
+        ...     render(page)
+        ...     current_job().progress(i, total=len(pages), message="pages")
+        """
+        self.report(*check_progress(done, total, message))
 
     def heartbeat(self) -> None:
         """Renew the job's lease now, for a handler that wants to renew earlier than the worker

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import JobNotFoundError, TaskCanceledError, TaskFailedError
-from .types import Job, JobStatus, check_id
+from .types import Job, JobStatus, Progress, check_id
 
 
 class Enqueuer(Protocol):
@@ -105,6 +105,26 @@ class JobHandle:
         """
         job = self.job()
         return None if job is None else job.status
+
+    def progress(self) -> Progress | None:
+        """The latest progress the job's current (or last) attempt reported, as the worker
+        wrote it (within about a second of the handler's call, and once more when the attempt
+        ended); None before it reported any, or when there is no such job.
+
+        >>> h.progress()  # doctest: +SKIP
+        Progress(done=40, total=100, message='pages', at=datetime.datetime(...))
+        """
+        job = self.job()
+        return None if job is None else job.progress
+
+    async def progress_async(self) -> Progress | None:
+        """`progress()` for async code.
+
+        >>> (await h.progress_async()).done  # doctest: +SKIP
+        40
+        """
+        job = await self.job_async()
+        return None if job is None else job.progress
 
     async def job_async(self) -> Job | None:
         """`job()` for async code.

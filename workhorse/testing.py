@@ -38,7 +38,7 @@ from .errors import InvalidOptionsError, StaleLeaseError
 from .handle import JobHandle
 from .queue import Queue
 from .task import Call, Task
-from .types import ClaimedJob, Job, JobStatus
+from .types import ClaimedJob, Job, JobStatus, Progress
 
 T = TypeVar("T")
 
@@ -216,7 +216,9 @@ class EagerRunner:
         while True:
             attempts = job.attempts + 1
             started = datetime.now(UTC)
-            job = replace(job, status=JobStatus.ACTIVE, attempts=attempts, started_at=started)
+            # A new attempt starts with no progress.
+            job = replace(job, status=JobStatus.ACTIVE, attempts=attempts, started_at=started,
+                          progress=None)
             self.jobs[job.id] = job
             claimed = ClaimedJob(
                 id=job.id, task=job.task, queue=job.queue, concurrency_key=job.concurrency_key,
@@ -226,8 +228,14 @@ class EagerRunner:
                 enqueued_at=job.enqueued_at, run_at=job.run_at, meta={}, started_at=started,
                 scheduled_for=scheduled_for,
             )
-            outcome = await executor.run(executor.prepare(claimed))
+            execution = executor.prepare(claimed)
+            outcome = await executor.run(execution)
             assert outcome is not None  # only a lost lease has none, and eager has no lease
+            if execution.progress is not None:
+                # As the worker's flush at the attempt's end keeps it.
+                _, done, total, message = execution.progress
+                job = replace(job, progress=Progress(done, total, message, datetime.now(UTC)))
+                self.jobs[job.id] = job
             if outcome.snooze is not None:
                 snoozes += 1
                 if snoozes < EAGER_SNOOZE_LIMIT:

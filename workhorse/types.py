@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -541,6 +542,110 @@ class ConcurrencyPolicy:
     rate_limit_per_key: str | None = None
 
 
+# A progress message is for a bar's caption, not a log: at most this many characters.
+PROGRESS_MESSAGE_MAX = 1000
+# done and total as ints stay within a bigint (floats: any finite value).
+PROGRESS_INT_MAX = 2**63 - 1
+
+
+def _progress_number(what: str, value: object, *, optional: bool) -> int | float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidOptionsError(
+            f"progress: {what} must be a number (int or float), got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidOptionsError(f"progress: {what} must be finite, got {value!r}")
+    if value < 0:
+        raise InvalidOptionsError(f"progress: {what} must be >= 0, got {value!r}")
+    if isinstance(value, int) and value > PROGRESS_INT_MAX:
+        raise InvalidOptionsError(f"progress: {what} must be at most 2**63 - 1, got {value!r}")
+    return int(value) if isinstance(value, int) else float(value)
+
+
+def check_progress(
+    done: object, total: object = None, message: object = None
+) -> tuple[int | float, int | float | None, str | None]:
+    """`(done, total, message)` checked, or InvalidOptionsError: numbers >= 0 (not bool, not NaN
+    or infinite), `total` optional, `message` None or a string of at most PROGRESS_MESSAGE_MAX
+    characters with no NUL (PostgreSQL's JSON cannot store it). `done` may exceed `total` (an
+    estimate that was low); a bar shows it full.
+
+    >>> check_progress(40, 100, "pages")
+    (40, 100, 'pages')
+    >>> check_progress(-1)
+    Traceback (most recent call last):
+    ...
+    workhorse.errors.InvalidOptionsError: progress: done must be >= 0, got -1
+    """
+    checked_done = _progress_number("done", done, optional=False)
+    assert checked_done is not None
+    checked_total = _progress_number("total", total, optional=True)
+    if message is not None:
+        if not isinstance(message, str):
+            raise InvalidOptionsError(f"progress: message must be a string, got {message!r}")
+        if len(message) > PROGRESS_MESSAGE_MAX:
+            raise InvalidOptionsError(
+                f"progress: message is {len(message)} characters, more than "
+                f"{PROGRESS_MESSAGE_MAX}")
+        if "\x00" in message:
+            raise InvalidOptionsError("progress: message must not contain NUL characters")
+        try:
+            message.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidOptionsError(
+                "progress: message must be valid text (it has a lone surrogate)") from None
+    return checked_done, checked_total, message
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The latest progress a running handler reported (`current_job().progress(...)`), as
+    `JobHandle.progress()` and `Job.progress` read it: `at` is when the worker wrote it
+    (database clock; under `eager()`, the local clock when the handler called).
+
+    >>> p = Progress(40, 100, "pages", None)
+    >>> p.fraction, p.text
+    (0.4, '40/100 (40%) pages')
+    """
+
+    done: int | float
+    total: int | float | None = None
+    message: str | None = None
+    at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        check_progress(self.done, self.total, self.message)
+
+    @property
+    def fraction(self) -> float | None:
+        """done / total, at most 1.0; None without a total (or with a total of 0)."""
+        if not self.total:
+            return None
+        return min(float(self.done) / float(self.total), 1.0)
+
+    @property
+    def text(self) -> str:
+        """One line for people: `40/100 (40%) pages`, or `40 pages` without a total."""
+        shown = f"{self.done:g}" if isinstance(self.done, float) else str(self.done)
+        if self.total is not None:
+            total = f"{self.total:g}" if isinstance(self.total, float) else str(self.total)
+            shown += f"/{total}"
+            fraction = self.fraction
+            if fraction is not None:
+                shown += f" ({math.floor(fraction * 100)}%)"
+        if self.message:
+            shown += f" {self.message}"
+        return shown
+
+    @classmethod
+    def from_stored(cls, document: Any, at: datetime | None) -> Progress | None:
+        """The value write_progress stored (a JSON object), or None."""
+        if not isinstance(document, dict) or "done" not in document:
+            return None
+        return cls(document["done"], document.get("total"), document.get("message"), at)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job row.
@@ -574,6 +679,8 @@ class Job:
     expires_at: datetime | None = None
     # The job key it holds (DESIGN.md "Job keys"); None once a newer job took the key over.
     job_key: str | None = None
+    # The latest progress of its current (or last) attempt; None before the attempt reported any.
+    progress: Progress | None = None
 
     @property
     def resting(self) -> bool:

@@ -56,6 +56,20 @@ class Execution:
     # monotonic: when the claim was sent, then each renewal sent (the lease lasts at least
     # `lease` from there), so a job whose lease may have run out unseen is never started
     renewed: float = 0.0
+    # The handler's latest progress as (seq, done, total, message), replaced whole on each call
+    # (one assignment: a reader in another thread never sees a torn value); seq counts the calls.
+    progress: tuple[int, int | float, int | float | None, str | None] | None = None
+    progress_written: int = 0  # the highest seq sent to the database
+
+    def report(self, done: int | float, total: int | float | None, message: str | None) -> None:
+        """current_job().progress(): keep the latest value (checked already); no round trip."""
+        last = self.progress
+        self.progress = (1 if last is None else last[0] + 1, done, total, message)
+
+    def unwritten_progress(self) -> tuple[int, int | float, int | float | None, str | None] | None:
+        """The latest progress when it is newer than what was sent, else None."""
+        value = self.progress
+        return value if value is not None and value[0] > self.progress_written else None
 
     def lease_may_have_expired(self, now: float) -> bool:
         return now - self.renewed >= self.lease
@@ -157,7 +171,8 @@ class Executor:
         renew = self.renew
         return JobContext.for_claimed(
             execution.job, cancel_check=lambda: execution.cancel_requested,
-            renew=(lambda: renew(execution)) if renew is not None else _no_renewal)
+            renew=(lambda: renew(execution)) if renew is not None else _no_renewal,
+            report=execution.report)
 
     async def run(self, execution: Execution) -> Outcome | None:
         job, task = execution.job, execution.task

@@ -11,6 +11,12 @@ A job missing from the returned set has lost its lease (it expired first, or the
 again). `on_lost` is told, from this thread; the slot cancels what it can and discards the result.
 A job whose cancel an operator requested is told to `on_cancel`: the slot cancels an async
 handler; a sync one runs on, its job still counted, and ends canceled when it returns.
+
+The keeper also writes the handlers' progress (`current_job().progress()` only keeps the latest
+value in the job's Execution): every PROGRESS_INTERVAL, the running jobs whose value changed
+since it was last sent, in one statement on the same connection, each under its job's fence.
+So a job's progress is written within about a second of the call and at most once a second,
+however often the handler calls. The recorder writes the last value before the outcome.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ log = logging.getLogger("workhorse.worker")
 # from a 7.5 s lease on, Python's default of 5 ms is kept).
 SWITCH_SHARE = 1 / 500
 MIN_SWITCH_INTERVAL = 0.0005
+# Seconds between two progress writes (of all the slot's running jobs, one statement).
+PROGRESS_INTERVAL = 1.0
 
 
 class Lease(Protocol):
@@ -66,6 +74,7 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._conn: psycopg.Connection[Any] | None = None
         self.renewed = 0
+        self.progress_written = 0  # progress values written (for tests and stats)
         self.worst_gap = 0.0  # the longest time between two beats: how close leases came
         self._last = time.monotonic()
 
@@ -102,29 +111,71 @@ class LeaseKeeper:
         # Fixed rate, not fixed delay: a beat that took long (a busy machine, a GIL held by
         # CPU-bound handlers, a reconnect) must not push every later one back by as much.
         due = time.monotonic() + self.interval
+        progress_due = time.monotonic() + PROGRESS_INTERVAL
         try:
             while True:
-                # Woken early by ask() (a handler's heartbeat()), else at the next due beat.
-                self._asked.wait(max(due - time.monotonic(), 0.0))
+                # Woken early by ask() (a handler's heartbeat()), else at the next due beat or
+                # progress write.
+                asked = self._asked.wait(
+                    max(min(due, progress_due) - time.monotonic(), 0.0))
                 self._asked.clear()
                 if self._stop.is_set():
                     break
                 started = time.monotonic()
-                late = started - due
-                if late > self.interval:
-                    log.warning("heartbeat %.2fs late (every %.2fs): the process is starved; "
-                                "leases may run out under running jobs", late, self.interval)
-                self.beat()
-                with self._beaten:
-                    self._beats += 1
-                    self._beaten.notify_all()
-                self.worst_gap = max(self.worst_gap, started - self._last)
-                self._last = started
-                if started >= due:
-                    due = max(due + self.interval, time.monotonic())
+                if asked or started >= due:
+                    late = started - due
+                    if late > self.interval:
+                        log.warning("heartbeat %.2fs late (every %.2fs): the process is "
+                                    "starved; leases may run out under running jobs", late,
+                                    self.interval)
+                    self.beat()
+                    with self._beaten:
+                        self._beats += 1
+                        self._beaten.notify_all()
+                    self.worst_gap = max(self.worst_gap, started - self._last)
+                    self._last = started
+                    if started >= due:
+                        due = max(due + self.interval, time.monotonic())
+                if time.monotonic() >= progress_due:
+                    self.write_progress()
+                    # Fixed delay: two writes of one job are never less than the interval apart.
+                    progress_due = time.monotonic() + PROGRESS_INTERVAL
         finally:
             if self._conn is not None:
                 self._conn.close()
+
+    def write_progress(self) -> None:
+        """Write the progress of every running job whose value changed since it was sent."""
+        entries = []
+        sent = []
+        for running in list(self.running.copy().values()):
+            unwritten = getattr(running, "unwritten_progress", None)
+            value = unwritten() if unwritten is not None else None
+            if value is not None:
+                seq, done, total, message = value
+                entries.append((running.job_id, running.fence, seq, done, total, message))
+                sent.append((running, seq))
+        if not entries:
+            return
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=10,
+                    application_name="workhorse-leases",
+                )
+            _ops.execute(self._conn, _ops.write_progress(entries))
+        except psycopg.Error as exc:
+            log.warning("writing progress failed (%s); retrying in %.1fs", first_line(exc),
+                        PROGRESS_INTERVAL)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return
+        # Sent is done with, written or refused (a stale fence stays stale): not sent again
+        # until the handler reports a newer value.
+        for running, seq in sent:
+            running.progress_written = max(running.progress_written, seq)
+        self.progress_written += len(entries)
 
     def beat(self) -> None:
         """Renew every running job's lease now; report the ones that are lost."""

@@ -76,7 +76,9 @@ class OutcomeRecorder:
     def add(self, outcome: Outcome) -> None:
         if outcome.succeeded:
             queue = outcome.execution.job.queue
-            if queue in self._ride and not self._closing:
+            # A job with progress not written yet goes to the flush, which writes it first.
+            if (queue in self._ride and not self._closing
+                    and outcome.execution.unwritten_progress() is None):
                 self._riding.setdefault(queue, []).append(outcome)
                 if self._on_riding is not None:
                     self._on_riding()
@@ -155,6 +157,7 @@ class OutcomeRecorder:
         done, self._done = self._done, []
         if done:
             try:
+                await _write_progress(conn, done)
                 accepted = await _ops.execute_async(conn, _ops.complete_encoded(encoded(done)))
             except BaseException:
                 self._done[:0] = done
@@ -164,6 +167,7 @@ class OutcomeRecorder:
             outcome = self._failed[0]
             execution = outcome.execution
             try:
+                await _write_progress(conn, [outcome])
                 status: JobStatus | None
                 if outcome.snooze is not None:
                     status = await _ops.execute_async(conn, _ops.snooze(
@@ -249,6 +253,25 @@ class OutcomeRecorder:
                     await conn.close()
                 except Exception:  # closing a broken connection
                     log.debug("%s: closing a broken connection failed", self.name)
+
+
+async def _write_progress(conn: psycopg.AsyncConnection[Any], outcomes: list[Outcome]) -> None:
+    """Flush the last progress of these attempts before their outcome is recorded (while their
+    fence still holds): the value a handler reported just before it returned is kept too."""
+    entries = []
+    sent = []
+    for outcome in outcomes:
+        execution = outcome.execution
+        value = execution.unwritten_progress()
+        if value is not None:
+            seq, done, total, message = value
+            entries.append((execution.job_id, execution.fence, seq, done, total, message))
+            sent.append((execution, seq))
+    if not entries:
+        return
+    await _ops.execute_async(conn, _ops.write_progress(entries))
+    for execution, seq in sent:
+        execution.progress_written = max(execution.progress_written, seq)
 
 
 def encoded(successes: list[Outcome]) -> list[tuple[int, int, str, str]]:

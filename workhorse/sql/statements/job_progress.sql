@@ -1,0 +1,6 @@
+-- The progress of these jobs' current (or last) attempt: a value written under an older fence
+-- belongs to an older attempt and reads as none (see migration 0011_progress.sql).
+SELECT id, progress, progress_at
+FROM workhorse.jobs
+WHERE id = ANY(%s::bigint[]) AND progress IS NOT NULL
+  AND (progress ->> 'fence')::bigint = fence
