@@ -90,7 +90,7 @@ def retried(markers: str) -> str:
     return "second"
 
 
-@app.task(queue="progress", max_attempts=1)
+@app.task(queue="progress", max_attempts=2)  # an expired lease with no attempt left ends the job
 def ticker(markers: str) -> int:
     """Reports a new value every 20 ms until "stop": a handler that runs on after its job was
     claimed again elsewhere (its lease expired) is a stale handler."""
