@@ -619,14 +619,22 @@ class Progress:
 
     @property
     def fraction(self) -> float | None:
-        """done / total, at most 1.0; None without a total (or with a total of 0)."""
+        """done / total, at most 1.0; None without a total (or with a total of 0).
+
+        >>> Progress(1, 4).fraction, Progress(5, 4).fraction, Progress(3).fraction
+        (0.25, 1.0, None)
+        """
         if not self.total:
             return None
         return min(float(self.done) / float(self.total), 1.0)
 
     @property
     def text(self) -> str:
-        """One line for people: `40/100 (40%) pages`, or `40 pages` without a total."""
+        """One line for people: `40/100 (40%) pages`, or `40 pages` without a total.
+
+        >>> Progress(40, message="pages").text, Progress(1.5, 3.0).text
+        ('40 pages', '1.5/3 (50%)')
+        """
         shown = f"{self.done:g}" if isinstance(self.done, float) else str(self.done)
         if self.total is not None:
             total = f"{self.total:g}" if isinstance(self.total, float) else str(self.total)
@@ -640,7 +648,11 @@ class Progress:
 
     @classmethod
     def from_stored(cls, document: Any, at: datetime | None) -> Progress | None:
-        """The value write_progress stored (a JSON object), or None."""
+        """The value the worker stored (a JSON object), or None.
+
+        >>> Progress.from_stored({"done": 2, "total": 4, "message": None, "fence": 9}, None)
+        Progress(done=2, total=4, message=None, at=None)
+        """
         if not isinstance(document, dict) or "done" not in document:
             return None
         return cls(document["done"], document.get("total"), document.get("message"), at)
