@@ -155,3 +155,12 @@ def test_the_dashboard_shows_it_escaped(database_url: str, queue: Queue) -> None
             assert "1 / 4 (25%)" in html, path
             assert evil not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html, path
             assert 'style="width: 25.0%"' in html, path
+
+
+def test_job_lists_carry_it(queue: Queue) -> None:
+    job = _claim_one(queue)
+    other = queue.enqueue("p.task", {"args": [], "kwargs": {}}, EnqueueOptions(queue="p"))
+    _write(queue, job, 1, 2, 8, "listed")
+    listed = {j.id: j.progress for j in queue.list_jobs(queue="p")}
+    assert listed[other] is None
+    assert listed[job.id] is not None and listed[job.id].text == "2/8 (25%) listed"

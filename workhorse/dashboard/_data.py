@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -255,22 +255,13 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         policy=next((p for p in policies if p.queue == queue), None),
         saturated=_ops.execute(conn, _ops.saturated_keys(queue)),
         rate_limited=_ops.execute(conn, _ops.rate_limited_keys(queue)),
-        running=_with_progress(conn, _ops.execute(conn, _ops.list_jobs(
-            queue=queue, status="active", limit=RUNNING_SHOWN))),
+        running=_ops.execute(conn, _ops.list_jobs(queue=queue, status="active",
+                                                  limit=RUNNING_SHOWN)),
         stalled=health.stalled.get(queue),
         holds=holds(row, rate) if row is not None and row.blocked_ready else [],
         rate=rate,
         chart=chart(minutes, now or datetime.now(UTC), scope=f"queue {queue}"),
     )
-
-
-def _with_progress(conn: psycopg.Connection[Any], found: list[Job]) -> list[Job]:
-    """The jobs with their progress (the list statements of 0.2.0 do not read it), one
-    statement for the whole list."""
-    if not found:
-        return found
-    progress = _ops.execute(conn, _ops.job_progress([j.id for j in found]))
-    return [replace(j, progress=progress.get(j.id)) for j in found]
 
 
 def jobs(conn: psycopg.Connection[Any], chosen: JobFilter, *, count: bool = True
