@@ -31,8 +31,9 @@ def _app_on_the_test_database(database_url):
     progress.app.close()
 
 
-def _worker(database_url: str, tmp_path: Path, **env: str) -> Worker:
-    return Worker(database_url, "apps.progress:app", tmp_path / "w.log", *OPTIONS, env=env)
+def _worker(database_url: str, tmp_path: Path, *extra: str, **env: str) -> Worker:
+    return Worker(database_url, "apps.progress:app", tmp_path / "w.log", *OPTIONS, *extra,
+                  env=env)
 
 
 def _markers(tmp_path: Path) -> Path:
@@ -119,7 +120,9 @@ def test_a_stale_handlers_progress_is_not_written(database_url, conn, tmp_path):
     markers = _markers(tmp_path)
     with progress.app.using(conn):
         h = progress.ticker.delay(str(markers))
-    worker = _worker(database_url, tmp_path)
+    # One place, taken by the ticker: the worker cannot claim the expired job again itself
+    # before the test does.
+    worker = _worker(database_url, tmp_path, "--concurrency", "1")
     queue = Queue(conn)
     try:
         wait_for(lambda: h.progress() is not None, SEEN, "the first progress", worker)
@@ -209,7 +212,7 @@ def assert_one_write_a_second(writes: int, seconds: float) -> None:
 def test_a_thousand_calls_a_second_cost_one_write_a_second(database_url, conn, tmp_path):
     writes, calls, result = _flood(database_url, conn, tmp_path, 4.0)
     ran = result["ended"] - result["began"]
-    assert calls >= 400 * ran  # the handler did call hundreds of times a second
+    assert calls >= 200 * ran  # hundreds of calls a second (about 1,000 on an idle machine)
     assert writes >= 2  # written while it ran, not only at the end
     assert_one_write_a_second(writes, ran)
 
