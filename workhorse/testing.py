@@ -569,6 +569,16 @@ async def _drain(
         return conn
 
     recorder = OutcomeRecorder(same_connection, recorded, name="drain")
+    # Progress is written while a handler runs, as a worker's slot writes it (on a connection of
+    # its own: not on a framework's, whose transaction holds the jobs only it can see).
+    running: dict[int, Execution] = {}
+    progress = None
+    if url is not None:
+        from .worker.leases import LeaseKeeper
+
+        progress = LeaseKeeper(url, running, lambda lost: None, lease, name="workhorse-drain",
+                               renew=False)
+        progress.start()
     try:
         while True:
             if with_scheduled:
@@ -585,7 +595,11 @@ async def _drain(
                 for job in jobs:
                     ran = True
                     execution = executor.prepare(job)
-                    outcome = await run(execution)
+                    running[job.id] = execution
+                    try:
+                        outcome = await run(execution)
+                    finally:
+                        running.pop(job.id, None)
                     if outcome is not None:
                         recorder.add(outcome)
                         await recorder.flush()
@@ -602,6 +616,8 @@ async def _drain(
             else:
                 await anyio.sleep(wait)
     finally:
+        if progress is not None:
+            progress.stop()
         executor.threads.close()
         heartbeats.close()
         await conn.close()  # the recorder's too: it flushed each outcome as it came

@@ -7,6 +7,8 @@ drain."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +269,31 @@ def test_drain_writes_and_keeps_it(conn):
     assert p is not None and (p.done, p.total, p.message) == (7, 10, "last")
     assert p.at is not None
     assert handles[1].progress() is None
+
+
+def test_drain_writes_it_while_the_handler_runs(conn, tmp_path):
+    """drain() runs the handler in this thread; another thread reads the value meanwhile and
+    only then lets the handler go on."""
+    markers = _markers(tmp_path)
+    with progress.app.using(conn):
+        h = progress.stepper.delay(2, str(markers))
+    seen: list[Any] = []
+
+    def watch() -> None:
+        for i in (1, 2):
+            deadline = time.monotonic() + SEEN
+            while time.monotonic() < deadline:
+                p = h.progress()
+                if p is not None and p.done == i:
+                    seen.append((p.done, p.message))
+                    break
+                time.sleep(0.05)
+            (markers / str(i)).write_text("seen")  # on time-out too: the drain ends, and fails
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert drain(progress.app, queues=["progress"], timeout=2 * SEEN).succeeded == 1
+    finally:
+        watcher.join()
+    assert seen == [(1, "step 1"), (2, "step 2")]

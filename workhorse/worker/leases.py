@@ -61,7 +61,10 @@ class LeaseKeeper:
         *,
         name: str = "workhorse-leases",
         on_cancel: Callable[[list[tuple[int, int]]], None] | None = None,
+        renew: bool = True,
     ) -> None:
+        # renew=False: progress only (a drain, whose leases last the whole drain).
+        self.renew = renew
         self.url = url
         self.running = running
         self.on_lost = on_lost
@@ -181,7 +184,7 @@ class LeaseKeeper:
         """Renew every running job's lease now; report the ones that are lost."""
         # dict.copy() is atomic under the GIL: no torn read of the loop's bookkeeping.
         snapshot = list(self.running.copy().values())
-        if not snapshot:
+        if not snapshot or not self.renew:
             return
         leases = [(r.job_id, r.fence, r.lease) for r in snapshot]
         sent = time.monotonic()  # a lease renewed now lasts from here, at the latest
