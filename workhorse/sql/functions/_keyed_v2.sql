@@ -1,0 +1,10 @@
+-- Whether the queue keeps per-key heads: a per-key limit (concurrency or rate) is declared or
+-- overridden, or its policy shares by key (fairness = 'key': its claim takes the heads of keys
+-- with no active job in head order). Enqueues hint keys, and claims walk heads, for such queues.
+CREATE FUNCTION workhorse._keyed_v2(p_queue text) RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT workhorse._keyed_v1(p_queue)
+        OR EXISTS (SELECT 1 FROM workhorse.policies p
+                   WHERE p.queue = p_queue AND p.fairness = 'key')
+$$;
