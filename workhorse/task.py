@@ -455,7 +455,8 @@ class Task(Generic[P, R]):
         max_attempts, idempotency_key, unique, job_key, job_key_mode, cost, rate_cost,
         weight); `connection=` enqueues inside the caller's transaction. With an idempotency
         key, a job of this task with that key that still exists is returned instead of a new
-        one; with `unique`, an equal job in the rule's states; with a `job_key`, the key's pending job, updated (see docs/job-keys.md).
+        one; with `unique`, an equal job in the rule's states; with a `job_key`, the key's
+        pending job, updated (see docs/job-keys.md).
         The handle's `duplicate` says whether no row was inserted.
 
         >>> send.apply_async(({"tenant": "t1"},), queue="mail-bulk", priority=5,  # doctest: +SKIP
