@@ -24,3 +24,4 @@ ALTER TABLE workhorse.policies
 
 \ir ../functions/_keyed_v2.sql
 \ir ../functions/sync_concurrency_policies_v2.sql
+\ir ../functions/_choose_units_v1.sql
