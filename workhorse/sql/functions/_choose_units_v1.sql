@@ -147,7 +147,7 @@ BEGIN
     END IF;
 
     LOOP
-        EXIT WHEN v_n >= p_limit;
+        EXIT WHEN v_n >= p_limit OR v_free <= 0;
         v_guard := v_guard + 1;
         EXIT WHEN v_guard > 8 * p_limit + 10000;  -- belt and braces: each pass takes, holds or passes
 
