@@ -152,7 +152,7 @@ def test_health_json_is_queue_health_field_by_field(
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
         "active": 1, "available": 0, "blocked_ready": 1, "saturated_keys": 0, "capped": False,
         "rate_limit": None, "rate_limit_per_key": None, "rate_limited_keys": 0, "paused": False,
-        "override": None,
+        "override": None, "fairness": "fifo", "active_units": 1,
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 
