@@ -539,7 +539,7 @@ def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]
 
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
-    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
+    rows = yield _sql.statement("retry_jobs_fair"), (_job_ids(ids),)
     return [row[0] for row in rows]
 
 
@@ -717,7 +717,7 @@ def set_queue_control(
         or not 0 < expires_in <= MAX_DELAY_SECONDS
     ):
         raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
-    rows = yield _sql.statement("set_queue_control"), (
+    rows = yield _sql.statement("set_queue_control_fair"), (
         queue, action, max_active, max_active_per_key,
         rate.n if rate else None, rate.period if rate else None,
         rate_key.n if rate_key else None, rate_key.period if rate_key else None,
@@ -892,7 +892,7 @@ def release(
     a stale pair is left out."""
     if not jobs:
         return {}
-    rows = yield _sql.statement("release"), (
+    rows = yield _sql.statement("release_fair"), (
         [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
     return {row[0]: JobStatus.of_row(row[1]) for row in rows}
 

@@ -214,3 +214,50 @@ def test_bad_fairness_is_typed_and_writes_nothing(app, queue, conn, bad):
         app.task(name="fair.decl_fair", queue="q3", **fields)(lambda: None)
     assert conn.execute("SELECT count(*) FROM workhorse.policies").fetchone() == (0,)
     assert _count(conn) == 0
+
+
+def _untracked_key_claimed(queue: Queue, conn: psycopg.Connection[Any]) -> list[str | None]:
+    """A fair queue with no per-key limit: key `a` holds the queue's only active job, so `b`
+    (no active job) is seen only through its key head."""
+    [a] = queue.claim("f", 1, 30)
+    assert a.concurrency_key == "a"
+    return [job.concurrency_key for job in queue.claim("f", 5, 30)]
+
+
+def test_a_fair_queue_keeps_heads_through_retries_releases_and_operator_changes(queue, conn):
+    """Fair share reads key heads even without a per-key limit: every path that makes a job
+    ready again hints its key (a retry that falls due, a release, an operator's retry), and an
+    override cleared on a fair queue leaves its heads in place."""
+    queue.sync_concurrency_policies("ns", [
+        ConcurrencyPolicyDefinition("f", max_active=4, fairness="key")])
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="f", concurrency_key="a"))] * 3)
+    [b] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="f", concurrency_key="b",
+                                                        delay=3600))])
+    conn.execute("UPDATE workhorse.jobs SET run_at = now() - interval '1s' WHERE id = %s", (b,))
+    assert sorted(_untracked_key_claimed(queue, conn), key=str) == ["a", "a", "b"]
+    # An operator's retry of a held job of a new key, and an override set and cleared.
+    conn.execute("UPDATE workhorse.jobs SET status = 'succeeded'")
+    [c] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="f", concurrency_key="c"))])
+    conn.execute("UPDATE workhorse.jobs SET status = 'held' WHERE id = %s", (c,))
+    conn.execute("DELETE FROM workhorse.key_heads")
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="f", concurrency_key="a"))])
+    assert [job.concurrency_key for job in queue.claim("f", 1, 30)] == ["a"]
+    queue.retry_jobs([c])
+    queue.override_policy("f", max_active_per_key=2)
+    queue.clear_override("f")
+    assert [job.concurrency_key for job in queue.claim("f", 5, 30)] == ["c"]
+
+
+def test_a_stored_job_that_can_never_fit_is_held_and_one_an_override_keeps_out_waits(queue, conn):
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("q", max_active=8)])
+    [big, small] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", cost=6)),
+                                       ("t", {}, EnqueueOptions(queue="q", cost=2))])
+    queue.override_policy("q", max_active=4)
+    assert queue.claim("q", 5, 30) == []          # waits for the override: nothing overtakes it
+    assert queue.get_job(big).status == "ready"   # type: ignore[union-attr]
+    queue.clear_override("q")
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("q", max_active=4)])
+    assert [job.id for job in queue.claim("q", 5, 30)] == [small]
+    held = queue.get_job(big)
+    assert held is not None and held.status == "held"
+    assert held.error is not None and held.error["type"] == "CostExceedsLimitError"

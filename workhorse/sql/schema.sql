@@ -268,6 +268,25 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._after_operator_change_v2(p_queues text[], p_keys text[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text;
+    v_keys text[];
+BEGIN
+    FOR v_queue, v_keys IN
+        SELECT c.queue, array_agg(DISTINCT c.ckey)
+        FROM unnest(p_queues, p_keys) AS c(queue, ckey)
+        GROUP BY c.queue
+    LOOP
+        PERFORM workhorse._hint_keys_v2(v_queue, v_keys);
+        PERFORM workhorse._wake_v1(v_queue);
+    END LOOP;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, OUT ids bigint[], OUT rate_blocked boolean)
  RETURNS record
  LANGUAGE plpgsql
@@ -630,6 +649,21 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._hint_keys_v2(p_queue text, p_keys text[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_keys IS NULL OR cardinality(p_keys) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO workhorse.key_hints (queue, ckey)
+    SELECT p_queue, k
+    FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
+    WHERE workhorse._keyed_v2(p_queue);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._keyed_v1(p_queue text)
  RETURNS boolean
  LANGUAGE sql
@@ -727,6 +761,56 @@ BEGIN
     )
     SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v1(p_queue, v_keys);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._prepare_queue_v2(p_queue text, p_now timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_keys text[];
+    v_ended bigint[];
+BEGIN
+    -- No app ran this attempt to its end, so the default retention applies: failed 7 days,
+    -- canceled 1 day (its cancel was requested), held until an operator acts.
+    WITH ended AS (
+        UPDATE workhorse.jobs j
+        SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'canceled'
+                          WHEN j.on_failure = 'hold' THEN 'held' ELSE 'failed' END,
+            finished_at = p_now,
+            expires_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN p_now + interval '1 day'
+                              WHEN j.on_failure = 'hold' THEN NULL
+                              ELSE p_now + interval '7 days' END,
+            lease_until = NULL,
+            error = jsonb_build_object(
+                'type', 'LeaseExpired',
+                'message', format('lease expired on attempt %s of %s', j.attempts, j.max_attempts),
+                'traceback', NULL)
+        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= p_now
+          AND (j.attempts >= j.max_attempts OR j.cancel_requested_at IS NOT NULL)
+        RETURNING j.id
+    )
+    SELECT array_agg(e.id) INTO v_ended FROM ended e;
+    IF v_ended IS NOT NULL THEN
+        PERFORM workhorse._ended_v1(v_ended);
+    END IF;
+
+    -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
+    -- rows makes the planner hash the whole jobs table, on every claim.
+    WITH promoted AS (
+        UPDATE workhorse.jobs j SET status = 'ready'
+        WHERE j.id = ANY(ARRAY(
+                SELECT d.id FROM workhorse.jobs d
+                WHERE d.queue = p_queue AND d.status = 'scheduled' AND d.run_at <= p_now
+                ORDER BY d.queue, d.run_at
+                LIMIT 1000
+                FOR UPDATE SKIP LOCKED))
+          AND j.status = 'scheduled'
+        RETURNING j.ckey
+    )
+    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
+    PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
 END
 $function$;
 
@@ -1492,7 +1576,7 @@ BEGIN
     END IF;
 
     IF v_expired OR v_due THEN
-        PERFORM workhorse._prepare_queue_v1(p_queue, v_now);
+        PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
     END IF;
 
@@ -2604,6 +2688,49 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.release_v2(p_ids bigint[], p_fences bigint[], p_retention text)
+ RETURNS TABLE(id bigint, status text)
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_at timestamptz := clock_timestamp();
+    v_released bigint[];
+    v_statuses text[];
+BEGIN
+    WITH released AS (
+        UPDATE workhorse.jobs j
+        SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'ready' ELSE 'canceled' END,
+            attempts = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1
+                            ELSE j.attempts END,
+            finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE v_at END,
+            expires_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL
+                              ELSE workhorse._expiry_v1('canceled', p_retention::jsonb, v_at) END,
+            lease_until = NULL
+        FROM unnest(p_ids, p_fences) AS b(id, fence)
+        WHERE j.id = b.id AND j.fence = b.fence AND j.status IN ('active', '')
+          AND j.feature_level <= 1  -- this function's feature level
+        RETURNING j.id, j.queue, j.ckey, j.status
+    ), hinted AS (
+        -- A queue that keeps heads (a per-key limit, or fair share): these keys may have a new one.
+        SELECT count(workhorse._hint_keys_v2(k.queue, k.keys)) AS n
+        FROM (SELECT r.queue, array_agg(DISTINCT r.ckey) AS keys
+              FROM released r WHERE r.status = 'ready' GROUP BY r.queue) AS k
+    ), woken AS (
+        SELECT count(workhorse._wake_v1(q.queue)) AS n
+        FROM (SELECT DISTINCT r.queue FROM released r WHERE r.status = 'ready') AS q
+    )
+    SELECT array_agg(r.id), array_agg(r.status) INTO v_released, v_statuses
+    FROM released r, hinted, woken;
+    PERFORM workhorse._ended_v1(ARRAY(
+        SELECT u.id FROM unnest(v_released, v_statuses) AS u(id, status)
+        WHERE u.status = 'canceled'));
+    RETURN QUERY SELECT u.id, u.status FROM unnest(v_released, v_statuses) AS u(id, status);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.results_channel_v1()
  RETURNS text
  LANGUAGE sql
@@ -2630,6 +2757,30 @@ BEGIN
     INTO v_ids, v_queues, v_keys
     FROM released;
     PERFORM workhorse._after_operator_change_v1(v_queues, v_keys);
+    RETURN QUERY SELECT unnest(COALESCE(v_ids, '{}'));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.retry_jobs_v2(p_ids bigint[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_queues text[];
+    v_keys text[];
+BEGIN
+    WITH released AS (
+        UPDATE workhorse.jobs j
+        SET status = 'ready', attempts = 0, run_at = now(), finished_at = NULL,
+            lease_until = NULL, expires_at = NULL, cancel_requested_at = NULL
+        WHERE j.id = ANY(p_ids) AND j.status IN ('held', 'failed', 'canceled')
+        RETURNING j.id, j.queue, j.ckey
+    )
+    SELECT array_agg(id ORDER BY id), array_agg(queue), array_agg(ckey)
+    INTO v_ids, v_queues, v_keys
+    FROM released;
+    PERFORM workhorse._after_operator_change_v2(v_queues, v_keys);
     RETURN QUERY SELECT unnest(COALESCE(v_ids, '{}'));
 END
 $function$;
@@ -2701,6 +2852,29 @@ BEGIN
     END IF;
     PERFORM workhorse._wake_v1(p_queue);
     RETURN QUERY SELECT * FROM workhorse.queue_controls c WHERE c.queue = p_queue;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.set_queue_control_v2(p_queue text, p_action text, p_max_active integer, p_max_active_per_key integer, p_rate_limit integer, p_rate_period double precision, p_rate_limit_per_key integer, p_rate_period_per_key double precision, p_expires_in double precision)
+ RETURNS SETOF workhorse.queue_controls
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_row workhorse.queue_controls;
+    v_rows workhorse.queue_controls[] := '{}';
+BEGIN
+    FOR v_row IN
+        SELECT * FROM workhorse.set_queue_control_v1(
+            p_queue, p_action, p_max_active, p_max_active_per_key, p_rate_limit, p_rate_period,
+            p_rate_limit_per_key, p_rate_period_per_key, p_expires_in)
+    LOOP
+        v_rows := v_rows || v_row;
+    END LOOP;
+    IF workhorse._keyed_v2(p_queue) AND NOT workhorse._keyed_v1(p_queue) THEN
+        -- Fair and no per-key limit now: the heads may have been dropped just now.
+        PERFORM workhorse._rebuild_heads_v1(p_queue);
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(v_rows);
 END
 $function$;
 

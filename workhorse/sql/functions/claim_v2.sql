@@ -166,7 +166,7 @@ BEGIN
     END IF;
 
     IF v_expired OR v_due THEN
-        PERFORM workhorse._prepare_queue_v1(p_queue, v_now);
+        PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
     END IF;
 

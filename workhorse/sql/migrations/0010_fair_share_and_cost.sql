@@ -25,3 +25,9 @@ ALTER TABLE workhorse.policies
 \ir ../functions/_keyed_v2.sql
 \ir ../functions/sync_concurrency_policies_v2.sql
 \ir ../functions/_choose_units_v1.sql
+\ir ../functions/_hint_keys_v2.sql
+\ir ../functions/_prepare_queue_v2.sql
+\ir ../functions/_after_operator_change_v2.sql
+\ir ../functions/retry_jobs_v2.sql
+\ir ../functions/release_v2.sql
+\ir ../functions/set_queue_control_v2.sql
