@@ -680,9 +680,13 @@ CREATE OR REPLACE FUNCTION workhorse._keyed_v2(p_queue text)
  RETURNS boolean
  LANGUAGE sql
 AS $function$
-    SELECT workhorse._keyed_v1(p_queue)
-        OR EXISTS (SELECT 1 FROM workhorse.policies p
-                   WHERE p.queue = p_queue AND p.fairness = 'key')
+    SELECT EXISTS (SELECT 1 FROM workhorse.policies p
+                   WHERE p.queue = p_queue
+                     AND (p.max_active_per_key IS NOT NULL OR p.rate_limit_per_key IS NOT NULL
+                          OR p.fairness = 'key'))
+        OR EXISTS (SELECT 1 FROM workhorse.queue_controls c
+                   WHERE c.queue = p_queue
+                     AND (c.max_active_per_key IS NOT NULL OR c.rate_limit_per_key IS NOT NULL))
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._limits_v1(p_queue text, p_now timestamp with time zone, OUT governed boolean, OUT paused boolean, OUT max_active integer, OUT max_active_per_key integer, OUT rate_limit integer, OUT rate_period double precision, OUT rate_limit_per_key integer, OUT rate_period_per_key double precision, OUT feature_level integer)

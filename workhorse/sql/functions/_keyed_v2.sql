@@ -4,7 +4,11 @@
 CREATE FUNCTION workhorse._keyed_v2(p_queue text) RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$
-    SELECT workhorse._keyed_v1(p_queue)
-        OR EXISTS (SELECT 1 FROM workhorse.policies p
-                   WHERE p.queue = p_queue AND p.fairness = 'key')
+    SELECT EXISTS (SELECT 1 FROM workhorse.policies p
+                   WHERE p.queue = p_queue
+                     AND (p.max_active_per_key IS NOT NULL OR p.rate_limit_per_key IS NOT NULL
+                          OR p.fairness = 'key'))
+        OR EXISTS (SELECT 1 FROM workhorse.queue_controls c
+                   WHERE c.queue = p_queue
+                     AND (c.max_active_per_key IS NOT NULL OR c.rate_limit_per_key IS NOT NULL))
 $$;
