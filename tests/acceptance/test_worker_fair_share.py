@@ -2,8 +2,9 @@
 9 and 10): two supervisor processes serve one fairness="key" queue of max_active=8, and the
 handlers record when they ran (the database's clock). In one pass:
 
-* k=4 keys backlogged at equal weight: each key's time-averaged running count, while every key
-  has backlog, is within 20% of max_active/k;
+* k=4 keys backlogged at equal weight: each key's time-averaged share of the running units,
+  while every key has backlog, is within 20% of 1/k (the absolute count, printed, is about
+  max_active/k times the fleet's utilization);
 * weights 3:1: within 20% of 3/4 and 1/4 of the units;
 * a big job (cost 6) enqueued ahead of a stream of small ones starts before the stream drains;
 * a key that starts sending late, behind a backlog of 10,000 of another key, is served from the
@@ -121,13 +122,17 @@ def test_a_fleet_shares_a_fair_queue_by_key_and_weight_and_counts_costs(
     assert peak_units(everything) <= limit, "running units above max_active"
     assert peak_units(everything) == limit, "the fleet never filled the queue: proves nothing"
 
+    # Each key's share of the units running while every key had backlog, within 20% of its due:
+    # 1/k, or weight / sum of weights. (As a fraction of what ran: the absolute running count
+    # also depends on how busy the machine is, between a handler's end and the next claim.)
     equal_shares = shares(_runs(conn, "eq-"), equal)
-    for _key, share in equal_shares.items():
-        assert abs(share - limit / 4) <= 0.2 * limit / 4, equal_shares
-
+    total = sum(equal_shares.values())
+    for share in equal_shares.values():
+        assert abs(share / total - 1 / 4) <= 0.2 / 4, equal_shares
     weighted = shares(_runs(conn, "w-"), ["heavy", "light"])
-    assert abs(weighted["heavy"] - 0.75 * limit) <= 0.2 * 0.75 * limit, weighted
-    assert abs(weighted["light"] - 0.25 * limit) <= 0.2 * 0.25 * limit, weighted
+    total = weighted["heavy"] + weighted["light"]
+    assert abs(weighted["heavy"] / total - 0.75) <= 0.2 * 0.75, weighted
+    assert abs(weighted["light"] / total - 0.25) <= 0.2 * 0.25, weighted
 
     big = conn.execute("SELECT started FROM fair_runs WHERE token = 'big'").fetchone()[0]
     last_small = conn.execute(
