@@ -225,6 +225,23 @@ def _untracked_key_claimed(queue: Queue, conn: psycopg.Connection[Any]) -> list[
 
 
 def test_a_fair_queue_keeps_heads_through_retries_releases_and_operator_changes(queue, conn):
+    _heads_kept(queue, conn)
+
+
+def test_the_heads_check_fails_when_released_paths_hint_only_per_key_queues(queue, conn):
+    """The check above can fail: with the hints of the paths that make jobs ready again limited
+    to queues with a per-key limit (0.2.0's rule), the retried key is never seen."""
+    name = _sql.function_name("_hint_keys")
+    text = _sql.function_files()[name]
+    keyed = _sql.function_name("_keyed")
+    old = keyed.rsplit("_", 1)[0] + "_v" + "1"  # 0.2.0's rule
+    conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+                 .replace(f"workhorse.{keyed}(", f"workhorse.{old}("))
+    with pytest.raises(AssertionError):
+        _heads_kept(queue, conn)
+
+
+def _heads_kept(queue: Queue, conn: psycopg.Connection[Any]) -> None:
     """Fair share reads key heads even without a per-key limit: every path that makes a job
     ready again hints its key (a retry that falls due, a release, an operator's retry), and an
     override cleared on a fair queue leaves its heads in place."""
