@@ -602,6 +602,7 @@ def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
             created_at=row[4], updated_at=row[5], rate_limit=rate_text(row[6], row[7]),
             rate_limit_per_key=rate_text(row[8], row[9]), fairness=row[10],
+            on_key_full=row[11],
         )
         for row in rows
     ]
@@ -646,6 +647,7 @@ def sync_policies(
         [r.period if r else None for r in per_key],
         bool(prune),
         [d.fairness for d in definitions],
+        [d.on_key_full for d in definitions],
     )
     report = SyncReport()
     for action, queue in rows:
@@ -663,7 +665,7 @@ def health() -> Operation[QueueHealth]:
             capped=row[8], rate_limit=rate_text(row[9], row[10]),
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24]) if row[15] else None,
-            fairness=row[25], active_units=row[26],
+            fairness=row[25], active_units=row[26], on_key_full=row[27],
         )
         for row in rows
     ]

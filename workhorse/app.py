@@ -126,17 +126,19 @@ class App(AppEnqueuer):
         rate_limit: str | None = None,
         rate_limit_per_key: str | None = None,
         fairness: str = "fifo",
+        on_key_full: str = "queue",
     ) -> QueueSpec:
         """Declare a queue that several tasks share, with one combined set of limits.
         `fairness="key"` shares `max_active` among the concurrency keys (see
-        docs/fair-share.md).
+        docs/fair-share.md); `on_key_full=` says what an enqueue does when its job's key is
+        full (docs/job-keys.md).
 
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
         return self._declare_queue(
             QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
-                      fairness)
+                      fairness, on_key_full)
         )
 
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
@@ -146,12 +148,12 @@ class App(AppEnqueuer):
         if existing is None or not existing.governed:
             self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
             return self.queues[spec.name]
-        if spec.governed and (existing.limits, existing.fairness) != (spec.limits, spec.fairness):
+        if spec.governed and (existing.limits, existing.rules) != (spec.limits, spec.rules):
             names = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key",
-                     "fairness")
+                     "fairness", "on_key_full")
 
             def described(queue: QueueSpec) -> str:
-                values = (*queue.limits, queue.fairness)
+                values = (*queue.limits, *queue.rules)
                 return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
             raise InvalidPolicyError(
@@ -195,6 +197,7 @@ class App(AppEnqueuer):
         timeout: float | str | None = None,
         unique: Unique | None = None,
         fairness: str = "fifo",
+        on_key_full: str = "queue",
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
@@ -222,6 +225,7 @@ class App(AppEnqueuer):
         timeout: float | str | None = None,
         unique: Unique | None = None,
         fairness: str = "fifo",
+        on_key_full: str = "queue",
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
@@ -232,6 +236,8 @@ class App(AppEnqueuer):
         itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
         `retry_on=(ConnectionError,)`: only these exception types retry (default: every
         Exception). `timeout="30s"`: the limit per attempt (default: none).
+        `on_key_full="cancel_in_progress"|"cancel_newest"` supersedes a full key's jobs or
+        refuses the new one (needs `max_active_per_key`; docs/job-keys.md).
         `fairness="key"` shares the queue's `max_active` among concurrency keys; `cost=` and
         `rate_cost=` (an int, or a callable of the task's arguments called at enqueue) are the
         units a job occupies and the starts it counts, `weight=` its key's weight
@@ -251,8 +257,8 @@ class App(AppEnqueuer):
                 rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
                 on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
-                timeout=timeout, unique=unique, fairness=fairness, cost=cost,
-                rate_cost=rate_cost, weight=weight,
+                timeout=timeout, unique=unique, fairness=fairness, on_key_full=on_key_full,
+                cost=cost, rate_cost=rate_cost, weight=weight,
             )
 
         return register(fn) if fn is not None else register
@@ -278,6 +284,7 @@ class App(AppEnqueuer):
         timeout: float | str | None = None,
         unique: Unique | None = None,
         fairness: str = "fifo",
+        on_key_full: str = "queue",
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
@@ -313,17 +320,18 @@ class App(AppEnqueuer):
 
         limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
         if isinstance(queue, QueueSpec):
-            if any(value is not None for value in limits) or fairness != "fifo":
-                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness))
+            if (any(value is not None for value in limits)
+                    or (fairness, on_key_full) != ("fifo", "queue")):
+                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness, on_key_full))
             else:
                 spec = self._declare_queue(queue)
         elif queue is not None:
-            spec = self._declare_queue(QueueSpec(queue, *limits, fairness))
+            spec = self._declare_queue(QueueSpec(queue, *limits, fairness, on_key_full))
         else:
             default_limit = _default_limit() if max_active is None else None
             spec = self._declare_queue(QueueSpec(
                 task_name, max_active if max_active is not None else default_limit,
-                max_active_per_key, rate_limit, rate_limit_per_key, fairness,
+                max_active_per_key, rate_limit, rate_limit_per_key, fairness, on_key_full,
             ))
 
         task: Task[Any, Any] = Task(

@@ -23,6 +23,8 @@ LIMIT_MAX = 1_000_000
 COST_MAX = 1_000_000
 WEIGHT_MAX = 1000
 FAIRNESS_MODES = ("fifo", "key")
+# DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+ON_KEY_FULL_MODES = ("queue", "cancel_in_progress", "cancel_newest")
 # A due time must stay a datetime that both Python and PostgreSQL can represent.
 MAX_DELAY_SECONDS = 1000 * 366 * 86400.0
 
@@ -454,6 +456,22 @@ def check_fairness(queue: object, fairness: object, max_active: object) -> None:
             "max_active")
 
 
+def check_on_key_full(queue: object, on_key_full: object, max_active_per_key: object) -> None:
+    """InvalidPolicyError unless `on_key_full` is one of ON_KEY_FULL_MODES, and any but
+    "queue" comes with max_active_per_key (a key is full against that limit).
+
+    >>> check_on_key_full("index", "cancel_in_progress", 1)
+    """
+    if not isinstance(on_key_full, str) or on_key_full not in ON_KEY_FULL_MODES:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: on_key_full must be one of "
+            f"{', '.join(map(repr, ON_KEY_FULL_MODES))}, got {shown(on_key_full)}")
+    if on_key_full != "queue" and max_active_per_key is None:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: on_key_full={on_key_full!r} acts when a key is full, so it needs "
+            "max_active_per_key")
+
+
 def _check_limit(what: str, value: object, *, optional: bool) -> None:
     if value is None and optional:
         return
@@ -483,10 +501,14 @@ class ConcurrencyPolicyDefinition:
     # DESIGN.md "Fair share and job cost": "fifo" (admission order) or "key" (a freed place goes
     # to the key with the smallest active cost per weight); "key" needs max_active.
     fairness: str = "fifo"
+    # DESIGN.md "Job keys": "queue" (wait), "cancel_in_progress" (the newest job of a full key
+    # wins) or "cancel_newest" (the new job is canceled); the last two need max_active_per_key.
+    on_key_full: str = "queue"
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue, InvalidPolicyError)
         check_fairness(self.queue, self.fairness, self.max_active)
+        check_on_key_full(self.queue, self.on_key_full, self.max_active_per_key)
         _check_limit("max_active", self.max_active, optional=True)
         _check_limit("max_active_per_key", self.max_active_per_key, optional=True)
         # Normalised spellings ("100/m"), so that two equal limits compare equal.
@@ -543,6 +565,7 @@ class QueueSpec:
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
     fairness: str = "fifo"
+    on_key_full: str = "queue"
 
     def __post_init__(self) -> None:
         for name in ("rate_limit", "rate_limit_per_key"):  # "100/m" however it was spelled
@@ -574,9 +597,19 @@ class QueueSpec:
         >>> QueueSpec("mail").definition() is None
         True
         """
-        if not self.governed and self.fairness == "fifo":
+        if not self.governed and self.rules == ("fifo", "queue"):
             return None
-        return ConcurrencyPolicyDefinition(self.name, *self.limits, fairness=self.fairness)
+        return ConcurrencyPolicyDefinition(self.name, *self.limits, fairness=self.fairness,
+                                           on_key_full=self.on_key_full)
+
+    @property
+    def rules(self) -> tuple[str, str]:
+        """`(fairness, on_key_full)`: the policy's fields beside its limits.
+
+        >>> QueueSpec("index", max_active_per_key=1, on_key_full="cancel_newest").rules
+        ('fifo', 'cancel_newest')
+        """
+        return (self.fairness, self.on_key_full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,6 +629,7 @@ class ConcurrencyPolicy:
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
     fairness: str = "fifo"
+    on_key_full: str = "queue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,6 +731,8 @@ class PolicyHealth:
     # jobs' cost (`active` and `available` count these units too).
     fairness: str = "fifo"
     active_units: int = 0
+    # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+    on_key_full: str = "queue"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,8 @@
 -- written). The stored policy is the one checked; an override that lowers a limit does not
 -- refuse (the job waits for it to end). Takes each queue's enqueue gate in
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
--- queues' claimers at commit.
+-- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
+-- go through _on_key_full_v1, under the queue's admission lock.
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -96,10 +97,26 @@ DECLARE
     v_status text;
     v_new bigint;
     v_left boolean;
+    v_full_queues text[] := '{}';
+    -- What an on_key_full cancel keeps (the default retention's: no app runs these jobs).
+    c_canceled_retention CONSTANT text := '{"canceled": 86400}';
 BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    -- A queue whose policy acts on a full key (on_key_full) serializes this enqueue with the
+    -- key's claims: its admission lock (exclusive, sorted) comes before the enqueue gates, the
+    -- order a sync takes them in. A policy that changes meanwhile is read again under the lock.
+    FOR v_queue IN
+        SELECT DISTINCT t.q FROM unnest(p_queues, p_ckeys) AS t(q, k)
+        WHERE t.k IS NOT NULL
+          AND EXISTS (SELECT 1 FROM workhorse.policies p
+                      WHERE p.queue = t.q AND p.on_key_full <> 'queue')
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(v_queue));
+        v_full_queues := v_full_queues || v_queue;
+    END LOOP;
     -- Sorted, so that two multi-queue enqueues and an install take the gates in one order.
     FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
         PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
@@ -189,6 +206,9 @@ BEGIN
             WHERE i.ckey <> '' AND i.status = 'ready'
         )
         SELECT array_agg(ins.id ORDER BY ins.id) INTO v_inserted FROM inserted ins;
+        IF cardinality(v_full_queues) > 0 THEN
+            PERFORM workhorse._on_key_full_v1(v_full_queues, v_inserted, c_canceled_retention);
+        END IF;
         FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q LOOP
             PERFORM workhorse._wake_v1(v_queue);
         END LOOP;
@@ -379,6 +399,13 @@ BEGIN
         END LOOP;
         EXIT WHEN NOT v_left;
     END LOOP;
+
+    IF cardinality(v_full_queues) > 0 THEN
+        PERFORM workhorse._on_key_full_v1(
+            v_full_queues,
+            ARRAY(SELECT u.id FROM unnest(v_ids, v_dup) AS u(id, dup) WHERE NOT u.dup),
+            c_canceled_retention);
+    END IF;
 
     INSERT INTO workhorse.key_hints (queue, ckey)
     SELECT h.queue, h.ckey

@@ -1,6 +1,8 @@
 -- Desired-state sync of one namespace's policies. Returns one row per queue touched, with what
 -- happened to it: created, updated, unchanged or pruned. Rate limits come as (N, period seconds)
--- pairs, NULL for none. `p_fairness` is 'fifo' or 'key' per queue (NULL: 'fifo'); a 'key'
+-- pairs, NULL for none. `p_on_key_full` is what an enqueue does for a full key ('queue',
+-- 'cancel_in_progress' or 'cancel_newest'; NULL: 'queue'; _on_key_full_v1 acts on it).
+-- `p_fairness` is 'fifo' or 'key' per queue (NULL: 'fifo'); a 'key'
 -- policy is stored at feature level 2, so that a claim of level 1 admits nothing there, and its
 -- queue keeps per-key heads (_keyed_v2). Pauses and overrides live in queue_controls and are
 -- never touched here.
@@ -14,7 +16,8 @@ CREATE FUNCTION workhorse.sync_concurrency_policies_v2(
     p_rate_limits_per_key integer[],
     p_rate_periods_per_key double precision[],
     p_prune boolean,
-    p_fairness text[] DEFAULT NULL
+    p_fairness text[] DEFAULT NULL,
+    p_on_key_full text[] DEFAULT NULL
 ) RETURNS TABLE (sync_action text, sync_queue text)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -29,6 +32,7 @@ DECLARE
     v_rate_key integer;
     v_period_key double precision;
     v_fair text;
+    v_full text;
     v_level smallint;
     v_was_keyed boolean;
     v_keyed boolean;
@@ -55,11 +59,12 @@ BEGIN
             USING ERRCODE = 'WH001';
     END IF;
 
-    FOR v_queue, v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key, v_fair IN
-        SELECT u.q, u.m, u.k, u.r, u.p, u.rk, u.pk, COALESCE(u.f, 'fifo')
+    FOR v_queue, v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key, v_fair, v_full IN
+        SELECT u.q, u.m, u.k, u.r, u.p, u.rk, u.pk, COALESCE(u.f, 'fifo'), COALESCE(u.o, 'queue')
         FROM unnest(p_queues, p_max_active, p_max_active_per_key, p_rate_limits,
-                    p_rate_periods, p_rate_limits_per_key, p_rate_periods_per_key, p_fairness)
-             AS u(q, m, k, r, p, rk, pk, f)
+                    p_rate_periods, p_rate_limits_per_key, p_rate_periods_per_key, p_fairness,
+                    p_on_key_full)
+             AS u(q, m, k, r, p, rk, pk, f, o)
         WHERE u.q IS NOT NULL
         ORDER BY 1
     LOOP
@@ -77,22 +82,23 @@ BEGIN
         IF v_old.queue IS NULL THEN
             INSERT INTO workhorse.policies (queue, namespace, max_active, max_active_per_key,
                                             rate_limit, rate_period, rate_limit_per_key,
-                                            rate_period_per_key, fairness, feature_level)
+                                            rate_period_per_key, fairness, on_key_full,
+                                            feature_level)
             VALUES (v_queue, p_namespace, v_max, v_per_key, v_rate, v_period, v_rate_key,
-                    v_period_key, v_fair, v_level);
+                    v_period_key, v_fair, v_full, v_level);
             sync_action := 'created';
         ELSIF (v_old.max_active, v_old.max_active_per_key, v_old.rate_limit, v_old.rate_period,
                v_old.rate_limit_per_key, v_old.rate_period_per_key, v_old.fairness,
-               v_old.feature_level)
+               v_old.on_key_full, v_old.feature_level)
               IS NOT DISTINCT FROM (v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key,
-                                    v_fair, v_level)
+                                    v_fair, v_full, v_level)
         THEN
             sync_action := 'unchanged';
         ELSE
             UPDATE workhorse.policies p
             SET max_active = v_max, max_active_per_key = v_per_key, rate_limit = v_rate,
                 rate_period = v_period, rate_limit_per_key = v_rate_key,
-                rate_period_per_key = v_period_key, fairness = v_fair,
+                rate_period_per_key = v_period_key, fairness = v_fair, on_key_full = v_full,
                 feature_level = v_level, updated_at = now()
             WHERE p.queue = v_queue;
             sync_action := 'updated';

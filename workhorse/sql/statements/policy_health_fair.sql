@@ -30,7 +30,8 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        c.override_set_at, c.override_expires_at,
        s.queue_used AS rate_used,
        COALESCE(p.fairness, 'fifo') AS fairness,
-       a.active AS active_units
+       a.active AS active_units,
+       COALESCE(p.on_key_full, 'queue') AS on_key_full
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
