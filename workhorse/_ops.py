@@ -302,7 +302,9 @@ def enqueue_outcomes(
             _or_null(metas), first.idempotency_key, n, _or_null(unique_keys),
             None if unique is None else unique.period_seconds, n,
             None if unique is None else _states_text(unique), n,
-            first.job_key, n, None if first.job_key is None else first.job_key_mode, n)
+            first.job_key, n, None if first.job_key is None else first.job_key_mode, n,
+            _unless_one(first.cost), n, _unless_one(first.rate_cost), n,
+            _unless_one(first.weight), n)
     else:
         uniques = [o.unique for o in every]
         rows = yield _sql.statement("enqueue_keyed"), (
@@ -314,7 +316,10 @@ def enqueue_outcomes(
             _or_null([None if u is None else u.period_seconds for u in uniques]),
             _or_null([None if u is None else _states_text(u) for u in uniques]),
             _or_null([o.job_key for o in every]),
-            _or_null([None if o.job_key is None else o.job_key_mode for o in every]))
+            _or_null([None if o.job_key is None else o.job_key_mode for o in every]),
+            _or_null([_unless_one(o.cost) for o in every]),
+            _or_null([_unless_one(o.rate_cost) for o in every]),
+            _or_null([_unless_one(o.weight) for o in every]))
     return [(row[0], bool(row[1])) for row in rows]
 
 
@@ -369,6 +374,12 @@ def unique_digest(options: EnqueueOptions, payload: Any,
 _DEFAULT_OPTIONS = EnqueueOptions()
 
 
+def _unless_one(value: int) -> int | None:
+    """A cost, rate cost or weight as the enqueue function takes it: NULL means 1, so that a
+    batch of default jobs sends one NULL array (and raises no feature level)."""
+    return None if value == 1 else value
+
+
 def _or_null(column: list[Any]) -> list[Any] | None:
     """A column of NULLs goes as one NULL array (the enqueue's multi-argument unnest pads it with
     NULLs), so that the client does not dump a NULL for every job."""
@@ -389,7 +400,11 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         # Only get_job reads the job key and the progress; the list statements of 0.2.0 do not
         # (frozen).
         job_key=keys[0] if keys else None,
-        progress=Progress.from_stored(keys[1], keys[2]) if len(keys) >= 3 else None,
+        # Only get_job reads the costs (fair share, DESIGN.md "Fair share and job cost").
+        cost=keys[1] if len(keys) > 1 else 1,
+        rate_cost=keys[2] if len(keys) > 2 else 1,
+        weight=keys[3] if len(keys) > 3 else 1,
+        progress=Progress.from_stored(keys[4], keys[5]) if len(keys) > 5 else None,
     )
 
 
@@ -539,7 +554,7 @@ def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]
 
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
-    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
+    rows = yield _sql.statement("retry_jobs_fair"), (_job_ids(ids),)
     return [row[0] for row in rows]
 
 
@@ -596,12 +611,13 @@ def prune_jobs(
 
 def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_policies"), (namespace, namespace)
+    rows = yield _sql.statement("list_policies_fair"), (namespace, namespace)
     return [
         ConcurrencyPolicy(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
             created_at=row[4], updated_at=row[5], rate_limit=rate_text(row[6], row[7]),
-            rate_limit_per_key=rate_text(row[8], row[9]),
+            rate_limit_per_key=rate_text(row[8], row[9]), fairness=row[10],
+            on_key_full=row[11],
         )
         for row in rows
     ]
@@ -635,7 +651,7 @@ def sync_policies(
         seen.add(definition.queue)
     rates = [d.rate for d in definitions]
     per_key = [d.rate_per_key for d in definitions]
-    rows = yield _sql.statement("sync_policies"), (
+    rows = yield _sql.statement("sync_policies_fair"), (
         namespace,
         [d.queue for d in definitions],
         [d.max_active for d in definitions],
@@ -645,6 +661,8 @@ def sync_policies(
         [r.n if r else None for r in per_key],
         [r.period if r else None for r in per_key],
         bool(prune),
+        [d.fairness for d in definitions],
+        [d.on_key_full for d in definitions],
     )
     report = SyncReport()
     for action, queue in rows:
@@ -654,7 +672,7 @@ def sync_policies(
 
 
 def health() -> Operation[QueueHealth]:
-    rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
+    rows = yield _sql.statement("policy_health_fair"), {"sample": HEALTH_SAMPLE}
     policies = [
         PolicyHealth(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
@@ -662,6 +680,7 @@ def health() -> Operation[QueueHealth]:
             capped=row[8], rate_limit=rate_text(row[9], row[10]),
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24]) if row[15] else None,
+            fairness=row[25], active_units=row[26], on_key_full=row[27],
         )
         for row in rows
     ]
@@ -715,7 +734,7 @@ def set_queue_control(
         or not 0 < expires_in <= MAX_DELAY_SECONDS
     ):
         raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
-    rows = yield _sql.statement("set_queue_control"), (
+    rows = yield _sql.statement("set_queue_control_fair"), (
         queue, action, max_active, max_active_per_key,
         rate.n if rate else None, rate.period if rate else None,
         rate_key.n if rate_key else None, rate_key.period if rate_key else None,
@@ -890,7 +909,7 @@ def release(
     a stale pair is left out."""
     if not jobs:
         return {}
-    rows = yield _sql.statement("release"), (
+    rows = yield _sql.statement("release_fair"), (
         [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
     return {row[0]: JobStatus.of_row(row[1]) for row in rows}
 

@@ -407,11 +407,11 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
         return
     table = DataTable(title="policies")
     for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
-                   "rate_limit_per_key", "updated_at"):
+                   "rate_limit_per_key", "fairness", "updated_at"):
         table.add_column(column)
     for p in rows:
         table.add_row(p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
-                      p.rate_limit or "-", p.rate_limit_per_key or "-",
+                      p.rate_limit or "-", p.rate_limit_per_key or "-", p.fairness,
                       p.updated_at.isoformat(timespec="seconds"))
     console.print(table)
 

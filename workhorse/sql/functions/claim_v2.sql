@@ -30,6 +30,10 @@
 --  * A per-key limit or rate: the walk over key heads in admission order, passing over saturated
 --    keys and keys out of starts, so the cost grows with the keys passed over and the batch,
 --    never with a key's backlog.
+--  * Costs and fair share (invariants 9 and 10): a governed queue of level 2 (a job of cost or
+--    rate cost other than 1 was enqueued there, or its policy has fairness = 'key') is admitted
+--    by _choose_units_v1, one job at a time in units, and its touched keys' heads refreshed
+--    after the activation. Queues of level 1 keep the statements below, plans unchanged.
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
 -- Plans are cached generic plans: every statement takes its LIMIT from a variable, and a custom
@@ -83,6 +87,10 @@ DECLARE
     v_move_ids bigint[];
     v_admitted integer := 0;
     v_next double precision;
+    v_units boolean := false;
+    v_fair boolean;
+    v_rate_blocked boolean := false;
+    v_policy record;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -158,12 +166,35 @@ BEGIN
     END IF;
 
     IF v_expired OR v_due THEN
-        PERFORM workhorse._prepare_queue_v1(p_queue, v_now);
+        PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
     END IF;
 
     v_room := p_limit;
-    IF v_governed THEN
+    IF v_governed AND v_level >= 2 THEN
+        -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
+        -- policy's own limits say which jobs can never fit (held); an override only delays.
+        v_units := true;
+        SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
+               p.rate_limit_per_key
+        INTO v_policy
+        FROM workhorse.policies p WHERE p.queue = p_queue;
+        v_fair := COALESCE(v_policy.fair, false);
+        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
+        IF v_hinted AND v_keyed THEN
+            WITH drained AS (
+                DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
+            )
+            SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
+            PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
+        END IF;
+        SELECT c.ids, c.rate_blocked INTO v_ids, v_rate_blocked
+        FROM workhorse._choose_units_v1(
+            p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
+            v_rate, v_period, v_rate_key, v_period_key,
+            v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
+            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired) AS c;
+    ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
         SELECT COALESCE(sum(a.n), 0)::integer,
@@ -202,8 +233,10 @@ BEGIN
         END IF;
     END IF;
 
-    v_keyed := v_governed AND (v_per_key < 2147483647 OR v_rate_key IS NOT NULL);
-    IF NOT v_keyed THEN
+    IF v_units THEN
+        NULL;  -- chosen above
+    ELSIF NOT (v_governed AND (v_per_key < 2147483647 OR v_rate_key IS NOT NULL)) THEN
+        v_keyed := false;
         -- No policy, or a queue-wide limit only: the row walk, v_room long. SKIP LOCKED, which
         -- ungoverned claims need: they run side by side under the shared lock, and the rows stay
         -- locked until the activation below.
@@ -226,6 +259,7 @@ BEGIN
         )
         SELECT array_agg(b.id) INTO v_ids FROM best b;
     ELSE
+        v_keyed := true;
         IF v_hinted THEN
             -- Bring the heads up to date with what was enqueued since the last claim.
             WITH drained AS (
@@ -451,12 +485,13 @@ BEGIN
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
-            SELECT '' AS ckey, v_period AS period, max(a.started_at) AS at, count(*)::integer AS n
+            SELECT '' AS ckey, v_period AS period, max(a.started_at) AS at,
+                   sum(a.rate_cost)::integer AS n
             FROM activated a
             WHERE v_period IS NOT NULL
             HAVING count(*) > 0
             UNION ALL
-            SELECT a.ckey, v_period_key, max(a.started_at), count(*)::integer
+            SELECT a.ckey, v_period_key, max(a.started_at), sum(a.rate_cost)::integer
             FROM activated a
             WHERE v_period_key IS NOT NULL AND a.ckey <> ''
             GROUP BY a.ckey
@@ -476,7 +511,12 @@ BEGIN
         FROM activated a
         ORDER BY a.rank, a.id;
         GET DIAGNOSTICS v_admitted = ROW_COUNT;
-        IF v_keyed AND v_admitted < cardinality(v_ids) THEN
+        IF v_units AND v_keyed THEN
+            -- The choice read the heads but did not move them: set each touched key's again.
+            PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
+                SELECT DISTINCT j.ckey FROM workhorse.jobs j
+                WHERE j.id = ANY(v_ids) AND j.ckey <> ''));
+        ELSIF v_keyed AND v_admitted < cardinality(v_ids) THEN
             -- A chosen job was not activated (it changed meanwhile, or needs a newer level):
             -- the heads moved past it, so set its key's head again from its ready jobs.
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
@@ -488,7 +528,11 @@ BEGIN
     -- Starts used up: say when the next one is allowed (the queue's, else the soonest of the
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
-    IF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
+    IF v_units AND v_rate_blocked THEN
+        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+    ELSIF v_units AND v_rate IS NOT NULL THEN
+        NULL;  -- not cut short by the queue's rate
+    ELSIF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
         v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
     ELSIF v_rate_key IS NOT NULL AND v_admitted < v_room THEN
         -- Counted from now, not from the claim's start: the claim itself may have taken a while.
