@@ -27,6 +27,7 @@ from .queue import AsyncQueue, Queue
 from .retry import Backoff
 from .task import Task
 from .types import (
+    Attempt,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
@@ -46,6 +47,7 @@ __all__ = [
     "App",
     "AppLoadError",
     "AsyncQueue",
+    "Attempt",
     "Backoff",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",

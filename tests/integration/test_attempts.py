@@ -1,0 +1,143 @@
+"""Attempt history (DESIGN.md "The dashboard in an incident"): `JobHandle.attempts()` lists every
+way an attempt ended (retried, failed, held, Snooze, a cancel of a running job, a timeout, a
+lease lost to a reclaim or to the sweep), keeps the last 20 that did not succeed, and a first-try
+success writes nothing more (the trigger is never called, the column stays NULL).
+
+Each checker here is also run against a broken variant (the trigger dropped, or fired for
+every update) and shown to fail."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from workhorse import App, Attempt, EnqueueOptions, Queue, _ops
+
+LEASE = 30.0
+BOOM = {"type": "Boom", "message": "it broke", "traceback": "Traceback (most recent call last)"}
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[App]:
+    application = App("shop", database_url=database_url)
+    yield application
+    application.close()
+
+
+def _past() -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=1)
+
+
+def _outcomes(app: App, job_id: int) -> list[tuple[int, str, str | None]]:
+    return [(a.attempt, a.outcome, a.error["type"] if a.error else None)
+            for a in app.handle(job_id).attempts()]
+
+
+def _one(queue: Queue, name: str = "q") -> Any:
+    [claimed] = queue.claim(name, 1, LEASE)
+    return claimed
+
+
+def _drop_trigger(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("DROP TRIGGER jobs_attempt_ended ON workhorse.jobs")
+
+
+def _trigger_for_every_update(conn: psycopg.Connection[Any]) -> None:
+    """The broken variant of the WHEN clause: called for every update of a job."""
+    _drop_trigger(conn)
+    conn.execute("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs"
+                 " FOR EACH ROW EXECUTE FUNCTION workhorse._record_attempt_v1()")
+
+
+# ---- the scenarios, each a checker -------------------------------------------------------------
+
+
+def failed_then_succeeded(queue: Queue, app: App) -> None:
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    first = _one(queue)
+    queue.fail(first.id, first.fence, BOOM, retry_at=_past())
+    second = _one(queue)
+    queue.complete(second.id, second.fence, {"ok": True})
+    attempts = app.handle(job_id).attempts()
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "retried"), (2, "succeeded")]
+    assert attempts[0].error == BOOM and attempts[1].error is None
+    assert all(isinstance(a, Attempt) for a in attempts)
+    started, ended = attempts[0].started_at, attempts[0].ended_at
+    assert started is not None and ended is not None and started <= ended
+    assert attempts[1].started_at is not None and attempts[1].started_at >= ended
+    job = queue.get_job(job_id)
+    assert job is not None and job.status == "succeeded"
+    assert job.error == BOOM  # Job.error keeps its meaning: the last failure
+    assert _ops.job_own_error(job, attempts) is None  # but it is not shown as the job's own
+
+
+def lost_to_a_real_lease_expiry(queue: Queue, app: App) -> None:
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    [first] = queue.claim("q", 1, 0.3)
+    time.sleep(0.8)  # the lease really runs out: the worker that held it is gone
+    second = _one(queue)
+    assert second.id == job_id and second.attempts == 2
+    queue.complete(second.id, second.fence, None)
+    attempts = app.handle(job_id).attempts()
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "lost"), (2, "succeeded")]
+    assert attempts[0].error is not None and attempts[0].error["type"] == "LeaseExpired"
+    assert attempts[0].ended_at is not None and attempts[0].ended_at <= attempts[1].started_at
+
+
+def first_try_success_calls_nothing(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    with conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'pl'")
+        claimed = _one(queue)
+        queue.heartbeat([(claimed.id, claimed.fence, LEASE)])
+        queue.complete(claimed.id, claimed.fence, {"ok": True})
+        row = conn.execute("SELECT pg_stat_get_xact_function_calls("
+                           "'workhorse._record_attempt_v1()'::regprocedure)").fetchone()
+    assert row is not None and not row[0], f"the trigger ran {row[0]} time(s)"
+    stored = conn.execute("SELECT attempt_history FROM workhorse.jobs WHERE id = %s",
+                          (job_id,)).fetchone()
+    assert stored == (None,)
+
+
+# ---- the tests ---------------------------------------------------------------------------------
+
+
+def test_a_job_that_failed_then_succeeded_shows_both_attempts(queue, app):
+    failed_then_succeeded(queue, app)
+
+
+def test_a_lease_that_really_expired_is_a_lost_attempt(queue, app):
+    lost_to_a_real_lease_expiry(queue, app)
+
+
+def test_a_first_try_success_writes_nothing_more(queue, conn):
+    first_try_success_calls_nothing(queue, conn)
+
+
+def test_the_counter_sees_a_failure_call_the_trigger(queue, conn):
+    """The counting of first_try_success_calls_nothing works: a failure is one call."""
+    queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    with conn.transaction():
+        conn.execute("SET LOCAL track_functions = 'pl'")
+        claimed = _one(queue)
+        queue.fail(claimed.id, claimed.fence, BOOM)
+        row = conn.execute("SELECT pg_stat_get_xact_function_calls("
+                           "'workhorse._record_attempt_v1()'::regprocedure)").fetchone()
+    assert row == (1,)
+
+
+@pytest.mark.parametrize(("scenario", "break_it"), [
+    ("failed_then_succeeded", _drop_trigger),
+    ("lost_to_a_real_lease_expiry", _drop_trigger),
+    ("first_try_success_calls_nothing", _trigger_for_every_update),
+])
+def test_each_checker_fails_on_a_broken_variant(queue, app, conn, scenario, break_it):
+    break_it(conn)
+    run: Callable[..., None] = globals()[scenario]
+    with pytest.raises(AssertionError):
+        run(queue, conn) if scenario == "first_try_success_calls_nothing" else run(queue, app)
