@@ -141,3 +141,134 @@ def test_each_checker_fails_on_a_broken_variant(queue, app, conn, scenario, brea
     run: Callable[..., None] = globals()[scenario]
     with pytest.raises(AssertionError):
         run(queue, conn) if scenario == "first_try_success_calls_nothing" else run(queue, app)
+
+
+# ---- every way an attempt ends -----------------------------------------------------------------
+
+
+def test_a_failure_that_ends_the_job_is_failed_and_held_too(queue, app):
+    failed = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
+    claimed = _one(queue)
+    queue.fail(claimed.id, claimed.fence, BOOM, retry_at=_past())  # no attempts left
+    held = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
+    queue.conn.execute("UPDATE workhorse.jobs SET on_failure = 'hold' WHERE id = %s", (held,))
+    claimed = _one(queue)
+    queue.fail(claimed.id, claimed.fence, BOOM)
+    assert _outcomes(app, failed) == [(1, "failed", "Boom")]
+    assert _outcomes(app, held) == [(1, "failed", "Boom")]
+    job = queue.get_job(held)
+    assert job is not None and job.status == "held"
+    assert _ops.job_own_error(job, app.handle(held).attempts()) == BOOM
+
+
+def test_a_snooze_gives_the_attempt_back_and_is_recorded(queue, app, conn):
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    claimed = _one(queue)
+    _ops.execute(queue.conn, _ops.snooze(claimed.id, claimed.fence, 0.0))
+    again = _one(queue)
+    assert again.attempts == 1
+    queue.complete(again.id, again.fence, None)
+    assert _outcomes(app, job_id) == [(1, "snoozed", None), (1, "succeeded", None)]
+
+
+def test_a_cancel_of_a_running_job_is_recorded_however_it_stops(queue, app):
+    by_success = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    claimed = _one(queue)
+    queue.cancel_jobs([by_success])
+    queue.complete(claimed.id, claimed.fence, None)  # its handler returned anyway
+    by_failure = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    claimed = _one(queue)
+    queue.cancel_jobs([by_failure])
+    stopped = {"type": "CancelledError", "message": "", "traceback": None}
+    queue.fail(claimed.id, claimed.fence, stopped)
+    by_snooze = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    claimed = _one(queue)
+    queue.cancel_jobs([by_snooze])
+    _ops.execute(queue.conn, _ops.snooze(claimed.id, claimed.fence, 5.0))
+    assert _outcomes(app, by_success) == [(1, "canceled", None)]
+    assert _outcomes(app, by_failure) == [(1, "canceled", "CancelledError")]
+    assert _outcomes(app, by_snooze) == [(1, "canceled", None)]
+    # A job canceled before it ran had no attempt.
+    waiting = queue.enqueue("t", {}, EnqueueOptions(queue="q", delay=3600))
+    queue.cancel_jobs([waiting])
+    assert _outcomes(app, waiting) == []
+
+
+def test_a_job_released_unstarted_had_no_attempt(queue, app):
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    claimed = _one(queue)
+    _ops.execute(queue.conn, _ops.release([(claimed.id, claimed.fence)]))
+    again = _one(queue)
+    queue.complete(again.id, again.fence, None)
+    assert _outcomes(app, job_id) == [(1, "succeeded", None)]
+
+
+def test_an_expired_lease_with_no_attempts_left_is_swept_as_lost(queue, app, conn):
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
+    queue.claim("q", 1, 0.2)
+    time.sleep(0.6)
+    assert queue.claim("q", 1, LEASE) == []  # the claim's sweep ends it: no attempts left
+    job = queue.get_job(job_id)
+    assert job is not None and job.status == "failed"
+    assert _outcomes(app, job_id) == [(1, "lost", "LeaseExpired")]
+
+
+def test_at_most_the_last_20_attempts_are_kept(queue, app):
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=30))
+    for n in range(1, 26):
+        claimed = _one(queue)
+        error = dict(BOOM, message=f"failure {n}")
+        queue.fail(claimed.id, claimed.fence, error, retry_at=_past() if n < 25 else None)
+    attempts = app.handle(job_id).attempts()
+    assert [a.attempt for a in attempts] == list(range(6, 26))
+    assert [a.outcome for a in attempts] == ["retried"] * 19 + ["failed"]
+    assert attempts[-1].error is not None and attempts[-1].error["message"] == "failure 25"
+
+
+def test_an_operator_retry_keeps_the_history(queue, app):
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
+    claimed = _one(queue)
+    queue.fail(claimed.id, claimed.fence, BOOM)
+    queue.retry_jobs([job_id])
+    again = _one(queue)
+    queue.complete(again.id, again.fence, None)
+    assert _outcomes(app, job_id) == [(1, "failed", "Boom"), (1, "succeeded", None)]
+
+
+def test_retry_snooze_and_timeout_through_the_real_executor(database_url):
+    from workhorse import Retry, Snooze, current_job
+    from workhorse.testing import drain
+
+    app = App("shop", database_url=database_url)
+    seen: list[int] = []
+
+    @app.task(queue="q", max_attempts=3)
+    def flaky() -> str:
+        seen.append(current_job().attempt)
+        if len(seen) == 1:
+            raise Snooze(0.01)
+        if len(seen) == 2:
+            raise Retry(delay=0.01)
+        return "done"
+
+    @app.task(queue="q", max_attempts=1, timeout="0.2s")
+    async def slow() -> None:
+        import asyncio
+
+        await asyncio.sleep(5)
+
+    try:
+        first, second = flaky.delay(), slow.delay()
+        drain(app, with_scheduled=True)
+        assert _outcomes(app, first.id) == [
+            (1, "snoozed", None), (1, "retried", "Retry"), (2, "succeeded", None)]
+        assert _outcomes(app, second.id) == [(1, "failed", "JobTimeoutError")]
+    finally:
+        app.close()
+
+
+def test_an_unknown_job_has_no_attempts(app):
+    from workhorse import JobNotFoundError
+
+    with pytest.raises(JobNotFoundError):
+        app.handle(10**9).attempts()
