@@ -711,8 +711,10 @@ def health() -> Operation[QueueHealth]:
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
-    stalled = yield from _incident.stalled()
-    return QueueHealth(policies=policies, depth=depth, stalled=stalled)
+    unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
+    stalled = yield from _incident.stalled(unknown)
+    return QueueHealth(policies=policies, depth=depth, stalled=stalled,
+                       unknown_task_ready={queue: n for queue, (n, _) in unknown.items()})
 
 
 # ---- operator controls ------------------------------------------------------------------------
@@ -1067,11 +1069,18 @@ def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime 
 
 
 def register_worker(
-    app: str, host: str, pid: int, slots: int, queues: Sequence[str], stats: dict[str, Any]
+    app: str, host: str, pid: int, slots: int, queues: Sequence[str], stats: dict[str, Any],
+    tasks: Sequence[str] | None = None,
 ) -> Operation[int | None]:
-    rows = yield _sql.statement("worker_register"), (
-        app, host, pid, slots, list(queues), json.dumps(stats),
-    )
+    """Insert a supervisor's row; `tasks`, the task names its app declares (None: not said)."""
+    if tasks is None:
+        rows = yield _sql.statement("worker_register"), (
+            app, host, pid, slots, list(queues), json.dumps(stats),
+        )
+    else:
+        rows = yield _sql.statement("worker_register_tasks"), (
+            app, host, pid, slots, list(queues), json.dumps(stats), sorted(tasks),
+        )
     return int(rows[0][0]) if rows else None
 
 

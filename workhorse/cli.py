@@ -540,9 +540,11 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         return
     with _connect(ctx) as conn:
         rows = Queue(conn).list_queues()
-    if as_json:
-        print_json(rows)
-        return
+        if as_json:
+            print_json(rows)
+            return
+        unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
+        stalled = _ops.execute(conn, _incident.stalled(unknown))
     statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
     table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
@@ -550,18 +552,25 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         table.add_column(status, justify="right")
     table.add_column("limits")
     table.add_column("controls")
+    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
+    table.add_column("unknown task", justify="right")
     for row in rows:
         limits = _limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
                               row.rate_limit_per_key)
         controls = ["paused"] if row.paused else []
         if row.override is not None:
             controls.append(f"override {_override_text(row.override)}")
+        count = unknown.get(row.queue, (0, []))[0]
         table.add_row(
             row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
             limits, Text("; ".join(controls) or "-",
                                            style="bold yellow" if controls else ""),
+            Text(f"{count}{'+' if count >= _ops.HEALTH_SAMPLE else ''}" if count else "-",
+                 style="bold red" if count else ""),
         )
     console.print(table)
+    for queue, reason in sorted(stalled.items()):
+        console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
 
 
 @queues.command("pause")

@@ -87,6 +87,7 @@ class Overview:
     workers_alive: int
     stalled: dict[str, str] = field(default_factory=dict)
     holds: dict[str, list[str]] = field(default_factory=dict)
+    unknown_task_ready: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         stalled=health.stalled,
         holds={p.queue: holds(p, rates.get(p.queue)) for p in health.policies
                if p.blocked_ready},
+        unknown_task_ready=health.unknown_task_ready,
     )
 
 
