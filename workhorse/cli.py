@@ -651,13 +651,18 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: st
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """One job, with its error and traceback."""
+    """One job, with its attempts (each failure's error), and its error and traceback while it
+    rests because of them."""
     with _connect(ctx) as conn:
         job = Queue(conn).get_job(job_id)
+        attempts = _ops.execute(conn, _ops.job_attempts(job_id)) if job is not None else None
     if job is None:
         raise WorkhorseError(f"no job with id {job_id}")
+    attempts = attempts or []
     if as_json:
-        print_json(job)
+        # The Job's fields, and its attempts (a list; `attempts` stays the number of claims).
+        print_json({**dataclasses.asdict(job),
+                    "attempt_history": [dataclasses.asdict(a) for a in attempts]})
         return
     table = DataTable(show_header=False, title=f"job {job.id}")
     table.add_column("field", style="bold")
@@ -670,11 +675,26 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
             value = json.dumps(value, default=_json_default)
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
-    if job.error:
-        console.print(literal(f"{job.error.get('type')}: {job.error.get('message')}", "red"),
+    if attempts:
+        history = DataTable(title="attempts")
+        for column in ("attempt", "outcome", "started", "ended", "error"):
+            history.add_column(column, justify="right" if column == "attempt" else "left")
+        for attempt in attempts:
+            error = attempt.error
+            history.add_row(
+                str(attempt.attempt), attempt.outcome,
+                str(attempt.started_at or "-"), str(attempt.ended_at or "-"),
+                f"{error.get('type')}: {error.get('message')}" if error else "-",
+                style="red" if attempt.failed else None)
+        console.print(history)
+    # Job.error is the last failure; shown as the job's own only while the job rests because of
+    # it (a job that succeeded on a later attempt shows it under its attempts only).
+    own = _ops.job_own_error(job, attempts)
+    if own:
+        console.print(literal(f"{own.get('type')}: {own.get('message')}", "red"),
                       soft_wrap=True)
-        if job.error.get("traceback"):
-            console.print(literal(job.error["traceback"], newlines=True), soft_wrap=True)
+        if own.get("traceback"):
+            console.print(literal(own["traceback"], newlines=True), soft_wrap=True)
 
 
 @jobs.command("retry")

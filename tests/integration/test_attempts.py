@@ -272,3 +272,68 @@ def test_an_unknown_job_has_no_attempts(app):
 
     with pytest.raises(JobNotFoundError):
         app.handle(10**9).attempts()
+
+
+# ---- what the operator sees --------------------------------------------------------------------
+
+
+def _failed_then_succeeded_job(queue: Queue) -> int:
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    first = _one(queue)
+    queue.fail(first.id, first.fence, BOOM, retry_at=_past())
+    second = _one(queue)
+    queue.complete(second.id, second.fence, {"ok": True})
+    return job_id
+
+
+def shows_attempts_not_an_own_error(queue: Queue, database_url: str) -> None:
+    import json
+
+    from test_cli import cli
+
+    job_id = _failed_then_succeeded_job(queue)
+    shown = cli(database_url, "jobs", "show", str(job_id))
+    assert shown.exit_code == 0, shown.output
+    assert "attempts" in shown.output and "retried" in shown.output
+    assert "succeeded" in shown.output
+    history_part = shown.output[shown.output.index("retried"):]
+    assert "Boom: it broke" in history_part  # the error, under its attempt
+    assert "Traceback (most recent call last)" not in shown.output  # no error block of its own
+    as_json = json.loads(cli(database_url, "jobs", "show", str(job_id), "--json").output)
+    assert [(a["attempt"], a["outcome"]) for a in as_json["attempt_history"]] == [
+        (1, "retried"), (2, "succeeded")]
+    assert as_json["attempt_history"][0]["error"] == BOOM
+    assert as_json["error"] == BOOM and as_json["attempts"] == 2  # Job's fields as they were
+
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from workhorse.dashboard import create_app
+
+    with TestClient(create_app(database_url)) as client:
+        page = client.get(f"/jobs/{job_id}").text
+    assert 'id="attempts"' in page
+    assert 'data-attempt="1" data-outcome="retried"' in page
+    assert 'data-attempt="2" data-outcome="succeeded"' in page
+    assert 'id="job-error"' not in page and "<h2>Error</h2>" not in page
+
+
+def test_jobs_show_and_the_job_page_list_attempts_not_an_own_error(queue, database_url):
+    shows_attempts_not_an_own_error(queue, database_url)
+
+
+def test_the_rendering_checker_fails_when_the_error_is_shown_as_the_jobs_own(
+        queue, database_url, monkeypatch):
+    monkeypatch.setattr(_ops, "job_own_error", lambda job, attempts: job.error)
+    with pytest.raises(AssertionError):
+        shows_attempts_not_an_own_error(queue, database_url)
+
+
+def test_a_failed_job_shows_its_error_as_its_own(queue, database_url):
+    from test_cli import cli
+
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q", max_attempts=1))
+    claimed = _one(queue)
+    queue.fail(claimed.id, claimed.fence, BOOM)
+    shown = cli(database_url, "jobs", "show", str(job_id))
+    assert "Traceback (most recent call last)" in shown.output

@@ -13,6 +13,7 @@ import psycopg
 from .. import _incident, _ops
 from .._occurrences import MISSED_AFTER
 from ..types import (
+    Attempt,
     ConcurrencyPolicy,
     Job,
     KeyPressure,
@@ -282,6 +283,11 @@ def names(conn: psycopg.Connection[Any], chosen: JobFilter) -> _queries.Names:
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> Job | None:
     return _ops.execute(conn, _ops.get_job(job_id))
+
+
+def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
+    """The job's attempts, oldest first (JobHandle.attempts)."""
+    return _ops.execute(conn, _ops.job_attempts(job_id)) or []
 
 
 def workers(conn: psycopg.Connection[Any]) -> list[WorkerInfo]:
