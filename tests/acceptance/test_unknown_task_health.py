@@ -9,7 +9,6 @@ another change, and until it is in, B's worker would claim A's job and fail it."
 from __future__ import annotations
 
 import pytest
-from apps import two_apps
 from apps.harness import Worker, scalar, wait_for
 
 from workhorse import EnqueueOptions, Queue
