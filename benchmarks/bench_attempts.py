@@ -22,12 +22,13 @@ from typing import Any
 import _common as c
 import psycopg
 
-from workhorse import Queue
+from workhorse import Queue, _sql
 
+RECORD = _sql.function_name("_record_attempt")
 TRIGGER = ("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs FOR EACH ROW "
            "WHEN (OLD.status = 'active' AND (NEW.status NOT IN ('active', 'succeeded', 'ready') "
            "OR NEW.fence IS DISTINCT FROM OLD.fence)) "
-           "EXECUTE FUNCTION workhorse._record_attempt_v1()")
+           f"EXECUTE FUNCTION workhorse.{RECORD}()")
 BOOM = {"type": "Boom", "message": "no", "traceback": None}
 
 
@@ -48,7 +49,7 @@ def _calls(conn: psycopg.Connection[Any]) -> int:
     conn.execute("SELECT pg_stat_force_next_flush()")
     time.sleep(1.1)  # the backend that ran the trigger flushes its counters when idle
     row = conn.execute("SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions"
-                       " WHERE funcname = '_record_attempt_v1'").fetchone()
+                       " WHERE funcname = %s", (RECORD,)).fetchone()
     return int(row[0]) if row else 0
 
 

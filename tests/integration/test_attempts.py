@@ -16,9 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import App, Attempt, EnqueueOptions, Queue, _ops
+from workhorse import App, Attempt, EnqueueOptions, Queue, _ops, _sql
 
 LEASE = 30.0
+# The trigger's function, by its newest version (Python never spells one).
+RECORD = f"workhorse.{_sql.function_name('_record_attempt')}"
 BOOM = {"type": "Boom", "message": "it broke", "traceback": "Traceback (most recent call last)"}
 
 
@@ -51,7 +53,7 @@ def _trigger_for_every_update(conn: psycopg.Connection[Any]) -> None:
     """The broken variant of the WHEN clause: called for every update of a job."""
     _drop_trigger(conn)
     conn.execute("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs"
-                 " FOR EACH ROW EXECUTE FUNCTION workhorse._record_attempt_v1()")
+                 f" FOR EACH ROW EXECUTE FUNCTION {RECORD}()")
 
 
 # ---- the scenarios, each a checker -------------------------------------------------------------
@@ -96,8 +98,8 @@ def first_try_success_calls_nothing(queue: Queue, conn: psycopg.Connection[Any])
         claimed = _one(queue)
         queue.heartbeat([(claimed.id, claimed.fence, LEASE)])
         queue.complete(claimed.id, claimed.fence, {"ok": True})
-        row = conn.execute("SELECT pg_stat_get_xact_function_calls("
-                           "'workhorse._record_attempt_v1()'::regprocedure)").fetchone()
+        row = conn.execute("SELECT pg_stat_get_xact_function_calls(%s::regprocedure)",
+                           (f"{RECORD}()",)).fetchone()
     assert row is not None and not row[0], f"the trigger ran {row[0]} time(s)"
     stored = conn.execute("SELECT attempt_history FROM workhorse.jobs WHERE id = %s",
                           (job_id,)).fetchone()
@@ -126,8 +128,8 @@ def test_the_counter_sees_a_failure_call_the_trigger(queue, conn):
         conn.execute("SET LOCAL track_functions = 'pl'")
         claimed = _one(queue)
         queue.fail(claimed.id, claimed.fence, BOOM)
-        row = conn.execute("SELECT pg_stat_get_xact_function_calls("
-                           "'workhorse._record_attempt_v1()'::regprocedure)").fetchone()
+        row = conn.execute("SELECT pg_stat_get_xact_function_calls(%s::regprocedure)",
+                           (f"{RECORD}()",)).fetchone()
     assert row == (1,)
 
 
