@@ -552,23 +552,24 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         table.add_column(status, justify="right")
     table.add_column("limits")
     table.add_column("controls")
-    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
-    table.add_column("unknown task", justify="right")
     for row in rows:
         limits = _limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
                               row.rate_limit_per_key)
         controls = ["paused"] if row.paused else []
         if row.override is not None:
             controls.append(f"override {_override_text(row.override)}")
-        count = unknown.get(row.queue, (0, []))[0]
         table.add_row(
             row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
             limits, Text("; ".join(controls) or "-",
                                            style="bold yellow" if controls else ""),
-            Text(f"{count}{'+' if count >= _ops.HEALTH_SAMPLE else ''}" if count else "-",
-                 style="bold red" if count else ""),
         )
     console.print(table)
+    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
+    for queue, (count, tasks) in sorted(unknown.items()):
+        more = "+" if count >= _ops.HEALTH_SAMPLE else ""
+        console.print(literal(f"unknown task {queue}: {count}{more} ready job(s) of a task no "
+                              f"live supervisor serving the queue declares ({', '.join(tasks)})",
+                              "bold red"), soft_wrap=True)
     for queue, reason in sorted(stalled.items()):
         console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
 
@@ -676,17 +677,16 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
     if attempts:
-        history = DataTable(title="attempts")
-        for column in ("attempt", "outcome", "started", "ended", "error"):
-            history.add_column(column, justify="right" if column == "attempt" else "left")
+        # One line an attempt (never folded into a narrow table: an error message stays whole).
+        console.print(Text("attempts", style="bold"))
         for attempt in attempts:
             error = attempt.error
-            history.add_row(
-                str(attempt.attempt), attempt.outcome,
-                str(attempt.started_at or "-"), str(attempt.ended_at or "-"),
-                f"{error.get('type')}: {error.get('message')}" if error else "-",
-                style="red" if attempt.failed else None)
-        console.print(history)
+            when = " -> ".join(f"{moment:%Y-%m-%d %H:%M:%S}" if moment else "-"
+                               for moment in (attempt.started_at, attempt.ended_at))
+            line = f"  {attempt.attempt:>4}  {attempt.outcome:<9}  {when}"
+            if error:
+                line += f"  {error.get('type')}: {error.get('message')}"
+            console.print(literal(line, "red" if attempt.failed else ""), soft_wrap=True)
     # Job.error is the last failure; shown as the job's own only while the job rests because of
     # it (a job that succeeded on a later attempt shows it under its attempts only).
     own = _ops.job_own_error(job, attempts)
