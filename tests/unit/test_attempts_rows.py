@@ -45,3 +45,26 @@ def test_the_last_failure_is_the_job_s_own_only_while_it_rests_because_of_it():
     assert job_own_error(_job(JobStatus.CANCELED, BOOM), [failed, canceled]) is None
     assert job_own_error(_job(JobStatus.CANCELED, BOOM), [Attempt(1, AT, AT, "canceled", BOOM)]
                          ) == BOOM
+
+
+def test_eager_jobs_have_their_last_attempt():
+    from workhorse import App
+    from workhorse.testing import eager
+
+    app = App("eager", database_url="postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
+
+    @app.task(name="ok")
+    def ok() -> int:
+        return 1
+
+    @app.task(name="bad", max_attempts=1)
+    def bad() -> None:
+        raise ValueError("no")
+
+    with eager(app):
+        good = ok.delay()
+        failing = bad.delay()
+        assert [(a.attempt, a.outcome) for a in good.attempts()] == [(1, "succeeded")]
+        [last] = failing.attempts()
+        assert last.outcome == "failed" and last.error is not None
+        assert last.error["type"] == "ValueError"
