@@ -25,7 +25,7 @@ import psycopg
 from workhorse import Queue, _sql
 
 RECORD = _sql.function_name("_record_attempt")
-TRIGGER = ("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs FOR EACH ROW "
+TRIGGER = ("CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW "
            "WHEN (OLD.status = 'active' AND (NEW.status NOT IN ('active', 'succeeded', 'ready') "
            "OR NEW.fence IS DISTINCT FROM OLD.fence)) "
            f"EXECUTE FUNCTION workhorse.{RECORD}()")

@@ -52,8 +52,21 @@ def _drop_trigger(conn: psycopg.Connection[Any]) -> None:
 def _trigger_for_every_update(conn: psycopg.Connection[Any]) -> None:
     """The broken variant of the WHEN clause: called for every update of a job."""
     _drop_trigger(conn)
-    conn.execute("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs"
+    conn.execute("CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs"
                  f" FOR EACH ROW EXECUTE FUNCTION {RECORD}()")
+
+
+def _before_trigger(conn: psycopg.Connection[Any]) -> None:
+    """The broken variant of the timing: a BEFORE row trigger (with the same WHEN clause), which
+    locks every row an UPDATE of jobs touches before it checks the clause. A no-op function:
+    what it costs is the lock, not the body."""
+    _drop_trigger(conn)
+    conn.execute("CREATE FUNCTION workhorse.noop_trigger() RETURNS trigger LANGUAGE plpgsql"
+                 " AS $$ BEGIN RETURN NEW; END $$")
+    conn.execute("CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs FOR EACH ROW"
+                 " WHEN (OLD.status = 'active' AND (NEW.status NOT IN ('active', 'succeeded',"
+                 " 'ready') OR NEW.fence IS DISTINCT FROM OLD.fence))"
+                 " EXECUTE FUNCTION workhorse.noop_trigger()")
 
 
 # ---- the scenarios, each a checker -------------------------------------------------------------
@@ -106,6 +119,47 @@ def first_try_success_calls_nothing(queue: Queue, conn: psycopg.Connection[Any])
     assert stored == (None,)
 
 
+def _wal_records(conn: psycopg.Connection[Any], statement: str, *params: Any) -> int:
+    """WAL records one statement of this session wrote (EXPLAIN ANALYZE's own count: other
+    sessions' writes are not in it)."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, WAL, FORMAT JSON) {statement}", params).fetchone()
+    assert row is not None
+    return int(row[0][0]["Plan"].get("WAL Records", 0))
+
+
+# The writes of a first-try success, as the claim, a heartbeat and the completion make them.
+FIRST_TRY = (
+    "UPDATE workhorse.jobs SET status = 'active', attempts = attempts + 1,"
+    " fence = nextval('workhorse.fence_seq'), started_at = clock_timestamp(),"
+    " lease_until = clock_timestamp() + interval '30 s' WHERE id = %s",
+    "UPDATE workhorse.jobs SET lease_until = clock_timestamp() + interval '30 s' WHERE id = %s",
+    "UPDATE workhorse.jobs SET status = 'succeeded', result = '1', finished_at = clock_timestamp(),"
+    " lease_until = NULL WHERE id = %s",
+)
+
+
+def first_try_success_writes_no_more_wal(queue: Queue, conn: psycopg.Connection[Any],
+                                         baseline: list[int]) -> None:
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+    records = [_wal_records(conn, statement, job_id) for statement in FIRST_TRY]
+    assert records == baseline, f"WAL records {records}, without the trigger {baseline}"
+
+
+def _baseline(queue: Queue, conn: psycopg.Connection[Any]) -> list[int]:
+    """The same writes' WAL records with no trigger on the table (as 0.2.0 wrote them): each
+    statement is measured twice, on two jobs, and the second reading kept (the first may
+    include a page's first touch since the last checkpoint)."""
+    conn.execute("ALTER TABLE workhorse.jobs DISABLE TRIGGER jobs_attempt_ended")
+    try:
+        found = []
+        for _ in range(2):
+            job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q"))
+            found = [_wal_records(conn, statement, job_id) for statement in FIRST_TRY]
+        return found
+    finally:
+        conn.execute("ALTER TABLE workhorse.jobs ENABLE TRIGGER jobs_attempt_ended")
+
+
 # ---- the tests ---------------------------------------------------------------------------------
 
 
@@ -119,6 +173,18 @@ def test_a_lease_that_really_expired_is_a_lost_attempt(queue, app):
 
 def test_a_first_try_success_writes_nothing_more(queue, conn):
     first_try_success_calls_nothing(queue, conn)
+
+
+def test_a_first_try_success_writes_no_more_wal_than_without_the_trigger(queue, conn):
+    baseline = _baseline(queue, conn)
+    first_try_success_writes_no_more_wal(queue, conn, baseline)
+
+
+def test_the_wal_checker_fails_on_a_before_trigger(queue, conn):
+    baseline = _baseline(queue, conn)
+    _before_trigger(conn)
+    with pytest.raises(AssertionError):
+        first_try_success_writes_no_more_wal(queue, conn, baseline)
 
 
 def test_the_counter_sees_a_failure_call_the_trigger(queue, conn):

@@ -658,6 +658,11 @@ DECLARE
     v_ended timestamptz := clock_timestamp();
     v_error jsonb;
 BEGIN
+    IF OLD.status IS DISTINCT FROM 'active'
+       OR (NEW.status IN ('active', 'succeeded', 'ready') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
+    THEN
+        RETURN NULL;  -- not the end of an attempt (the WHEN clause lets none of these through)
+    END IF;
     IF NEW.status = 'active' THEN
         -- Reclaimed under a new fence: the previous holder's lease had expired.
         v_outcome := 'lost';
@@ -684,20 +689,22 @@ BEGIN
         v_outcome := 'canceled';
         v_error := CASE WHEN NEW.error IS DISTINCT FROM OLD.error THEN NEW.error END;
     ELSE
-        RETURN NEW;  -- not an end of an attempt (another status some later version adds)
+        RETURN NULL;  -- not an end of an attempt (another status some later version adds)
     END IF;
-    NEW.attempt_history := COALESCE(
-        (SELECT jsonb_agg(e.entry ORDER BY e.n)
-         FROM jsonb_array_elements(OLD.attempt_history) WITH ORDINALITY AS e(entry, n)
-         WHERE e.n > jsonb_array_length(OLD.attempt_history) - 19),
-        '[]'::jsonb)
+    UPDATE workhorse.jobs j
+    SET attempt_history = COALESCE(
+            (SELECT jsonb_agg(e.entry ORDER BY e.n)
+             FROM jsonb_array_elements(j.attempt_history) WITH ORDINALITY AS e(entry, n)
+             WHERE e.n > jsonb_array_length(j.attempt_history) - 19),
+            '[]'::jsonb)
         || jsonb_build_array(jsonb_build_object(
             'attempt', OLD.attempts,
             'started_at', OLD.started_at,
             'ended_at', v_ended,
             'outcome', v_outcome,
-            'error', v_error));
-    RETURN NEW;
+            'error', v_error))
+    WHERE j.id = NEW.id;
+    RETURN NULL;
 END
 $function$;
 
@@ -2893,4 +2900,4 @@ BEGIN
 END
 $function$;
 
-CREATE TRIGGER jobs_attempt_ended BEFORE UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
