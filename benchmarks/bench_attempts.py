@@ -74,6 +74,44 @@ def _drain(url: str, fail_first: bool) -> tuple[float, int]:
         return done / (time.perf_counter() - started), done
 
 
+# A first-try success's writes, as the claim, a heartbeat and the completion make them.
+FIRST_TRY = (
+    ("claim", "UPDATE workhorse.jobs SET status = 'active', attempts = attempts + 1,"
+     " fence = nextval('workhorse.fence_seq'), started_at = clock_timestamp(),"
+     " lease_until = clock_timestamp() + interval '30 s' WHERE id = %s"),
+    ("heartbeat", "UPDATE workhorse.jobs SET lease_until = clock_timestamp() + interval '30 s'"
+     " WHERE id = %s"),
+    ("complete", "UPDATE workhorse.jobs SET status = 'succeeded', result = '1',"
+     " finished_at = clock_timestamp(), lease_until = NULL WHERE id = %s"),
+)
+BEFORE = TRIGGER.replace("AFTER UPDATE", "BEFORE UPDATE").replace(
+    f"workhorse.{RECORD}()", "workhorse.bench_noop()")
+
+
+def _wal(conn: psycopg.Connection[Any], variant: str) -> list[tuple[int, int]]:
+    """(WAL records, bytes) of each FIRST_TRY write, this session's own (EXPLAIN ANALYZE WAL),
+    the second of two jobs (the first may carry a page's first touch after a checkpoint)."""
+    conn.execute("DROP TRIGGER IF EXISTS jobs_attempt_ended ON workhorse.jobs")
+    if variant == "after":
+        conn.execute(TRIGGER)
+    elif variant == "before":
+        conn.execute("CREATE OR REPLACE FUNCTION workhorse.bench_noop() RETURNS trigger"
+                     " LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$")
+        conn.execute(BEFORE)
+    found: list[tuple[int, int]] = []
+    for _ in range(2):
+        row = conn.execute("INSERT INTO workhorse.jobs (task, queue, payload, status)"
+                           " VALUES ('t', 'wal', '{}', 'ready') RETURNING id").fetchone()
+        assert row is not None
+        found = []
+        for _, statement in FIRST_TRY:
+            plan = conn.execute(f"EXPLAIN (ANALYZE, WAL, FORMAT JSON) {statement}",
+                                (row[0],)).fetchone()
+            node = plan[0][0]["Plan"] if plan else {}
+            found.append((int(node.get("WAL Records", 0)), int(node.get("WAL Bytes", 0))))
+    return found
+
+
 def c_past() -> Any:
     from datetime import UTC, datetime, timedelta
 
@@ -91,6 +129,12 @@ def main() -> None:
           psycopg.connect(url, autocommit=True) as conn):
         print(f"bench_attempts on {c.describe_url(url)} ({source}), run at {c.stamp()}")
         print(f"machine: {c.machine_load(conn)}")
+        print("\nWAL of a first-try success's writes (records / bytes), this session's own:")
+        print(f"{'trigger':32} " + " ".join(f"{name:>12}" for name, _ in FIRST_TRY))
+        for variant, label in (("none", "none (as 0.2.0)"), ("after", "AFTER, WHEN (this release)"),
+                               ("before", "BEFORE, same WHEN, no-op body")):
+            cells = " ".join(f"{f'{r} / {b}':>12}" for r, b in _wal(conn, variant))
+            print(f"{label:32} {cells}")
         results: dict[tuple[str, bool], list[float]] = {}
         calls: dict[tuple[str, bool], int] = {}
         sizes: dict[tuple[str, bool], int] = {}
