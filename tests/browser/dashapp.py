@@ -35,7 +35,7 @@ def nightly_report() -> None:
     time, so it never fires during the test."""
 
 
-@app.task(queue="flaky", max_attempts=2,
+@app.task(queue="lucky", max_attempts=2,
           retry_backoff=workhorse.Backoff(base=0.1, factor=1, cap=0.1, jitter=False))
 def second_time_lucky(n: int) -> str:
     """Fails its first attempt, succeeds on the second (the job page's attempt history)."""

@@ -340,9 +340,9 @@ def test_a_job_that_failed_then_succeeded_lists_both_attempts_and_no_error_of_it
     assert page.locator("#result").is_visible()
     # The traceback of the failed attempt opens under it.
     rows.nth(0).locator("summary").click()
-    assert "Traceback" in rows.nth(0).locator("pre.traceback").inner_text()
+    assert "Traceback" in rows.nth(0).locator("pre.attempt-traceback").inner_text()
     # In the Jobs list, the succeeded job shows no error in red.
-    page.goto(f"{base}/jobs?queue=flaky&status=succeeded")
+    page.goto(f"{base}/jobs?queue=lucky&status=succeeded")
     row = page.locator(f"tr:has(a[href='/jobs/{job_id}'])")
     assert row.count() == 1 and row.locator("td.error").inner_text().strip() == ""
 
