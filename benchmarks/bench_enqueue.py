@@ -18,6 +18,11 @@ batches of 1,000 (`enqueue_many`, 1,000 jobs a call, N/1,000 calls):
   u1=   unique, every job a duplicate of one existing job        u1k=  duplicates, batches
   k1    job_key (every key new: inserts)                          k1k   job_key, batches of 1,000
   k1=   job_key, one key (every enqueue updates its job)          k1k=  1,000 keys, each updated
+and on_key_full (DESIGN.md "Job keys"), keyed jobs one per transaction on a per-key-governed
+queue:
+  q1    100 keys, on_key_full="queue" (the default)
+  f1    100 keys, on_key_full="cancel_in_progress", a limit never reached (the lock and the count)
+  f1!   one key, on_key_full="cancel_in_progress", limit 1: every enqueue cancels the one before
 The keyed variants build their EnqueueOptions before the clock starts (one a job for job_key).
 
 The "equivalent plain table" is `CREATE TABLE ... (LIKE workhorse.jobs INCLUDING ALL)`: the same
@@ -45,6 +50,8 @@ import _common as c
 
 QUEUE = "bench-enqueue"
 KEYED_QUEUE = "bench-enqueue-keyed"
+FULL_QUEUES = {"q1": ("bench-full-queue", 100), "f1": ("bench-full-cancel", 100),
+               "f1!": ("bench-full-supersede", 1)}
 TASK = "bench.noop"
 KEYS = 100
 
@@ -154,6 +161,23 @@ def _key_variant(kind: str, batch: int, duplicate: bool = False
     return run
 
 
+def _full_key_variant(which: str) -> Callable[[psycopg.Connection[Any], int], float]:
+    """Keyed jobs one per transaction on one of FULL_QUEUES (its policy set up in main)."""
+
+    def run(conn: psycopg.Connection[Any], n: int) -> float:
+        from workhorse import EnqueueOptions, Queue
+
+        q = Queue(conn)
+        queue, keys = FULL_QUEUES[which]
+        options = [EnqueueOptions(queue=queue, concurrency_key=f"k{k}") for k in range(keys)]
+        t0 = time.perf_counter()
+        for i in range(n):
+            q.enqueue(TASK, _payload(i), options[i % keys])
+        return time.perf_counter() - t0
+
+    return run
+
+
 def _plain_rows(n: int) -> list[tuple[Any, ...]]:
     return [
         (TASK, QUEUE, "", 0, Jsonb(_payload(i)), "ready", 3, "fail", Jsonb({})) for i in range(n)
@@ -234,6 +258,12 @@ VARIANTS = [
             _key_variant("job_key", BATCH)),
     Variant("k1k=", "job_key, batches of 1,000 (all updates)", False, False,
             _key_variant("job_key=1k", BATCH)),
+    Variant("q1", "keyed, on_key_full=queue, one per transaction", True, True,
+            _full_key_variant("q1")),
+    Variant("f1", "keyed, on_key_full=cancel_in_progress, never full", True, True,
+            _full_key_variant("f1")),
+    Variant("f1!", "keyed, on_key_full=cancel_in_progress, each supersedes", True, True,
+            _full_key_variant("f1!")),
 ]
 QUICK_PER_CALL_JOBS = 2_000
 
@@ -285,7 +315,12 @@ def main(
         conn.execute("CREATE TABLE bench_plain.jobs (LIKE workhorse.jobs INCLUDING ALL)")
         Queue(conn).sync_concurrency_policies(
             "bench",
-            [ConcurrencyPolicyDefinition(queue=KEYED_QUEUE, max_active=None, max_active_per_key=4)],
+            [ConcurrencyPolicyDefinition(queue=KEYED_QUEUE, max_active=None, max_active_per_key=4),
+             ConcurrencyPolicyDefinition(queue=FULL_QUEUES["q1"][0], max_active_per_key=1_000_000),
+             ConcurrencyPolicyDefinition(queue=FULL_QUEUES["f1"][0], max_active_per_key=1_000_000,
+                                         on_key_full="cancel_in_progress"),
+             ConcurrencyPolicyDefinition(queue=FULL_QUEUES["f1!"][0], max_active_per_key=1,
+                                         on_key_full="cancel_in_progress")],
         )
         out.heading(
             f"bench_enqueue: {args.jobs:,} jobs per variant"

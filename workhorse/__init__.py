@@ -4,6 +4,7 @@ from .app import App, load_app
 from .context import JobContext, Retry, Snooze, current_job
 from .errors import (
     AppLoadError,
+    CostExceedsLimitError,
     DatabaseError,
     EmbeddedServerError,
     InvalidOptionsError,
@@ -51,6 +52,7 @@ __all__ = [
     "Backoff",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",
+    "CostExceedsLimitError",
     "DatabaseError",
     "EmbeddedServerError",
     "EnqueueOptions",

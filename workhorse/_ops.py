@@ -302,7 +302,9 @@ def enqueue_outcomes(
             _or_null(metas), first.idempotency_key, n, _or_null(unique_keys),
             None if unique is None else unique.period_seconds, n,
             None if unique is None else _states_text(unique), n,
-            first.job_key, n, None if first.job_key is None else first.job_key_mode, n)
+            first.job_key, n, None if first.job_key is None else first.job_key_mode, n,
+            _unless_one(first.cost), n, _unless_one(first.rate_cost), n,
+            _unless_one(first.weight), n)
     else:
         uniques = [o.unique for o in every]
         rows = yield _sql.statement("enqueue_keyed"), (
@@ -314,7 +316,10 @@ def enqueue_outcomes(
             _or_null([None if u is None else u.period_seconds for u in uniques]),
             _or_null([None if u is None else _states_text(u) for u in uniques]),
             _or_null([o.job_key for o in every]),
-            _or_null([None if o.job_key is None else o.job_key_mode for o in every]))
+            _or_null([None if o.job_key is None else o.job_key_mode for o in every]),
+            _or_null([_unless_one(o.cost) for o in every]),
+            _or_null([_unless_one(o.rate_cost) for o in every]),
+            _or_null([_unless_one(o.weight) for o in every]))
     return [(row[0], bool(row[1])) for row in rows]
 
 
@@ -369,6 +374,12 @@ def unique_digest(options: EnqueueOptions, payload: Any,
 _DEFAULT_OPTIONS = EnqueueOptions()
 
 
+def _unless_one(value: int) -> int | None:
+    """A cost, rate cost or weight as the enqueue function takes it: NULL means 1, so that a
+    batch of default jobs sends one NULL array (and raises no feature level)."""
+    return None if value == 1 else value
+
+
 def _or_null(column: list[Any]) -> list[Any] | None:
     """A column of NULLs goes as one NULL array (the enqueue's multi-argument unnest pads it with
     NULLs), so that the client does not dump a NULL for every job."""
@@ -388,6 +399,10 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         idempotency_key=idempotency_key, expires_at=expires_at,
         # Only get_job reads the job key; the list statements of 0.2.0 do not (frozen).
         job_key=keys[0] if keys else None,
+        # Only get_job reads the costs (fair share, DESIGN.md "Fair share and job cost").
+        cost=keys[1] if len(keys) > 1 else 1,
+        rate_cost=keys[2] if len(keys) > 2 else 1,
+        weight=keys[3] if len(keys) > 3 else 1,
     )
 
 
@@ -582,7 +597,7 @@ def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]
 
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
-    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
+    rows = yield _sql.statement("retry_jobs_fair"), (_job_ids(ids),)
     return [row[0] for row in rows]
 
 
@@ -639,12 +654,13 @@ def prune_jobs(
 
 def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_policies"), (namespace, namespace)
+    rows = yield _sql.statement("list_policies_fair"), (namespace, namespace)
     return [
         ConcurrencyPolicy(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
             created_at=row[4], updated_at=row[5], rate_limit=rate_text(row[6], row[7]),
-            rate_limit_per_key=rate_text(row[8], row[9]),
+            rate_limit_per_key=rate_text(row[8], row[9]), fairness=row[10],
+            on_key_full=row[11],
         )
         for row in rows
     ]
@@ -678,7 +694,7 @@ def sync_policies(
         seen.add(definition.queue)
     rates = [d.rate for d in definitions]
     per_key = [d.rate_per_key for d in definitions]
-    rows = yield _sql.statement("sync_policies"), (
+    rows = yield _sql.statement("sync_policies_fair"), (
         namespace,
         [d.queue for d in definitions],
         [d.max_active for d in definitions],
@@ -688,6 +704,8 @@ def sync_policies(
         [r.n if r else None for r in per_key],
         [r.period if r else None for r in per_key],
         bool(prune),
+        [d.fairness for d in definitions],
+        [d.on_key_full for d in definitions],
     )
     report = SyncReport()
     for action, queue in rows:
@@ -697,7 +715,7 @@ def sync_policies(
 
 
 def health() -> Operation[QueueHealth]:
-    rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
+    rows = yield _sql.statement("policy_health_fair"), {"sample": HEALTH_SAMPLE}
     policies = [
         PolicyHealth(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
@@ -705,6 +723,7 @@ def health() -> Operation[QueueHealth]:
             capped=row[8], rate_limit=rate_text(row[9], row[10]),
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24]) if row[15] else None,
+            fairness=row[25], active_units=row[26], on_key_full=row[27],
         )
         for row in rows
     ]
@@ -760,7 +779,7 @@ def set_queue_control(
         or not 0 < expires_in <= MAX_DELAY_SECONDS
     ):
         raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
-    rows = yield _sql.statement("set_queue_control"), (
+    rows = yield _sql.statement("set_queue_control_fair"), (
         queue, action, max_active, max_active_per_key,
         rate.n if rate else None, rate.period if rate else None,
         rate_key.n if rate_key else None, rate_key.period if rate_key else None,
@@ -807,38 +826,27 @@ def lease_seconds(lease: object) -> float:
 class ClaimReply:
     """What one claim call said: the jobs claimed; the seconds until a rate limit allows the
     next start, when one cut the claim short (else None); the (id, fence) pairs of the
-    successes that rode on it, each with its new status (stale ones left out); `granted`, that
-    it ran inside the holder's capacity grant; `retry`, that the queue's policy changed under it
-    and it admitted nothing: claim again at once."""
+    successes that rode on it, each with its new status (stale ones left out)."""
 
     jobs: list[ClaimedJob]
     next_start: float | None
     accepted: dict[tuple[int, int], JobStatus]
-    granted: bool = False
-    retry: bool = False
 
 
 def claim_as(
     queue: str, limit: int, lease: float,
-    successes: Sequence[tuple[int, int, str, str]] = (), holder: str | None = None,
-    places: int | None = None,
+    successes: Sequence[tuple[int, int, str, str]] = (),
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
-    once; as `holder`, the claiming process's name for its capacity grants (None: none), which
-    could run `places` more jobs of the queue (None: `limit`; a claimer that claims in a stream
-    asks for less than it could run)."""
+    once."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
-    if holder is not None:
-        check_name("holder", holder)
-    if places is not None:
-        check_count(places, "places", 0)
     if successes:
-        rows = yield _sql.statement("complete_and_claim_with_grant"), (
-            queue, limit, lease, *_success_columns(successes), holder, places)
+        rows = yield _sql.statement("complete_and_claim_next"), (
+            queue, limit, lease, *_success_columns(successes))
     else:
-        rows = yield _sql.statement("claim_with_grant"), (queue, limit, lease, holder, places)
+        rows = yield _sql.statement("claim_next"), (queue, limit, lease)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
@@ -847,13 +855,7 @@ def claim_as(
             del accepted[key]
         else:
             accepted[key] = status
-    return ClaimReply(reply.jobs, reply.next_start, accepted, reply.granted, reply.retry)
-
-
-def release_grants(holder: str) -> Operation[None]:
-    """Give back every capacity grant `holder` holds (a slot that stops)."""
-    check_name("holder", holder)
-    yield _sql.statement("release_grants"), (holder,)
+    return ClaimReply(reply.jobs, reply.next_start, accepted)
 
 
 def claim_batch(
@@ -873,8 +875,8 @@ def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
 def complete_and_claim(
     queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]]
 ) -> Operation[tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]]:
-    """`claim_as` without a holder: the jobs, the rate limit's next start (as `claim_batch`),
-    and the (id, fence) pairs accepted with their new status."""
+    """`claim_as`, as a tuple: the jobs, the rate limit's next start (as `claim_batch`), and the
+    (id, fence) pairs accepted with their new status."""
     reply = yield from claim_as(queue, limit, lease, successes)
     return reply.jobs, reply.next_start, reply.accepted
 
@@ -889,25 +891,18 @@ class _ClaimRows:
     jobs: list[ClaimedJob]
     next_start: float | None
     exceptions: dict[tuple[int, int], JobStatus | None]
-    granted: bool
-    retry: bool
 
 
 def _claimed(rows: list[Any]) -> _ClaimRows:
     """Claim rows: jobs, and the markers (rows with no id): the rate limit's next start, or a
     status: `feature_level` says that the queue needs a newer claim than this package's (it
-    admitted nothing, and the worker is told once per queue), `granted` that the claim ran in
-    the holder's grant, `retry` that it must be sent again. Rows with an id and no task are the
+    admitted nothing, and the worker is told once per queue). Rows with an id and no task are the
     successes that did not end succeeded: (id, fence) -> status (None: stale)."""
-    out = _ClaimRows([], None, {}, False, False)
+    out = _ClaimRows([], None, {})
     for row in rows:
         if row[0] is None:  # no job: a marker
             if row[15] == "feature_level":
                 _warn_feature_level(row[2], row[6])
-            elif row[15] == "granted":
-                out.granted = True
-            elif row[15] == "retry":
-                out.retry = True
             else:  # the rate limit's next allowed start
                 out.next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one
@@ -959,7 +954,7 @@ def release(
     a stale pair is left out."""
     if not jobs:
         return {}
-    rows = yield _sql.statement("release"), (
+    rows = yield _sql.statement("release_fair"), (
         [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
     return {row[0]: JobStatus.of_row(row[1]) for row in rows}
 

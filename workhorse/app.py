@@ -28,6 +28,7 @@ from .errors import (
 )
 from .retry import RetryBackoff
 from .task import (
+    CostSpec,
     KeySpec,
     Task,
     check_retry_on,
@@ -124,14 +125,20 @@ class App(AppEnqueuer):
         max_active_per_key: int | None = None,
         rate_limit: str | None = None,
         rate_limit_per_key: str | None = None,
+        fairness: str = "fifo",
+        on_key_full: str = "queue",
     ) -> QueueSpec:
         """Declare a queue that several tasks share, with one combined set of limits.
+        `fairness="key"` shares `max_active` among the concurrency keys (see
+        docs/fair-share.md); `on_key_full=` says what an enqueue does when its job's key is
+        full (docs/job-keys.md).
 
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
         return self._declare_queue(
-            QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key)
+            QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
+                      fairness, on_key_full)
         )
 
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
@@ -141,15 +148,17 @@ class App(AppEnqueuer):
         if existing is None or not existing.governed:
             self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
             return self.queues[spec.name]
-        if spec.governed and existing.limits != spec.limits:
-            names = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key")
+        if spec.governed and (existing.limits, existing.rules) != (spec.limits, spec.rules):
+            names = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key",
+                     "fairness", "on_key_full")
 
-            def described(limits: tuple[Any, ...]) -> str:
-                return ", ".join(f"{n}={v}" for n, v in zip(names, limits, strict=True))
+            def described(queue: QueueSpec) -> str:
+                values = (*queue.limits, *queue.rules)
+                return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
             raise InvalidPolicyError(
                 f"queue {spec.name!r} is declared twice with different limits: "
-                f"{described(existing.limits)} vs {described(spec.limits)}"
+                f"{described(existing)} vs {described(spec)}"
             )
         return existing
 
@@ -187,6 +196,11 @@ class App(AppEnqueuer):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
         unique: Unique | None = None,
+        fairness: str = "fifo",
+        on_key_full: str = "queue",
+        cost: CostSpec = 1,
+        rate_cost: CostSpec = 1,
+        weight: int = 1,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
@@ -210,6 +224,11 @@ class App(AppEnqueuer):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
         unique: Unique | None = None,
+        fairness: str = "fifo",
+        on_key_full: str = "queue",
+        cost: CostSpec = 1,
+        rate_cost: CostSpec = 1,
+        weight: int = 1,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
@@ -217,6 +236,12 @@ class App(AppEnqueuer):
         itself (limited by WORKHORSE_DEFAULT_CONCURRENCY_LIMIT when that is set).
         `retry_on=(ConnectionError,)`: only these exception types retry (default: every
         Exception). `timeout="30s"`: the limit per attempt (default: none).
+        `on_key_full="cancel_in_progress"|"cancel_newest"` supersedes a full key's jobs or
+        refuses the new one (needs `max_active_per_key`; docs/job-keys.md).
+        `fairness="key"` shares the queue's `max_active` among concurrency keys; `cost=` and
+        `rate_cost=` (an int, or a callable of the task's arguments called at enqueue) are the
+        units a job occupies and the starts it counts, `weight=` its key's weight
+        (docs/fair-share.md).
 
         >>> app = App("docs")
         >>> @app.task(name="mail.fetch", queue="mail", retry_on=(ConnectionError,), timeout="30s")
@@ -232,7 +257,8 @@ class App(AppEnqueuer):
                 rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
                 on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
-                timeout=timeout, unique=unique,
+                timeout=timeout, unique=unique, fairness=fairness, on_key_full=on_key_full,
+                cost=cost, rate_cost=rate_cost, weight=weight,
             )
 
         return register(fn) if fn is not None else register
@@ -257,6 +283,11 @@ class App(AppEnqueuer):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
         unique: Unique | None = None,
+        fairness: str = "fifo",
+        on_key_full: str = "queue",
+        cost: CostSpec = 1,
+        rate_cost: CostSpec = 1,
+        weight: int = 1,
     ) -> Task[Any, Any]:
         from ._durations import parse_lease
 
@@ -274,8 +305,10 @@ class App(AppEnqueuer):
             raise InvalidOptionsError(
                 f"concurrency_key must be a non-empty str or a callable, got {concurrency_key!r}"
             )
-        # Validates priority and max_attempts once, at declaration.
-        EnqueueOptions(priority=priority, max_attempts=max_attempts)
+        # Validates priority, max_attempts, weight and fixed costs once, at declaration.
+        EnqueueOptions(priority=priority, max_attempts=max_attempts, weight=weight,
+                       cost=1 if callable(cost) else cost,
+                       rate_cost=1 if callable(rate_cost) else rate_cost)
         retry_on = check_retry_on(retry_on)
         timeout_limit = timeout_seconds(timeout)
         lease_seconds = None
@@ -287,17 +320,18 @@ class App(AppEnqueuer):
 
         limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
         if isinstance(queue, QueueSpec):
-            if any(value is not None for value in limits):
-                spec = self._declare_queue(QueueSpec(queue.name, *limits))
+            if (any(value is not None for value in limits)
+                    or (fairness, on_key_full) != ("fifo", "queue")):
+                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness, on_key_full))
             else:
                 spec = self._declare_queue(queue)
         elif queue is not None:
-            spec = self._declare_queue(QueueSpec(queue, *limits))
+            spec = self._declare_queue(QueueSpec(queue, *limits, fairness, on_key_full))
         else:
             default_limit = _default_limit() if max_active is None else None
             spec = self._declare_queue(QueueSpec(
                 task_name, max_active if max_active is not None else default_limit,
-                max_active_per_key, rate_limit, rate_limit_per_key,
+                max_active_per_key, rate_limit, rate_limit_per_key, fairness, on_key_full,
             ))
 
         task: Task[Any, Any] = Task(
@@ -305,7 +339,7 @@ class App(AppEnqueuer):
             priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
             on_failure=on_failure, lease=lease_seconds,
             retention=retention_seconds(retention, self.retention), retry_on=retry_on,
-            timeout=timeout_limit, unique=unique,
+            timeout=timeout_limit, unique=unique, cost=cost, rate_cost=rate_cost, weight=weight,
         )
         self.tasks[task_name] = task
         return task

@@ -230,11 +230,6 @@ def _load(reference: str, ctx: click.Context) -> Any:
               help="Jobs of ungoverned queues a slot may claim ahead of a free place, as many "
                    "as it starts within 50 ms at the measured pace (0: none; default: 16 x "
                    "--concurrency, at least 32). Governed queues never claim ahead.")
-@click.option("--capacity-grants", is_flag=True, hidden=True,
-              help="Experimental, with a known exactness hole under policy changes (issue #25). "
-                   "Each slot claims a FIFO queue that has only max_active inside its own "
-                   "share of the limit, without waiting for the other claimers (for fleets "
-                   "whose supervisors run on separate hosts; docs/deployment.md, Scaling).")
 @click.option("--sync", "sync_first", is_flag=True,
               help="Push the app's policies before starting.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
@@ -256,7 +251,6 @@ def worker(
     dequeue_timeout: float,
     grace: float,
     prefetch: int | None,
-    capacity_grants: bool,
     sync_first: bool,
     log_level: str,
     log_format: str,
@@ -280,7 +274,6 @@ def worker(
         dequeue_timeout=dequeue_timeout,
         grace=grace,
         prefetch=prefetch,
-        capacity_grants=capacity_grants,
         sync=sync_first,
         app_reference=app_reference,
         console=console,
@@ -414,11 +407,11 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
         return
     table = DataTable(title="policies")
     for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
-                   "rate_limit_per_key", "updated_at"):
+                   "rate_limit_per_key", "fairness", "updated_at"):
         table.add_column(column)
     for p in rows:
         table.add_row(p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
-                      p.rate_limit or "-", p.rate_limit_per_key or "-",
+                      p.rate_limit or "-", p.rate_limit_per_key or "-", p.fairness,
                       p.updated_at.isoformat(timespec="seconds"))
     console.print(table)
 

@@ -23,6 +23,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 KeySpec = str | Callable[..., Any] | None
+# A job's cost or rate cost: an int, or a callable of the task's arguments called at enqueue.
+CostSpec = int | Callable[..., Any]
 
 
 def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
@@ -63,10 +65,31 @@ def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> st
     return value
 
 
+def resolve_cost(what: str, spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """A job's `cost` or `rate_cost`: the value, or a callable called as `cost(*args, **kwargs)`
+    at enqueue. A callable that raises is an InvalidOptionsError (nothing is written); what it
+    returns is checked by EnqueueOptions (an int in [1, 1,000,000]).
+
+    >>> resolve_cost("cost", lambda job: job["gpus"], ({"gpus": 2},), {})
+    2
+    """
+    if not callable(spec):
+        return spec
+    try:
+        return spec(*args, **kwargs)
+    except InvalidOptionsError:
+        raise
+    except Exception as exc:
+        name = getattr(spec, "__qualname__", repr(spec))
+        raise InvalidOptionsError(
+            f"the {what} callable {name} raised {type(exc).__name__}: {exc}") from exc
+
+
 # What apply_async, map, enqueue_async and send_task accept besides args and kwargs; `countdown`
 # and `eta` are Celery's spellings of `delay` and `run_at`.
 CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
-                "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode")
+                "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode", "cost",
+                "rate_cost", "weight")
 
 
 def check_call_options(options: Mapping[str, Any], where: str) -> None:
@@ -180,8 +203,16 @@ class Task(Generic[P, R]):
         retry_on: tuple[type[BaseException], ...] = (Exception,),
         timeout: float | str | None = None,
         unique: Unique | None = None,
+        cost: CostSpec = 1,
+        rate_cost: CostSpec = 1,
+        weight: int = 1,
     ) -> None:
         self.enqueuer = enqueuer
+        # DESIGN.md "Fair share and job cost": the job's units (a value or a callable of the
+        # arguments, called at enqueue), its rate units and its key's weight.
+        self.cost = cost
+        self.rate_cost = rate_cost
+        self.weight = weight
         self.fn = fn
         self.name = name
         self.queue = queue
@@ -335,6 +366,9 @@ class Task(Generic[P, R]):
         unique: Unique | bool | None = None,
         job_key: str | None = None,
         job_key_mode: str = "replace",
+        cost: CostSpec | None = None,
+        rate_cost: CostSpec | None = None,
+        weight: int | None = None,
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
         are Celery's spellings of `delay` and `run_at`.
@@ -391,6 +425,10 @@ class Task(Generic[P, R]):
             unique=unique_rule,
             job_key=job_key,
             job_key_mode=job_key_mode,
+            cost=resolve_cost("cost", self.cost if cost is None else cost, args, kwargs),
+            rate_cost=resolve_cost("rate_cost", self.rate_cost if rate_cost is None else rate_cost,
+                                   args, kwargs),
+            weight=self.weight if weight is None else weight,
         )
         arguments = None if unique_rule is None else self.bound_arguments(args, kwargs)
         return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure,
@@ -414,10 +452,11 @@ class Task(Generic[P, R]):
         **options: Any,
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
-        max_attempts, idempotency_key, unique, job_key, job_key_mode); `connection=` enqueues
-        inside the caller's transaction. With an idempotency key, a job of this task with that
-        key that still exists is returned instead of a new one; with `unique`, an equal job in
-        the rule's states; with a `job_key`, the key's pending job, updated (see docs/job-keys.md).
+        max_attempts, idempotency_key, unique, job_key, job_key_mode, cost, rate_cost,
+        weight); `connection=` enqueues inside the caller's transaction. With an idempotency
+        key, a job of this task with that key that still exists is returned instead of a new
+        one; with `unique`, an equal job in the rule's states; with a `job_key`, the key's
+        pending job, updated (see docs/job-keys.md).
         The handle's `duplicate` says whether no row was inserted.
 
         >>> send.apply_async(({"tenant": "t1"},), queue="mail-bulk", priority=5,  # doctest: +SKIP

@@ -19,6 +19,12 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_POLICY_DEFINITIONS = 1000
 LIMIT_MAX = 1_000_000
+# DESIGN.md "Fair share and job cost": a job's cost and rate cost, and its key's weight.
+COST_MAX = 1_000_000
+WEIGHT_MAX = 1000
+FAIRNESS_MODES = ("fifo", "key")
+# DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+ON_KEY_FULL_MODES = ("queue", "cancel_in_progress", "cancel_newest")
 # A due time must stay a datetime that both Python and PostgreSQL can represent.
 MAX_DELAY_SECONDS = 1000 * 366 * 86400.0
 
@@ -251,9 +257,17 @@ class EnqueueOptions:
     unique: Unique | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
+    # DESIGN.md "Fair share and job cost": units of max_active (and of max_active_per_key) the
+    # job occupies, starts it counts against the rate limits, and its key's weight.
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
+        check_cost("cost", self.cost)
+        check_cost("rate_cost", self.rate_cost)
+        check_weight(self.weight)
         if self.concurrency_key is not None:
             check_name("concurrency_key", self.concurrency_key)
         if self.idempotency_key is not None:
@@ -305,6 +319,30 @@ class EnqueueOptions:
         (90.0, None)
         """
         return None if self.delay is None else delay_seconds(self.delay)
+
+
+def check_cost(what: str, value: object) -> int:
+    """A job's `cost` or `rate_cost`: an int in [1, 1,000,000], not a bool.
+
+    >>> check_cost("cost", 4)
+    4
+    """
+    if type(value) is not int or not 1 <= value <= COST_MAX:
+        raise InvalidOptionsError(
+            f"{what} must be an int in [1, {COST_MAX:,}], got {shown(value)}")
+    return value
+
+
+def check_weight(value: object) -> int:
+    """A job's `weight`: an int in [1, 1,000], not a bool.
+
+    >>> check_weight(3)
+    3
+    """
+    if type(value) is not int or not 1 <= value <= WEIGHT_MAX:
+        raise InvalidOptionsError(
+            f"weight must be an int in [1, {WEIGHT_MAX:,}], got {shown(value)}")
+    return value
 
 
 def delay_seconds(delay: object) -> float:
@@ -403,6 +441,37 @@ def rate_text(n: int | None, period: float | None) -> str | None:
     return None if limit is None else str(limit)
 
 
+def check_fairness(queue: object, fairness: object, max_active: object) -> None:
+    """InvalidPolicyError unless `fairness` is "fifo" or "key", and "key" comes with max_active.
+
+    >>> check_fairness("llm", "key", 32)
+    """
+    if not isinstance(fairness, str) or fairness not in FAIRNESS_MODES:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: fairness must be one of {', '.join(map(repr, FAIRNESS_MODES))}, "
+            f"got {shown(fairness)}")
+    if fairness == "key" and max_active is None:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: fairness='key' shares max_active among keys, so it needs "
+            "max_active")
+
+
+def check_on_key_full(queue: object, on_key_full: object, max_active_per_key: object) -> None:
+    """InvalidPolicyError unless `on_key_full` is one of ON_KEY_FULL_MODES, and any but
+    "queue" comes with max_active_per_key (a key is full against that limit).
+
+    >>> check_on_key_full("index", "cancel_in_progress", 1)
+    """
+    if not isinstance(on_key_full, str) or on_key_full not in ON_KEY_FULL_MODES:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: on_key_full must be one of "
+            f"{', '.join(map(repr, ON_KEY_FULL_MODES))}, got {shown(on_key_full)}")
+    if on_key_full != "queue" and max_active_per_key is None:
+        raise InvalidPolicyError(
+            f"queue {queue!r}: on_key_full={on_key_full!r} acts when a key is full, so it needs "
+            "max_active_per_key")
+
+
 def _check_limit(what: str, value: object, *, optional: bool) -> None:
     if value is None and optional:
         return
@@ -429,9 +498,17 @@ class ConcurrencyPolicyDefinition:
     max_active_per_key: int | None = None
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
+    # DESIGN.md "Fair share and job cost": "fifo" (admission order) or "key" (a freed place goes
+    # to the key with the smallest active cost per weight); "key" needs max_active.
+    fairness: str = "fifo"
+    # DESIGN.md "Job keys": "queue" (wait), "cancel_in_progress" (the newest job of a full key
+    # wins) or "cancel_newest" (the new job is canceled); the last two need max_active_per_key.
+    on_key_full: str = "queue"
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue, InvalidPolicyError)
+        check_fairness(self.queue, self.fairness, self.max_active)
+        check_on_key_full(self.queue, self.on_key_full, self.max_active_per_key)
         _check_limit("max_active", self.max_active, optional=True)
         _check_limit("max_active_per_key", self.max_active_per_key, optional=True)
         # Normalised spellings ("100/m"), so that two equal limits compare equal.
@@ -487,6 +564,8 @@ class QueueSpec:
     max_active_per_key: int | None = None
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
+    fairness: str = "fifo"
+    on_key_full: str = "queue"
 
     def __post_init__(self) -> None:
         for name in ("rate_limit", "rate_limit_per_key"):  # "100/m" however it was spelled
@@ -518,9 +597,19 @@ class QueueSpec:
         >>> QueueSpec("mail").definition() is None
         True
         """
-        if not self.governed:
+        if not self.governed and self.rules == ("fifo", "queue"):
             return None
-        return ConcurrencyPolicyDefinition(self.name, *self.limits)
+        return ConcurrencyPolicyDefinition(self.name, *self.limits, fairness=self.fairness,
+                                           on_key_full=self.on_key_full)
+
+    @property
+    def rules(self) -> tuple[str, str]:
+        """`(fairness, on_key_full)`: the policy's fields beside its limits.
+
+        >>> QueueSpec("index", max_active_per_key=1, on_key_full="cancel_newest").rules
+        ('fifo', 'cancel_newest')
+        """
+        return (self.fairness, self.on_key_full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,6 +628,8 @@ class ConcurrencyPolicy:
     updated_at: datetime
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
+    fairness: str = "fifo"
+    on_key_full: str = "queue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,6 +665,10 @@ class Job:
     expires_at: datetime | None = None
     # The job key it holds (DESIGN.md "Job keys"); None once a newer job took the key over.
     job_key: str | None = None
+    # DESIGN.md "Fair share and job cost".
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
 
     @property
     def resting(self) -> bool:
@@ -667,6 +762,12 @@ class PolicyHealth:
     rate_limited_keys: int = 0
     paused: bool = False
     override: PolicyOverride | None = None
+    # DESIGN.md "Fair share and job cost": the policy's fairness, and the sum of the active
+    # jobs' cost (`active` and `available` count these units too).
+    fairness: str = "fifo"
+    active_units: int = 0
+    # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+    on_key_full: str = "queue"
 
 
 @dataclass(frozen=True, slots=True)

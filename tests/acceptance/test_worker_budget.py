@@ -94,18 +94,17 @@ def test_max_concurrent_tasks_caps_the_whole_supervisor(database_url, conn, tmp_
     assert scalar(conn, "SELECT count(DISTINCT pid) FROM probe_runs") > 1
 
 
-def test_two_supervisors_claiming_inside_capacity_grants_never_exceed_the_budget(
+def test_two_supervisors_on_a_queue_wide_limit_only_never_exceed_the_budget(
         database_url, conn, tmp_path):
-    """`--capacity-grants`: each slot claims the FIFO queue inside its own share of max_active,
-    in shared mode; the handlers' own overlap still never exceeds the limit and reaches it, and
-    the slots give their grants back when they stop."""
+    """A queue with only max_active (the claim's row walk, no key heads), two supervisors of
+    two slots: the handlers' own overlap never exceeds the limit and reaches it."""
     probe.setup(conn, {"queue": fleet.MAX_ACTIVE})
     Queue(conn).sync_concurrency_policies(fleet.app.name, fleet.app.policy_definitions())
     with fleet.app.using(conn):
         fleet.app.enqueue_many(fleet.fifo.call((f"t{n}",)) for n in range(JOBS))
 
     options = ["--slots", "2", "--concurrency", "8", "--lease", "10s", "--dequeue-timeout", "5s",
-               "--queues", "fleet-fifo", "--capacity-grants"]
+               "--queues", "fleet-fifo"]
     workers = [Worker(database_url, "apps.fleet:app", tmp_path / f"g{i}.log", *options)
                for i in range(2)]
     try:
@@ -116,11 +115,9 @@ def test_two_supervisors_claiming_inside_capacity_grants_never_exceed_the_budget
             == JOBS,
             120, f"{JOBS} jobs to succeed", *workers, interval=0.25,
         )
-        holders = scalar(conn, "SELECT count(DISTINCT holder) FROM workhorse.capacity_grants")
     finally:
         codes = [w.stop() for w in workers]
     assert codes == [0, 0], [w.output() for w in workers]
-    assert "capacity grants" in workers[0].output()
 
     (cur, peak, violations), = conn.execute(
         "SELECT cur, peak, violations FROM probe_counters WHERE name = 'queue'").fetchall()
@@ -128,6 +125,4 @@ def test_two_supervisors_claiming_inside_capacity_grants_never_exceed_the_budget
     assert peak == fleet.MAX_ACTIVE, "the overlap never reached the limit: the test proves nothing"
     runs = dict(conn.execute("SELECT token, count(*) FROM probe_runs GROUP BY token").fetchall())
     assert len(runs) == JOBS and max(runs.values()) == 1
-    assert holders >= 2, "more than one slot held a share"
-    assert scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE grant_id IS NOT NULL") > 0
-    assert scalar(conn, "SELECT count(*) FROM workhorse.capacity_grants") == 0, "given back"
+    assert scalar(conn, "SELECT count(DISTINCT pid) FROM probe_runs") > 1, "several slots ran"

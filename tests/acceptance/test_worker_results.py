@@ -9,7 +9,7 @@ import pytest
 from apps import probe, results
 from apps.harness import Worker, scalar, wait_for
 
-from workhorse import App, Queue, TaskCanceledError, TaskFailedError
+from workhorse import App, JobStatus, Queue, TaskCanceledError, TaskFailedError
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +81,38 @@ def test_cancelling_a_running_sync_job_holds_its_place_until_it_returns(
         "SELECT cur, peak, violations FROM probe_counters WHERE name = 'queue'").fetchone()
     assert (peak, violations) == (1, 0)
     # The second started only after the first handler had returned.
+    order = [token for (token,) in conn.execute(
+        "SELECT token FROM probe_runs ORDER BY at").fetchall()]
+    assert order.index("first:returned") < order.index("second"), order
+
+
+def test_cancel_in_progress_supersedes_the_running_job_of_a_key(database_url, conn, tmp_path):
+    """on_key_full="cancel_in_progress" on a real worker: enqueuing a second job for a key whose
+    one place is taken asks the running job to stop; it ends canceled with no result, and the
+    second starts only after the first handler returned (the key's peak stays 1)."""
+    probe.setup(conn, {"key": 1})
+    app = _caller(database_url)
+    Queue(conn).sync_concurrency_policies(app.name, app.policy_definitions())
+    worker = Worker(database_url, "apps.results:app", tmp_path / "w.log",
+                    "--slots", "2", "--concurrency", "2", "--queues", "reindex")
+    try:
+        first = results.reindex.delay("doc-1", "first", 20.0)
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM probe_runs WHERE token = 'first'"),
+                 30, "the first job to start", worker)
+        second = results.reindex.delay("doc-1", "second", 0.1)
+        assert first.job().cancel_requested, "the enqueue asked the running job to stop"
+        with pytest.raises(TaskCanceledError):
+            first.get(timeout=30)
+        assert second.get(timeout=30) == "second"
+    finally:
+        code = worker.stop()
+        app.close()
+    assert code == 0, worker.output()
+    ended = first.job()
+    assert ended.status is JobStatus.CANCELED and ended.result is None
+    _cur, peak, violations = conn.execute(
+        "SELECT cur, peak, violations FROM probe_counters WHERE name = 'key'").fetchone()
+    assert (peak, violations) == (1, 0)
     order = [token for (token,) in conn.execute(
         "SELECT token FROM probe_runs ORDER BY at").fetchall()]
     assert order.index("first:returned") < order.index("second"), order

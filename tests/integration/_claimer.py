@@ -7,7 +7,6 @@ Modes:
   as well, the first claims of `meet` claimers race for certain (see `BROKEN_CLAIM_SQL`). With
   `reference`, claim through the reference claim (tests/fixtures/reference_claim.sql, 0.1's
   last) as its worker did (its jobs' successes ride on its next claim), beside the product's.
-  With `grant`, claim as a holder of capacity grants (one per process), as a worker's slot does.
 - `flip`: flip the queue's policy between values every few ms until the queue drains (or for
   `seconds`, ending on the first value), logging each change with the server clock taken while
   the sync holds the queue's admission lock.
@@ -22,7 +21,6 @@ race for real; at the end it prints one JSON line with what it did.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import time
@@ -184,8 +182,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
     finished_query = UNFINISHED_OR_PRODUCING if o.get("producers") else UNFINISHED
     completed: list[int] = []
     riding: list[tuple[int, int]] = []  # reference: recorded by the next claim
-    claims = empty = stale = granted = 0
-    holder = f"claimer-{os.getpid()}"  # with `grant`: this process's capacity grants
+    claims = empty = stale = 0
     with psycopg.connect(url, autocommit=True) as conn:
         q = Queue(conn)
         _ready()
@@ -214,12 +211,6 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
                 riding = []
                 jobs = [(job_id, fence, ckey) for job_id, fence, ckey, status in rows
                         if job_id is not None and status is None]
-            elif o.get("grant"):
-                reply = _ops.execute(conn, _ops.claim_as(
-                    queue, rng.randint(batch_min, batch_max), o.get("lease", 60),
-                    holder=holder))
-                granted += reply.granted
-                jobs = [(j.id, j.fence, j.concurrency_key or "") for j in reply.jobs]
             else:
                 claimed = q.claim(queue, rng.randint(batch_min, batch_max), o.get("lease", 60))
                 jobs = [(j.id, j.fence, j.concurrency_key or "") for j in claimed]
@@ -249,8 +240,7 @@ def _claim(url: str, o: dict[str, Any]) -> dict[str, Any]:
             accepted = q.complete_many([(job_id, fence, None) for job_id, fence, _ in jobs])
             stale += len(jobs) - len(accepted)
             completed.extend(accepted)
-    return {"completed": completed, "claims": claims, "empty": empty, "stale": stale,
-            "granted": granted}
+    return {"completed": completed, "claims": claims, "empty": empty, "stale": stale}
 
 
 def _flip(url: str, o: dict[str, Any]) -> dict[str, Any]:

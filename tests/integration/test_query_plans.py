@@ -388,3 +388,34 @@ def test_keyed_enqueue_plans_use_indexes(explained: Any) -> None:
     _check(plans(lambda: q.enqueue_many([("t", {}, options) for options in keyed[:10]])))
     _check(plans(lambda: q.enqueue_many([("t", {"i": 1}, EnqueueOptions(
         queue="free", idempotency_key=f"i{i}")) for i in range(100)])))
+
+
+def test_fair_and_costed_claim_plans_use_indexes(explained: Any) -> None:
+    """The claim in units (fairness="key", and a FIFO queue with costs): every statement of the
+    choice reads an index, behind a backlog of 1,000 keys and active jobs of many keys."""
+    q, plans = explained
+    q.sync_concurrency_policies("plans", [
+        ConcurrencyPolicyDefinition("fair", 60, fairness="key"),
+        ConcurrencyPolicyDefinition("fair-per-key", 60, 4, fairness="key"),
+        ConcurrencyPolicyDefinition("costed", 20),
+    ])
+    for queue, keys in (("fair", 1000), ("fair-per-key", 1000), ("costed", 0)):
+        for start in range(0, 6000, 2000):
+            q.enqueue_many([
+                ("t", {}, EnqueueOptions(queue=queue, priority=i % 2, cost=1 + i % 3,
+                                         weight=1 + i % 2,
+                                         concurrency_key=f"k{i % keys}" if keys else None))
+                for i in range(start, start + 2000)])
+        for job in q.claim(queue, 20, 30)[:5]:
+            q.complete(job.id, job.fence)
+        q.claim(queue, 2, 0.05)  # leases that expire
+    q.conn.execute("ANALYZE workhorse.jobs")
+    q.conn.execute("ANALYZE workhorse.key_heads")
+    time.sleep(0.1)
+    for queue, expect in (
+        ("fair", ("jobs_ready_key_idx", "key_heads_order_idx", "jobs_active_idx")),
+        ("fair-per-key", ("jobs_ready_key_idx", "key_heads_order_idx", "jobs_active_idx")),
+        ("costed", ("jobs_ready_idx", "jobs_active_idx")),
+    ):
+        texts = plans(lambda queue=queue: q.claim(queue, 10, 30))
+        _check(texts, expect=expect)

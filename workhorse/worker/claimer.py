@@ -33,8 +33,6 @@ SATURATION_POLL = 1.0
 # never grows its share that way; and every FAIR_SHARE_LAP-th such claim of a queue takes none:
 # its places go back to the fleet (the claim wakes the other claimers), so that a budget smaller
 # than one slot's concurrency still spreads over every slot and supervisor serving the queue.
-# Not on a queue whose claims run inside capacity grants: there the database shares the budget
-# out among the claimers itself, and a place left free would stay free in this slot's grant.
 FAIR_SHARE_LAP = 8
 # How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
 # bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
@@ -56,7 +54,6 @@ class QueueState:
     rides: int = 0  # governed claims that carried successes, since the last one that took none
     replace_only: bool = False  # this round: dry, claimed only for the successes that ride
     claim_sent: float = 0.0  # monotonic: when the latest claim was sent (its leases start later)
-    granted: bool = False  # the latest claim ran inside this slot's capacity grant
 
 
 class Claimer:
@@ -69,7 +66,6 @@ class Claimer:
         saturation_poll: float = SATURATION_POLL,
         governed: Iterable[str] = (),
         pass_on: Callable[[str], None] | None = None,
-        holder: str | None = None,
     ) -> None:
         governed = set(governed)
         self.queues = [QueueState(q, governed=q in governed) for q in queues]
@@ -78,7 +74,6 @@ class Claimer:
         self.dequeue_timeout = dequeue_timeout
         self.saturation_poll = saturation_poll
         self.pass_on = pass_on
-        self.holder = holder  # this slot's name for its capacity grants
         self._rotation = 0
         self.statements = 0  # claims sent, so that a round that sent none can be told
 
@@ -151,10 +146,7 @@ class Claimer:
             if state.dry_since is None:
                 out.append(state)
             elif state.name in riding:
-                # Inside a capacity grant a claim that came back short was capped by the grant,
-                # which grows only when a claim asks for more than its room: ask for every free
-                # place, not only those the successes free.
-                state.replace_only = not state.granted
+                state.replace_only = True
                 out.append(state)
         return out
 
@@ -204,7 +196,6 @@ class Claimer:
                 need = want - total
                 if state.governed and governed_limit is not None:
                     need = min(need, governed_limit - total)
-                places = max(need, 0)  # what this slot could run: its grant's share follows
                 if state.governed and governed_chunk is not None:
                     need = min(need, governed_chunk)
                 successes = recorder.take_riding(state.name) if recorder is not None else []
@@ -218,7 +209,7 @@ class Claimer:
                 state.claim_sent = time.monotonic()
                 if successes:
                     assert recorder is not None
-                    if state.governed and not state.granted:
+                    if state.governed:
                         state.rides += 1
                         if state.rides >= FAIR_SHARE_LAP:
                             state.rides = 0
@@ -229,27 +220,20 @@ class Claimer:
                         elif state.replace_only:
                             need = min(need, len(successes))
                     try:
-                        reply = await _ops.execute_async(conn, _ops.claim_as(
-                            state.name, max(need, 0), self.lease, encoded(successes),
-                            self.holder, places))
+                        claimed, next_start, accepted = await _ops.execute_async(
+                            conn, _ops.complete_and_claim(
+                                state.name, max(need, 0), self.lease, encoded(successes)))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
-                    recorder.counted(successes, reply.accepted)
-                    state.granted = reply.granted
+                    recorder.counted(successes, accepted)
                     if need <= 0:
                         state.relayed = relayed
                         continue
                 else:
-                    reply = await _ops.execute_async(conn, _ops.claim_as(
-                        state.name, need, self.lease, holder=self.holder, places=places))
-                    state.granted = reply.granted
-                claimed, next_start = reply.jobs, reply.next_start
-                if reply.retry:
-                    # The policy changed under the claim: nothing was admitted; at once again.
-                    state.dry_since = None
-                    state.due_at = None
-                elif next_start is not None:
+                    claimed, next_start = await _ops.execute_async(
+                        conn, _ops.claim_batch(state.name, need, self.lease))
+                if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()
                     state.due_at = state.dry_since + next_start

@@ -29,7 +29,6 @@ import functools
 import logging
 import math
 import os
-import secrets
 import signal
 import socket
 import threading
@@ -114,7 +113,6 @@ class SlotConfig:
     saturation_poll: float = SATURATION_POLL
     ride: bool = True  # successes ride on the next claim of their queue
     prefetch: int = 0  # at most this many jobs of ungoverned queues claimed ahead of a place
-    capacity_grants: bool = False  # claim FIFO queues inside this slot's share (claim's SQL)
 
 
 class _Flag:
@@ -166,10 +164,6 @@ class Slot:
             config.queues, lease=config.lease, dequeue_timeout=config.dequeue_timeout,
             saturation_poll=config.saturation_poll, governed=governed or (),
             pass_on=self._pass_on,
-            # One name per slot process for its capacity grants (claim's SQL), never reused by
-            # another process, so that a restarted slot never inherits a dead one's grant.
-            holder=(f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-                    if config.capacity_grants else None),
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
@@ -375,20 +369,7 @@ class Slot:
         self._give_back(lambda execution: True)
         if self._to_release:
             await self._release_ahead()
-        await self._release_grants()
         recorder.stop_riding()
-
-    async def _release_grants(self) -> None:
-        """No more claims from this slot: its capacity grants go back now, not at their expiry
-        (best effort: a grant left behind expires with its lease)."""
-        holder = self.claimer.holder
-        if holder is None or self._claim_conn is None or self._claim_conn.closed:
-            return
-        try:
-            await _ops.execute_async(self._claim_conn, _ops.release_grants(holder))
-        except psycopg.Error as exc:
-            log.debug("slot %d: giving back its capacity grants failed (%s)", self.index,
-                      first_line(exc))
 
     def _give_back(self, which: Callable[[Execution], bool]) -> None:
         """Move the jobs claimed ahead that `which` names to the release list."""

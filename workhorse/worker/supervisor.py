@@ -81,7 +81,6 @@ class WorkerSettings:
     dequeue_timeout: float
     grace: float
     prefetch: int = 0
-    capacity_grants: bool = False  # slots claim FIFO queues inside their share (claim's SQL)
 
 
 # Jobs of ungoverned queues a slot may claim ahead of a free place, by default: 16 a place, at
@@ -117,7 +116,6 @@ def settings_for(
     dequeue_timeout: float | str,
     grace: float | str,
     prefetch: int | None = None,
-    capacity_grants: bool = False,
 ) -> WorkerSettings:
     """Validated settings; InvalidOptionsError names the flag at fault."""
     slot_count = slots if slots is not None else (os.cpu_count() or 1)
@@ -156,7 +154,7 @@ def settings_for(
     return WorkerSettings(
         slots=slot_count, concurrency=concurrency, queues=tuple(served),
         max_concurrent_tasks=max_concurrent_tasks, lease=lease_s, dequeue_timeout=dequeue_s,
-        grace=grace_s, prefetch=prefetch, capacity_grants=bool(capacity_grants),
+        grace=grace_s, prefetch=prefetch,
     )
 
 
@@ -171,7 +169,6 @@ def run_worker(
     dequeue_timeout: float = 30.0,
     grace: float = 30.0,
     prefetch: int | None = None,
-    capacity_grants: bool = False,
     sync: bool = False,
     app_reference: str = "",
     console: Console | None = None,
@@ -193,7 +190,6 @@ def run_worker(
         app, slots=slots, concurrency=concurrency, queues=queues,
         max_concurrent_tasks=max_concurrent_tasks, lease=lease,
         dequeue_timeout=dequeue_timeout, grace=grace, prefetch=prefetch,
-        capacity_grants=capacity_grants,
     )
     url = app.database_url
     report: SyncReport | None = None
@@ -301,8 +297,6 @@ def _print_banner(
     facts.add_row("slots", f"{settings.slots} x concurrency {settings.concurrency}{budget}")
     facts.add_row("prefetch", f"up to {settings.prefetch} a slot, ungoverned queues only"
                   if settings.prefetch else "off")
-    facts.add_row("capacity grants", "on: FIFO queues with only max_active claim in each "
-                  "slot's share" if settings.capacity_grants else "off")
     facts.add_row("lease", f"{settings.lease:g}s; dequeue timeout {settings.dequeue_timeout:g}s; "
                   f"grace {settings.grace:g}s")
     console.print(facts)
@@ -622,7 +616,6 @@ class Supervisor:
             concurrency=self.settings.concurrency, lease=self.settings.lease,
             dequeue_timeout=self.settings.dequeue_timeout, grace=self.settings.grace,
             heartbeat_interval=self.heartbeat_interval, prefetch=self.settings.prefetch,
-            capacity_grants=self.settings.capacity_grants,
         )
         governed = set(self.listener.governed)
         for stream in (sys.stdout, sys.stderr):

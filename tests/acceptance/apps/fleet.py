@@ -27,7 +27,7 @@ async def governed(token: str, key: str) -> str:
     return token
 
 
-# A FIFO queue with only a queue-wide limit: what capacity grants serve (`--capacity-grants`).
+# A FIFO queue with only a queue-wide limit: the claim's row walk, with no key heads.
 @app.task(queue="fleet-fifo", max_active=MAX_ACTIVE)
 async def fifo(token: str) -> str:
     await probe.enter("queue")

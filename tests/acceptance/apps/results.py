@@ -34,3 +34,20 @@ def hold_the_slot(token: str, seconds: float) -> str:
         conn.execute(probe.LEAVE, ("queue",))
         probe.ran_sync(f"{token}:returned")
     return token
+
+
+# One run per document at a time; a new enqueue for a busy document supersedes the running one.
+@app.task(queue="reindex", max_active_per_key=1, on_key_full="cancel_in_progress",
+          concurrency_key=lambda doc, token, seconds: doc, lease="3s")
+def reindex(doc: str, token: str, seconds: float) -> str:
+    conn = probe.conn()
+    conn.execute(probe.ENTER, ("key",))
+    try:
+        probe.ran_sync(token)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not workhorse.current_job().cancel_requested:
+            time.sleep(0.02)
+    finally:
+        conn.execute(probe.LEAVE, ("key",))
+        probe.ran_sync(f"{token}:returned")
+    return token

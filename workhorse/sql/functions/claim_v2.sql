@@ -1,15 +1,12 @@
 -- Claim: record a slot's finished jobs of one queue and claim their replacements in one call, so
 -- that capacity freed goes straight to the next job, in one round trip and one acquisition of the
--- queue's admission lock. This is the claim of feature level 2: level 1's, plus capacity grants,
--- so that the claimers of a FIFO queue with only a queue-wide limit do not wait for each other.
+-- queue's admission lock. This is the claim of feature level 2, the level of 0.3.0: level 1's
+-- admission, with a per-key rate limit's next start counted from the end of the claim.
 --
 -- Arguments: `p_queue`; `p_limit`, the most jobs to claim (NULL or below 1: none, only record);
 -- `p_lease`, in seconds; the successes to record first, as _record_successes_v1 takes them
 -- (`p_ids`, `p_fences`, `p_results` as JSON text, `p_retention_ix`, `p_retentions`; NULL arrays
--- when there are none); `p_holder`, the claimer's name for its capacity grants (one per claiming
--- process; NULL: no grant, every claim of a governed queue is exclusive); `p_places`, how many
--- more jobs of this queue the holder could run now (its share of the limit is water-filled over
--- these; NULL: `p_limit`, which a claimer may keep smaller to claim in a stream).
+-- when there are none).
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -21,11 +18,7 @@
 --  * when a rate limit cut the claim short, a marker row with no id and no status, whose
 --    `next_start_in` says in how many seconds the next start is allowed;
 --  * when the queue needs a newer claim than this one, a marker row with no id, `status`
---    'feature_level' and the queue's level in `attempts`: nothing is admitted there;
---  * when the claim ran inside the holder's grant, a marker row with no id, `status` 'granted',
---    the grant's units in `attempts` and its active jobs after this claim in `max_attempts`;
---  * when the queue's policy changed between the grant's check and the lock, a marker row with
---    no id and `status` 'retry': nothing was admitted, claim again at once.
+--    'feature_level' and the queue's level in `attempts`: nothing is admitted there.
 -- A governed queue's claimers are woken when this call freed more places than it took.
 --
 -- Admission (DESIGN.md, invariants 1 to 7):
@@ -34,15 +27,13 @@
 --    walk the ready rows with SKIP LOCKED. Active means an unexpired lease; a job whose lease
 --    expired is claimable again and uses an attempt. A paused queue admits nothing.
 --  * A queue-wide limit only, or none: the row walk, priority then id order, at most the room.
---  * Capacity grants (_rebalance_grants_v1 says how the limit stays exact): on a queue with a
---    queue-wide limit only, not paused, a claim with a holder claims inside its grant, holding
---    the lock in shared mode like an ungoverned claim (the row walk with SKIP LOCKED), and takes
---    it exclusively only to get or grow its grant. Claims that hold it exclusively count every
---    grant's unused units as active; the queue's level is raised to 2 by the first grant, so no
---    level-1 claim, which does not know grants, admits there any more.
 --  * A per-key limit or rate: the walk over key heads in admission order, passing over saturated
 --    keys and keys out of starts, so the cost grows with the keys passed over and the batch,
 --    never with a key's backlog.
+--  * Costs and fair share (invariants 9 and 10): a governed queue of level 2 (a job of cost or
+--    rate cost other than 1 was enqueued there, or its policy has fairness = 'key') is admitted
+--    by _choose_units_v1, one job at a time in units, and its touched keys' heads refreshed
+--    after the activation. Queues of level 1 keep the statements below, plans unchanged.
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
 -- Plans are cached generic plans: every statement takes its LIMIT from a variable, and a custom
@@ -51,7 +42,7 @@
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
-    p_retentions text[], p_holder text DEFAULT NULL, p_places integer DEFAULT NULL)
+    p_retentions text[])
 RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
@@ -67,14 +58,6 @@ DECLARE
     c_level CONSTANT integer := 2;  -- this function's feature level
     v_sent integer := COALESCE(cardinality(p_ids), 0);
     v_peek boolean;
-    v_limits record;
-    v_grant_mode boolean := false;  -- grants apply: a holder, a FIFO queue with max_active only
-    v_in_grant boolean := false;    -- and this claim runs inside its grant, in shared mode
-    v_grant_id bigint;
-    v_grant_units integer;
-    v_grant_active integer := 0;
-    v_grant_target integer;
-    v_grant_waiting boolean := false;
     v_freed integer := 0;
     v_done_ids bigint[];
     v_done_fences bigint[];
@@ -104,6 +87,10 @@ DECLARE
     v_move_ids bigint[];
     v_admitted integer := 0;
     v_next double precision;
+    v_units boolean := false;
+    v_fair boolean;
+    v_rate_blocked boolean := false;
+    v_policy record;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -111,24 +98,7 @@ BEGIN
     -- (its lease expired) would wait for us while we wait for it.
     v_peek := EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = p_queue)
               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue);
-    IF v_peek AND p_holder IS NOT NULL THEN
-        -- The unlocked peek also decides between the claim inside the holder's grant (shared)
-        -- and getting or growing it (exclusive); the locked re-check below makes it safe.
-        SELECT * INTO v_limits FROM workhorse._limits_v1(p_queue, clock_timestamp());
-        v_grant_mode := v_limits.governed AND NOT v_limits.paused
-            AND v_limits.max_active IS NOT NULL AND v_limits.max_active_per_key IS NULL
-            AND v_limits.rate_limit IS NULL AND v_limits.rate_limit_per_key IS NULL
-            AND v_limits.feature_level <= c_level;
-        IF v_grant_mode THEN
-            SELECT g.grant_id, g.units, g.target, g.waiting, g.in_grant
-            INTO v_grant_id, v_grant_units, v_grant_target, v_grant_waiting, v_in_grant
-            FROM workhorse._grant_standing_v1(
-                p_queue, p_holder, v_limits.max_active,
-                workhorse._grant_stamp_v1(p_queue, v_limits.max_active), p_limit,
-                COALESCE(p_places, p_limit), v_sent, clock_timestamp()) AS g;
-        END IF;
-    END IF;
-    IF v_peek AND NOT v_in_grant THEN
+    IF v_peek THEN
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
@@ -187,19 +157,6 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF v_in_grant AND (v_paused OR v_max IS NULL OR v_per_key < 2147483647
-                       OR v_rate IS NOT NULL OR v_rate_key IS NOT NULL) THEN
-        -- The policy changed between the grant's check and the lock (a sync, a pause or an
-        -- override commits under the lock held exclusively): in shared mode we may not admit.
-        RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
-            NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
-            NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
-            NULL::integer, NULL::double precision, 'retry'::text, NULL::timestamptz;
-        IF v_freed > 0 THEN
-            PERFORM workhorse._wake_v1(p_queue);
-        END IF;
-        RETURN;
-    END IF;
     IF (v_governed AND NOT v_peek) OR v_paused THEN
         -- Governed while we waited in shared mode (our caller retries on the hint), or paused.
         IF v_freed > 0 AND v_peek THEN
@@ -209,89 +166,35 @@ BEGIN
     END IF;
 
     IF v_expired OR v_due THEN
-        PERFORM workhorse._prepare_queue_v1(p_queue, v_now);
+        PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
     END IF;
 
     v_room := p_limit;
-    v_grant_mode := v_grant_mode AND v_governed AND v_max IS NOT NULL
-        AND v_per_key = 2147483647 AND v_rate IS NULL AND v_rate_key IS NULL;
-    IF v_in_grant THEN
-        -- Inside the grant: its units less its own unexpired active jobs (only this holder
-        -- admits into it, one claim at a time). The stamp must be that of the rules in force: a
-        -- sync, pause or override since the grant was set makes the claim exclusive next time.
-        SELECT g.units INTO v_grant_units
-        FROM workhorse.capacity_grants g
-        WHERE g.id = v_grant_id AND g.stamp = workhorse._grant_stamp_v1(p_queue, v_max)
-          AND g.expires_at > v_now;
-        IF NOT FOUND THEN
-            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
-                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
-                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
-                NULL::integer, NULL::double precision, 'retry'::text, NULL::timestamptz;
-            RETURN;
+    IF v_governed AND v_level >= 2 THEN
+        -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
+        -- policy's own limits say which jobs can never fit (held); an override only delays.
+        v_units := true;
+        SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
+               p.rate_limit_per_key
+        INTO v_policy
+        FROM workhorse.policies p WHERE p.queue = p_queue;
+        v_fair := COALESCE(v_policy.fair, false);
+        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
+        IF v_hinted AND v_keyed THEN
+            WITH drained AS (
+                DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
+            )
+            SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
+            PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
-        SELECT count(*)::integer INTO v_grant_active
-        FROM workhorse.jobs j
-        WHERE j.grant_id = v_grant_id AND j.status = 'active' AND j.lease_until > v_now;
-        IF v_grant_waiting AND v_grant_units > v_grant_target THEN
-            -- Another holder wants more than it has: give back what is above our share (never
-            -- preempting: the units only stop us claiming) and wake it.
-            v_grant_units := v_grant_target;
-            PERFORM workhorse._wake_v1(p_queue);
-        END IF;
-        UPDATE workhorse.capacity_grants g
-        SET units = v_grant_units,
-            wanted = v_grant_active + GREATEST(COALESCE(p_places, p_limit), 0),
-            expires_at = v_now + make_interval(secs => p_lease)
-        WHERE g.id = v_grant_id;
-        v_room := LEAST(p_limit, v_grant_units - v_grant_active);
-        IF v_room <= 0 THEN
-            -- The places freed stay in our grant, where nobody else could take them: no wake.
-            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
-                NULL::jsonb, v_grant_units, v_grant_active, NULL::bigint, NULL::timestamptz,
-                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
-                NULL::integer, NULL::double precision, 'granted'::text, NULL::timestamptz;
-            RETURN;
-        END IF;
-    ELSIF v_grant_mode THEN
-        -- Exclusive, to get or grow the grant: share the limit out again and take our part.
-        INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
-        VALUES (p_queue, c_level)
-        ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
-            WHERE lv.feature_level < excluded.feature_level;
-        SELECT r.grant_id, r.units, r.active INTO v_grant_id, v_grant_units, v_grant_active
-        FROM workhorse._rebalance_grants_v1(
-            p_queue, p_holder, v_max, workhorse._grant_stamp_v1(p_queue, v_max),
-            COALESCE(p_places, p_limit), p_lease, v_now) AS r;
-        v_room := LEAST(p_limit, v_grant_units - v_grant_active);
-        v_in_grant := true;
-        IF v_room <= 0 THEN
-            IF v_freed > 0 THEN
-                PERFORM workhorse._wake_v1(p_queue);
-            END IF;
-            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
-                NULL::jsonb, v_grant_units, v_grant_active, NULL::bigint, NULL::timestamptz,
-                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
-                NULL::integer, NULL::double precision, 'granted'::text, NULL::timestamptz;
-            RETURN;
-        END IF;
+        SELECT c.ids, c.rate_blocked INTO v_ids, v_rate_blocked
+        FROM workhorse._choose_units_v1(
+            p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
+            v_rate, v_period, v_rate_key, v_period_key,
+            v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
+            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired) AS c;
     ELSIF v_governed THEN
-        -- Grants' unused units could be turned into active jobs by their holders at any time:
-        -- an exclusive claim without a grant takes them back first (down to each grant's own
-        -- active jobs, so nothing running is given up), and then counts as level 1 did.
-        WITH used AS (
-            SELECT g.id, c.n
-            FROM workhorse.capacity_grants g
-            CROSS JOIN LATERAL (
-                SELECT count(*)::integer AS n FROM workhorse.jobs j
-                WHERE j.grant_id = g.id AND j.status = 'active' AND j.lease_until > v_now
-            ) AS c
-            WHERE g.queue = p_queue AND g.expires_at > v_now AND g.units > 0
-        )
-        UPDATE workhorse.capacity_grants g SET units = u.n
-        FROM used u
-        WHERE g.id = u.id AND g.units > u.n;
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
         SELECT COALESCE(sum(a.n), 0)::integer,
@@ -330,8 +233,10 @@ BEGIN
         END IF;
     END IF;
 
-    v_keyed := v_governed AND (v_per_key < 2147483647 OR v_rate_key IS NOT NULL);
-    IF NOT v_keyed THEN
+    IF v_units THEN
+        NULL;  -- chosen above
+    ELSIF NOT (v_governed AND (v_per_key < 2147483647 OR v_rate_key IS NOT NULL)) THEN
+        v_keyed := false;
         -- No policy, or a queue-wide limit only: the row walk, v_room long. SKIP LOCKED, which
         -- ungoverned claims need: they run side by side under the shared lock, and the rows stay
         -- locked until the activation below.
@@ -354,6 +259,7 @@ BEGIN
         )
         SELECT array_agg(b.id) INTO v_ids FROM best b;
     ELSE
+        v_keyed := true;
         IF v_hinted THEN
             -- Bring the heads up to date with what was enqueued since the last claim.
             WITH drained AS (
@@ -572,7 +478,6 @@ BEGIN
             SET status = 'active',
                 attempts = j.attempts + 1,
                 fence = nextval('workhorse.fence_seq'),
-                grant_id = v_grant_id,
                 lease_until = clock_timestamp() + make_interval(secs => p_lease),
                 started_at = clock_timestamp()
             WHERE j.id = ANY(v_ids)
@@ -580,12 +485,13 @@ BEGIN
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
-            SELECT '' AS ckey, v_period AS period, max(a.started_at) AS at, count(*)::integer AS n
+            SELECT '' AS ckey, v_period AS period, max(a.started_at) AS at,
+                   sum(a.rate_cost)::integer AS n
             FROM activated a
             WHERE v_period IS NOT NULL
             HAVING count(*) > 0
             UNION ALL
-            SELECT a.ckey, v_period_key, max(a.started_at), count(*)::integer
+            SELECT a.ckey, v_period_key, max(a.started_at), sum(a.rate_cost)::integer
             FROM activated a
             WHERE v_period_key IS NOT NULL AND a.ckey <> ''
             GROUP BY a.ckey
@@ -605,7 +511,12 @@ BEGIN
         FROM activated a
         ORDER BY a.rank, a.id;
         GET DIAGNOSTICS v_admitted = ROW_COUNT;
-        IF v_keyed AND v_admitted < cardinality(v_ids) THEN
+        IF v_units AND v_keyed THEN
+            -- The choice read the heads but did not move them: set each touched key's again.
+            PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
+                SELECT DISTINCT j.ckey FROM workhorse.jobs j
+                WHERE j.id = ANY(v_ids) AND j.ckey <> ''));
+        ELSIF v_keyed AND v_admitted < cardinality(v_ids) THEN
             -- A chosen job was not activated (it changed meanwhile, or needs a newer level):
             -- the heads moved past it, so set its key's head again from its ready jobs.
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
@@ -617,7 +528,11 @@ BEGIN
     -- Starts used up: say when the next one is allowed (the queue's, else the soonest of the
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
-    IF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
+    IF v_units AND v_rate_blocked THEN
+        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+    ELSIF v_units AND v_rate IS NOT NULL THEN
+        NULL;  -- not cut short by the queue's rate
+    ELSIF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
         v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
     ELSIF v_rate_key IS NOT NULL AND v_admitted < v_room THEN
         -- Counted from now, not from the claim's start: the claim itself may have taken a while.
@@ -635,15 +550,7 @@ BEGIN
             NULL::integer, v_next, NULL::text, NULL::timestamptz;
     END IF;
 
-    IF v_in_grant THEN
-        RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
-            NULL::jsonb, v_grant_units, v_grant_active + v_admitted, NULL::bigint,
-            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
-            NULL::timestamptz, NULL::integer, NULL::double precision, 'granted'::text,
-            NULL::timestamptz;
-    END IF;
-    -- Places freed inside a grant stay there: others are woken only when one of them waits.
-    IF v_governed AND v_freed > v_admitted AND (NOT v_in_grant OR v_grant_waiting) THEN
+    IF v_governed AND v_freed > v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;
 END

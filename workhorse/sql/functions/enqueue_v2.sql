@@ -32,9 +32,19 @@
 -- is left unused). `p_feature_levels` (NULL: every job level 1) is the feature level each job
 -- needs; a job above level 1 raises its queue's level in queue_levels, in this transaction, so
 -- that no claim of a lower level sees the job without seeing its queue's level too. Keys need no
--- level of their own: see migrations/0003_job_keys.sql. Takes each queue's enqueue gate in
+-- level of their own: see migrations/0002_job_keys.sql.
+--
+-- `p_costs`, `p_rate_costs` and `p_weights` (NULL: 1 for every job) are each job's cost, rate
+-- cost and weight (DESIGN.md "Fair share and job cost"). A cost or rate cost other than 1
+-- raises its queue's level to at least 2 (a claim of level 1 cannot count it); the job row
+-- keeps its own level (see migrations/0010_fair_share_and_cost.sql). A job whose cost exceeds
+-- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
+-- rate limit's N, can never start: the enqueue refuses it (SQLSTATE WH005, before anything is
+-- written). The stored policy is the one checked; an override that lowers a limit does not
+-- refuse (the job waits for it to end). Takes each queue's enqueue gate in
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
--- queues' claimers at commit.
+-- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
+-- go through _on_key_full_v1, under the queue's admission lock.
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -52,7 +62,10 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_unique_periods double precision[] DEFAULT NULL,
     p_unique_states text[] DEFAULT NULL,
     p_job_keys text[] DEFAULT NULL,
-    p_job_key_modes text[] DEFAULT NULL
+    p_job_key_modes text[] DEFAULT NULL,
+    p_costs integer[] DEFAULT NULL,
+    p_rate_costs integer[] DEFAULT NULL,
+    p_weights smallint[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
 -- Generic plans, made once a session: the statements below take whole arrays as parameters,
@@ -84,23 +97,74 @@ DECLARE
     v_status text;
     v_new bigint;
     v_left boolean;
+    v_full_queues text[] := '{}';
+    -- What an on_key_full cancel keeps (the default retention's: no app runs these jobs).
+    c_canceled_retention CONSTANT text := '{"canceled": 86400}';
 BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
+    -- A queue whose policy acts on a full key (on_key_full) serializes this enqueue with the
+    -- key's claims: its admission lock (exclusive, sorted) comes before the enqueue gates, the
+    -- order a sync takes them in. A policy that changes meanwhile is read again under the lock.
+    FOR v_queue IN
+        SELECT DISTINCT t.q FROM unnest(p_queues, p_ckeys) AS t(q, k)
+        WHERE t.k IS NOT NULL
+          AND EXISTS (SELECT 1 FROM workhorse.policies p
+                      WHERE p.queue = t.q AND p.on_key_full <> 'queue')
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(v_queue));
+        v_full_queues := v_full_queues || v_queue;
+    END LOOP;
     -- Sorted, so that two multi-queue enqueues and an install take the gates in one order.
     FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
         PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
     END LOOP;
 
-    IF p_feature_levels IS NOT NULL THEN
+    IF p_costs IS NOT NULL OR p_rate_costs IS NOT NULL THEN
+        -- A cost that can never fit the queue's synced policy is refused before anything is
+        -- written (the policy row is locked by the sync that changes it, under the gate we hold
+        -- in shared mode only for enqueues: a concurrent sync may still lower it, and the claim
+        -- then holds the job with CostExceedsLimitError).
+        SELECT t.queue, t.cost, t.rate_cost, p.max_active, p.max_active_per_key, p.rate_limit,
+               p.rate_limit_per_key, t.ckey
+        INTO v_row
+        FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
+             WITH ORDINALITY AS t(queue, cost, rate_cost, ckey, ord)
+        JOIN workhorse.policies p ON p.queue = t.queue
+        WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
+           OR (t.ckey IS NOT NULL AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
+           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
+           OR (t.ckey IS NOT NULL
+               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
+        ORDER BY t.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a job of cost % and rate_cost % can never start on queue %: its '
+                            'policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
+                            'rate_limit_per_key N=%',
+                COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.queue,
+                v_row.max_active, v_row.max_active_per_key, v_row.rate_limit,
+                v_row.rate_limit_per_key
+                USING ERRCODE = 'WH005';
+        END IF;
+    END IF;
+
+    IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL THEN
         -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
-        -- the claims that do not know it away.
+        -- the claims that do not know it away. A cost other than 1 is level 2.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
-        SELECT t.queue, max(t.level)
-        FROM unnest(p_queues, p_feature_levels) AS t(queue, level)
-        WHERE t.level > 1
+        SELECT t.queue, max(GREATEST(COALESCE(t.level, 1),
+                                     CASE WHEN COALESCE(t.cost, 1) <> 1
+                                               OR COALESCE(t.rate_cost, 1) <> 1
+                                          THEN 2 ELSE 1 END))
+        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs)
+             AS t(queue, level, cost, rate_cost)
         GROUP BY t.queue
+        HAVING max(GREATEST(COALESCE(t.level, 1),
+                            CASE WHEN COALESCE(t.cost, 1) <> 1 OR COALESCE(t.rate_cost, 1) <> 1
+                                 THEN 2 ELSE 1 END)) > 1
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
             WHERE lv.feature_level < excluded.feature_level;
@@ -116,18 +180,20 @@ BEGIN
             SELECT t.*,
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
-                        p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels)
+                        p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
+                        p_costs, p_rate_costs, p_weights)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, ord)
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level)
+                 meta, feature_level, cost, rate_cost, weight)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
-                   COALESCE(i.level, 1)
+                   COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
+                   COALESCE(i.weight, 1)
             FROM input i
             ORDER BY i.ord
             RETURNING id, queue, ckey, status
@@ -136,10 +202,13 @@ BEGIN
             SELECT DISTINCT i.queue, i.ckey
             FROM inserted i
             JOIN (SELECT DISTINCT q FROM unnest(p_queues) AS q) AS keyed
-              ON keyed.q = i.queue AND workhorse._keyed_v1(keyed.q)
+              ON keyed.q = i.queue AND workhorse._keyed_v2(keyed.q)
             WHERE i.ckey <> '' AND i.status = 'ready'
         )
         SELECT array_agg(ins.id ORDER BY ins.id) INTO v_inserted FROM inserted ins;
+        IF cardinality(v_full_queues) > 0 THEN
+            PERFORM workhorse._on_key_full_v1(v_full_queues, v_inserted, c_canceled_retention);
+        END IF;
         FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q LOOP
             PERFORM workhorse._wake_v1(v_queue);
         END LOOP;
@@ -182,6 +251,9 @@ BEGIN
                 UPDATE workhorse.jobs j
                 SET payload = p_payloads[v_i]::jsonb,
                     meta = j.meta || COALESCE(p_metas[v_i], '{}')::jsonb,
+                    cost = COALESCE(p_costs[v_i], 1),
+                    rate_cost = COALESCE(p_rate_costs[v_i], 1),
+                    weight = COALESCE(p_weights[v_i], 1),
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -205,14 +277,15 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
                     CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END,
                     p_max_attempts[v_i], p_on_failures[v_i], v_due,
                     COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
-                    p_job_keys[v_i])
+                    p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
+                    COALESCE(p_weights[v_i], 1))
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -258,20 +331,24 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
-                        p_feature_levels, v_ukeys, v_cand, v_done)
+                        p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
+                        p_weights)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, idem, level, ukey, cand, done, ord)
+                      on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
+                      ord)
             WHERE NOT t.done
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, idempotency_key, feature_level, unique_key)
+                 run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
+                 weight)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
-                   COALESCE(i.level, 1), i.ukey
+                   COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
+                   COALESCE(i.weight, 1)
             FROM input i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING
@@ -323,11 +400,18 @@ BEGIN
         EXIT WHEN NOT v_left;
     END LOOP;
 
+    IF cardinality(v_full_queues) > 0 THEN
+        PERFORM workhorse._on_key_full_v1(
+            v_full_queues,
+            ARRAY(SELECT u.id FROM unnest(v_ids, v_dup) AS u(id, dup) WHERE NOT u.dup),
+            c_canceled_retention);
+    END IF;
+
     INSERT INTO workhorse.key_hints (queue, ckey)
     SELECT h.queue, h.ckey
     FROM (SELECT DISTINCT h.queue, h.ckey FROM unnest(v_hint_queues, v_hint_keys) AS h(queue, ckey)
           WHERE h.ckey <> '') AS h
-    WHERE workhorse._keyed_v1(h.queue);
+    WHERE workhorse._keyed_v2(h.queue);
 
     FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues || v_woken) AS q LOOP
         PERFORM workhorse._wake_v1(v_queue);

@@ -1,5 +1,6 @@
 -- Job keys (issue #27): unique jobs and job_key (debounce, throttle), and enqueue_v2, which
--- writes them and says of each job whether the enqueue inserted it.
+-- writes them and says of each job whether the enqueue inserted it. Also claim_v2, the claim of
+-- feature level 2 (0.3.0's), which the worker of this release calls.
 --
 -- Why job keys need no feature level (a deliberate deviation from DESIGN.md's "a job key
 -- raises the queue's level"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
@@ -32,3 +33,4 @@ CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs (task, unique_key)
     WHERE unique_key IS NOT NULL;
 
 \ir ../functions/enqueue_v2.sql
+\ir ../functions/claim_v2.sql

@@ -1,0 +1,81 @@
+-- Per governed, paused or overridden queue: the limits in force, capacity in use (unexpired
+-- leases only), starts left, and the ready work the limits hold back, counted within a bounded
+-- sample of ready jobs in admission order, so the cost stays bounded however deep the queue is.
+-- Rate-limited keys are counted among at most %(sample)s keys that started in the window.
+-- Capacity is counted in units (DESIGN.md "Fair share and job cost"): `active` and
+-- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
+-- is 1), and a key is saturated when its units reach max_active_per_key.
+WITH queues AS (
+    SELECT p.queue FROM workhorse.policies p
+    UNION
+    SELECT c.queue FROM workhorse.queue_controls c
+)
+SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
+       a.active,
+       CASE WHEN l.max_active IS NULL THEN NULL
+            ELSE GREATEST(l.max_active - a.active, 0) END AS available,
+       b.blocked_ready,
+       a.saturated_keys,
+       b.sampled > %(sample)s AS capped,
+       l.rate_limit, l.rate_period, l.rate_limit_per_key, l.rate_period_per_key,
+       r.limited_keys AS rate_limited_keys,
+       l.paused,
+       c.override_set_at IS NOT NULL
+           AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+           AS overridden,
+       c.max_active AS override_max_active, c.max_active_per_key AS override_max_active_per_key,
+       c.rate_limit AS override_rate_limit, c.rate_period AS override_rate_period,
+       c.rate_limit_per_key AS override_rate_limit_per_key,
+       c.rate_period_per_key AS override_rate_period_per_key,
+       c.override_set_at, c.override_expires_at,
+       s.queue_used AS rate_used,
+       COALESCE(p.fairness, 'fifo') AS fairness,
+       a.active AS active_units,
+       COALESCE(p.on_key_full, 'queue') AS on_key_full
+FROM queues q
+LEFT JOIN workhorse.policies p ON p.queue = q.queue
+LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+CROSS JOIN LATERAL workhorse._limits_v1(q.queue, clock_timestamp()) AS l
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN l.rate_limit IS NULL THEN NULL
+                ELSE workhorse._rate_used_v1(q.queue, '', l.rate_period, clock_timestamp())
+           END AS queue_used
+) AS s
+CROSS JOIN LATERAL (
+    SELECT COALESCE(sum(k.n), 0)::integer AS active,
+           (count(*) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key))::integer
+               AS saturated_keys,
+           COALESCE(array_agg(k.ckey) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key),
+                    '{}') AS saturated
+    FROM (SELECT j.ckey, sum(j.cost) AS n
+          FROM workhorse.jobs j
+          WHERE j.queue = q.queue AND j.status = 'active' AND j.lease_until > clock_timestamp()
+          GROUP BY j.ckey) AS k
+) AS a
+CROSS JOIN LATERAL (
+    SELECT (count(*) FILTER (WHERE u.used >= l.rate_limit_per_key))::integer AS limited_keys,
+           COALESCE(array_agg(u.ckey) FILTER (WHERE u.used >= l.rate_limit_per_key), '{}')
+               AS limited
+    FROM (SELECT r.ckey, sum(r.n) AS used
+          FROM (SELECT rs.ckey, rs.n FROM workhorse.rate_starts rs
+                WHERE l.rate_limit_per_key IS NOT NULL AND rs.queue = q.queue AND rs.ckey <> ''
+                  AND rs.bucket_end > clock_timestamp() - make_interval(secs => l.rate_period_per_key)
+                ORDER BY rs.queue, rs.ckey, rs.bucket_end
+                LIMIT %(sample)s * 101) AS r
+          GROUP BY r.ckey) AS u
+) AS r
+CROSS JOIN LATERAL (
+    SELECT count(*)::integer AS sampled,
+           (count(*) FILTER (WHERE s2.nth <= %(sample)s AND (
+                l.paused
+                OR (l.max_active IS NOT NULL AND a.active >= l.max_active)
+                OR (l.rate_limit IS NOT NULL AND s.queue_used >= l.rate_limit)
+                OR s2.ckey = ANY(a.saturated)
+                OR s2.ckey = ANY(r.limited))))::integer AS blocked_ready
+    FROM (SELECT j.ckey, row_number() OVER (ORDER BY j.rank, j.id) AS nth
+          FROM (SELECT j.ckey, j.rank, j.id FROM workhorse.jobs j
+                WHERE j.queue = q.queue AND j.status = 'ready'
+                ORDER BY j.queue, j.rank, j.id
+                LIMIT %(sample)s + 1) AS j) AS s2
+) AS b
+ORDER BY p.namespace NULLS LAST, q.queue
