@@ -146,13 +146,13 @@ def test_health_json_is_queue_health_field_by_field(
     assert set(by_queue["active"]) == {
         "namespace", "queue", "max_active", "max_active_per_key", "active", "available",
         "blocked_ready", "saturated_keys", "capped", "rate_limit", "rate_limit_per_key",
-        "rate_limited_keys", "paused", "override", "fairness", "active_units",
+        "rate_limited_keys", "paused", "override", "fairness", "active_units", "on_key_full",
     }
     assert by_queue["active"] == {
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
         "active": 1, "available": 0, "blocked_ready": 1, "saturated_keys": 0, "capped": False,
         "rate_limit": None, "rate_limit_per_key": None, "rate_limited_keys": 0, "paused": False,
-        "override": None, "fairness": "fifo", "active_units": 1,
+        "override": None, "fairness": "fifo", "active_units": 1, "on_key_full": "queue",
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 
@@ -186,7 +186,7 @@ def test_policies(database_url: str, queue: Queue) -> None:
     ]
     assert set(rows[0]) == {"namespace", "queue", "max_active", "max_active_per_key",
                             "created_at", "updated_at", "rate_limit", "rate_limit_per_key",
-                            "fairness"}
+                            "fairness", "on_key_full"}
     only = ok_json(database_url, "policies", "--namespace", "search")
     assert [r["queue"] for r in only] == ["index"]
     table = cli(database_url, "policies")
