@@ -28,6 +28,7 @@ from .queue import AsyncQueue, Queue
 from .retry import Backoff
 from .task import Task
 from .types import (
+    Attempt,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
@@ -48,6 +49,7 @@ __all__ = [
     "App",
     "AppLoadError",
     "AsyncQueue",
+    "Attempt",
     "Backoff",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",

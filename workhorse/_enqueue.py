@@ -30,7 +30,7 @@ from . import _ops, _results, database, telemetry
 from .errors import InvalidOptionsError
 from .handle import Enqueuer, JobHandle
 from .task import Call, Task, check_call_options
-from .types import Job
+from .types import Attempt, Job
 
 T = TypeVar("T")
 # A call written once for both flavours: yields operations, receives their results, returns T.
@@ -420,6 +420,24 @@ class AppEnqueuer(Enqueuer):
         """
         conn = self._using(psycopg.AsyncConnection)
         return await self._run_async(_single(_ops.get_job(job_id)), conn)
+
+    def get_attempts(self, job_id: int) -> list[Attempt] | None:
+        """The attempts of the job with this id, oldest first (see `JobHandle.attempts`), or
+        None when there is no such job.
+
+        >>> [a.outcome for a in app.get_attempts(42)]                # doctest: +SKIP
+        ['retried', 'succeeded']
+        """
+        return self._run(_single(_ops.job_attempts(job_id)), self._using(psycopg.Connection))
+
+    async def get_attempts_async(self, job_id: int) -> list[Attempt] | None:
+        """`get_attempts` for async code.
+
+        >>> [a.outcome for a in await app.get_attempts_async(42)]    # doctest: +SKIP
+        ['retried', 'succeeded']
+        """
+        conn = self._using(psycopg.AsyncConnection)
+        return await self._run_async(_single(_ops.job_attempts(job_id)), conn)
 
     def handle(self, job_id: int) -> JobHandle:
         """The handle of an existing job, from its id, in any process.

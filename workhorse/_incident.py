@@ -49,15 +49,16 @@ def _since(moment: datetime, now: datetime) -> str:
 
 
 def stall_reasons(queue: str, *, paused: bool, limits: Sequence[int | None],
-                  workers: Sequence[WorkerInfo], now: datetime | None = None) -> list[str]:
+                  workers: Sequence[WorkerInfo], now: datetime | None = None,
+                  unknown_tasks: Sequence[str] = ()) -> list[str]:
     """Why `queue`'s ready or due jobs cannot start, each reason a short sentence (empty: none
     stops it; a limit that is merely reached is not a stall, the dashboard says which one
     holds it). `workers` is the registry (alive or not); `limits` the limits in force.
 
     The reasons, in order: no live supervisor at all (none registered, or none seen for
-    30 s); none whose `--queues` include the queue; paused; a limit of 0. (A supervisor that
-    serves the queue but whose app does not declare the jobs' task would be one more, once
-    supervisors register their tasks.)
+    30 s); none whose `--queues` include the queue; none of those serving it whose app
+    declares the task of some of its ready jobs (`unknown_tasks`, from unknown_task_ready);
+    paused; a limit of 0.
     """
     now = now or datetime.now(UTC)
     reasons = []
@@ -71,6 +72,9 @@ def stall_reasons(queue: str, *, paused: bool, limits: Sequence[int | None],
         served = sorted({q for w in live for q in w.queues})
         shown = ", ".join(served[:5]) + (", ..." if len(served) > 5 else "")
         reasons.append(f"no live supervisor serves it: none has it in --queues ({shown})")
+    if unknown_tasks:
+        names = ", ".join(unknown_tasks[:5]) + (", ..." if len(unknown_tasks) > 5 else "")
+        reasons.append(f"no live supervisor's app declares task {names}")
     if paused:
         reasons.append("paused: nothing starts until it is resumed")
     if any(limit == 0 for limit in limits):
@@ -78,9 +82,19 @@ def stall_reasons(queue: str, *, paused: bool, limits: Sequence[int | None],
     return reasons
 
 
-def stalled() -> Operation[dict[str, str]]:
+def unknown_task_ready(sample: int) -> Operation[dict[str, tuple[int, list[str]]]]:
+    """`QueueHealth.unknown_task_ready`, with the tasks: queue -> (how many of its first
+    `sample` ready jobs have a task no live supervisor serving the queue declares, those
+    tasks). Only queues some live supervisor serves (else the queue is stalled for that)."""
+    rows = yield _sql.statement("unknown_task_ready"), {"sample": sample}
+    return {row[0]: (int(row[1]), list(row[2] or [])) for row in rows}
+
+
+def stalled(unknown: dict[str, tuple[int, list[str]]] | None = None
+            ) -> Operation[dict[str, str]]:
     """`QueueHealth.stalled`: queue -> why its ready (or due) work cannot move, the reasons
-    joined by "; ". Only queues with such work and at least one reason are in it."""
+    joined by "; ". Only queues with such work and at least one reason are in it. `unknown`:
+    unknown_task_ready's answer, when the caller has it."""
     rows = yield _sql.statement("stalled_queues"), ()
     backlog = [Backlog(*row) for row in rows]
     if not backlog:
@@ -91,7 +105,8 @@ def stalled() -> Operation[dict[str, str]]:
     for b in backlog:
         reasons = stall_reasons(
             b.queue, paused=b.paused, workers=workers,
-            limits=(b.max_active, b.max_active_per_key, b.rate_limit, b.rate_limit_per_key))
+            limits=(b.max_active, b.max_active_per_key, b.rate_limit, b.rate_limit_per_key),
+            unknown_tasks=(unknown or {}).get(b.queue, (0, []))[1])
         if reasons:
             found[b.queue] = "; ".join(reasons)
     return found

@@ -39,6 +39,7 @@ from .types import (
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
     UNIQUE_STATES_DEFAULT,
+    Attempt,
     ClaimedJob,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -422,6 +423,63 @@ def get_job(job_id: int) -> Operation[Job | None]:
     return _job_from_row(rows[0]) if rows else None
 
 
+def _moment(value: Any) -> datetime | None:
+    """A timestamp of attempt_history (JSON text, ISO 8601 with its offset), or None."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def attempts_from(history: Any, status: str, attempts: int, started_at: datetime | None,
+                  finished_at: datetime | None) -> list[Attempt]:
+    """A job's attempts, oldest first: those attempt_history keeps (every attempt that did not
+    succeed, the last 20), then its success, which is the row itself (a success is not stored
+    twice). Entries of a shape this version does not know are shown as far as they go."""
+    found = []
+    for entry in history if isinstance(history, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        number = entry.get("attempt")
+        error = entry.get("error")
+        found.append(Attempt(
+            attempt=number if isinstance(number, int) else 0,
+            started_at=_moment(entry.get("started_at")),
+            ended_at=_moment(entry.get("ended_at")),
+            outcome=str(entry.get("outcome")),
+            error=error if isinstance(error, dict) else None,
+        ))
+    if status == JobStatus.SUCCEEDED.value:
+        found.append(Attempt(attempts, started_at, finished_at, "succeeded", None))
+    return found
+
+
+def job_attempts(job_id: int) -> Operation[list[Attempt] | None]:
+    """`JobHandle.attempts()`: the job's attempts, oldest first, or None when there is no such
+    job."""
+    rows = yield _sql.statement("job_attempts"), (_job_id(job_id),)
+    if not rows:
+        return None
+    history, status, attempts, started_at, finished_at = rows[0]
+    return attempts_from(history, status, attempts, started_at, finished_at)
+
+
+def job_own_error(job: Job, attempts: Sequence[Attempt]) -> dict[str, Any] | None:
+    """The error to show as the job's own: its last failure, while the job rests because of it
+    (failed, held, or canceled by that failure). A succeeded, waiting or running job shows its
+    earlier attempts' errors under its attempts, never as its own (DESIGN.md "The dashboard in
+    an incident"); `Job.error` keeps its meaning, the last failure."""
+    if job.error is None:
+        return None
+    if job.status in (JobStatus.FAILED, JobStatus.HELD):
+        return job.error
+    if job.status == JobStatus.CANCELED and attempts and attempts[-1].error == job.error:
+        return job.error
+    return None
+
+
 def _list_filters(status: str | None, limit: object, **names: str | None) -> str | None:
     """A job list's status (as stored), limit and name filters, checked: InvalidOptionsError
     otherwise (a filter no stored name can equal is an error, not an empty list)."""
@@ -687,8 +745,10 @@ def health() -> Operation[QueueHealth]:
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
-    stalled = yield from _incident.stalled()
-    return QueueHealth(policies=policies, depth=depth, stalled=stalled)
+    unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
+    stalled = yield from _incident.stalled(unknown)
+    return QueueHealth(policies=policies, depth=depth, stalled=stalled,
+                       unknown_task_ready={queue: n for queue, (n, _) in unknown.items()})
 
 
 # ---- operator controls ------------------------------------------------------------------------
@@ -1059,11 +1119,18 @@ def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime 
 
 
 def register_worker(
-    app: str, host: str, pid: int, slots: int, queues: Sequence[str], stats: dict[str, Any]
+    app: str, host: str, pid: int, slots: int, queues: Sequence[str], stats: dict[str, Any],
+    tasks: Sequence[str] | None = None,
 ) -> Operation[int | None]:
-    rows = yield _sql.statement("worker_register"), (
-        app, host, pid, slots, list(queues), json.dumps(stats),
-    )
+    """Insert a supervisor's row; `tasks`, the task names its app declares (None: not said)."""
+    if tasks is None:
+        rows = yield _sql.statement("worker_register"), (
+            app, host, pid, slots, list(queues), json.dumps(stats),
+        )
+    else:
+        rows = yield _sql.statement("worker_register_tasks"), (
+            app, host, pid, slots, list(queues), json.dumps(stats), sorted(tasks),
+        )
     return int(rows[0][0]) if rows else None
 
 

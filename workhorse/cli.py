@@ -533,9 +533,11 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         return
     with _connect(ctx) as conn:
         rows = Queue(conn).list_queues()
-    if as_json:
-        print_json(rows)
-        return
+        if as_json:
+            print_json(rows)
+            return
+        unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
+        stalled = _ops.execute(conn, _incident.stalled(unknown))
     statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
     table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
@@ -555,6 +557,14 @@ def queues(ctx: click.Context, as_json: bool) -> None:
                                            style="bold yellow" if controls else ""),
         )
     console.print(table)
+    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
+    for queue, (count, tasks) in sorted(unknown.items()):
+        more = "+" if count >= _ops.HEALTH_SAMPLE else ""
+        console.print(literal(f"unknown task {queue}: {count}{more} ready job(s) of a task no "
+                              f"live supervisor serving the queue declares ({', '.join(tasks)})",
+                              "bold red"), soft_wrap=True)
+    for queue, reason in sorted(stalled.items()):
+        console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
 
 
 @queues.command("pause")
@@ -635,13 +645,18 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: st
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """One job, with its error and traceback."""
+    """One job, with its attempts (each failure's error), and its error and traceback while it
+    rests because of them."""
     with _connect(ctx) as conn:
         job = Queue(conn).get_job(job_id)
+        attempts = _ops.execute(conn, _ops.job_attempts(job_id)) if job is not None else None
     if job is None:
         raise WorkhorseError(f"no job with id {job_id}")
+    attempts = attempts or []
     if as_json:
-        print_json(job)
+        # The Job's fields, and its attempts (a list; `attempts` stays the number of claims).
+        print_json({**dataclasses.asdict(job),
+                    "attempt_history": [dataclasses.asdict(a) for a in attempts]})
         return
     table = DataTable(show_header=False, title=f"job {job.id}")
     table.add_column("field", style="bold")
@@ -656,11 +671,25 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
             value = json.dumps(value, default=_json_default)
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
-    if job.error:
-        console.print(literal(f"{job.error.get('type')}: {job.error.get('message')}", "red"),
+    if attempts:
+        # One line an attempt (never folded into a narrow table: an error message stays whole).
+        console.print(Text("attempts", style="bold"))
+        for attempt in attempts:
+            error = attempt.error
+            when = " -> ".join(f"{moment:%Y-%m-%d %H:%M:%S}" if moment else "-"
+                               for moment in (attempt.started_at, attempt.ended_at))
+            line = f"  {attempt.attempt:>4}  {attempt.outcome:<9}  {when}"
+            if error:
+                line += f"  {error.get('type')}: {error.get('message')}"
+            console.print(literal(line, "red" if attempt.failed else ""), soft_wrap=True)
+    # Job.error is the last failure; shown as the job's own only while the job rests because of
+    # it (a job that succeeded on a later attempt shows it under its attempts only).
+    own = _ops.job_own_error(job, attempts)
+    if own:
+        console.print(literal(f"{own.get('type')}: {own.get('message')}", "red"),
                       soft_wrap=True)
-        if job.error.get("traceback"):
-            console.print(literal(job.error["traceback"], newlines=True), soft_wrap=True)
+        if own.get("traceback"):
+            console.print(literal(own["traceback"], newlines=True), soft_wrap=True)
 
 
 @jobs.command("retry")

@@ -4,6 +4,7 @@
     h.get(timeout=10)        # -> 5, or TaskFailedError / TaskCanceledError / TimeoutError
     h.wait(timeout=10)       # -> the Job once it rests (succeeded, failed, held, canceled)
     h.cancel(); h.retry()
+    h.attempts()             # -> [Attempt(attempt=1, outcome="retried", ...), ...]
 
 A handle talks to an `Enqueuer` (App is one): it reads the job, and waits through the process's
 one results listener (`_results.py`), holding no connection while it waits.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import JobNotFoundError, TaskCanceledError, TaskFailedError
-from .types import Job, JobStatus, Progress, check_id
+from .types import Attempt, Job, JobStatus, Progress, check_id
 
 
 class Enqueuer(Protocol):
@@ -34,6 +35,10 @@ class Enqueuer(Protocol):
     def get_job(self, job_id: int) -> Job | None: ...
 
     async def get_job_async(self, job_id: int) -> Job | None: ...
+
+    def get_attempts(self, job_id: int) -> list[Attempt] | None: ...
+
+    async def get_attempts_async(self, job_id: int) -> list[Attempt] | None: ...
 
     def wait_for(self, job_id: int, timeout: float | None) -> bool:
         """Block until the job may have reached a resting status (True) or `timeout` passed."""
@@ -142,6 +147,30 @@ class JobHandle:
         """
         job = await self.job_async()
         return None if job is None else job.status
+
+    def attempts(self) -> list[Attempt]:
+        """Every attempt of the job, oldest first: those that did not succeed (the last 20 are
+        kept, each with its outcome and error), then its success. JobNotFoundError when there
+        is no such job.
+
+        >>> [(a.attempt, a.outcome) for a in h.attempts()]  # doctest: +SKIP
+        [(1, 'retried'), (2, 'succeeded')]
+        """
+        found = self.enqueuer.get_attempts(self.id)
+        if found is None:
+            raise JobNotFoundError(f"there is no job {self.id} (pruned by retention?)")
+        return found
+
+    async def attempts_async(self) -> list[Attempt]:
+        """`attempts()` for async code.
+
+        >>> [a.outcome for a in await h.attempts_async()]  # doctest: +SKIP
+        ['failed']
+        """
+        found = await self.enqueuer.get_attempts_async(self.id)
+        if found is None:
+            raise JobNotFoundError(f"there is no job {self.id} (pruned by retention?)")
+        return found
 
     def wait(self, timeout: float | None = None) -> Job:
         """The Job once it is succeeded, failed, held or canceled; TimeoutError first else

@@ -38,7 +38,7 @@ from .errors import InvalidOptionsError, StaleLeaseError
 from .handle import JobHandle
 from .queue import Queue
 from .task import Call, Task
-from .types import ClaimedJob, Job, JobStatus, Progress
+from .types import Attempt, ClaimedJob, Job, JobStatus, Progress
 
 T = TypeVar("T")
 
@@ -131,6 +131,21 @@ class EagerRunner:
 
     async def get_job_async(self, job_id: int) -> Job | None:
         return self.jobs.get(job_id)
+
+    def get_attempts(self, job_id: int) -> list[Attempt] | None:
+        """The eager job's last attempt only (eager keeps no history): its success, or the
+        failure it ended with."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        if job.status in (JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED):
+            outcome = "canceled" if job.status == JobStatus.CANCELED else "failed"
+            return [Attempt(job.attempts, job.started_at, job.finished_at, outcome, job.error)]
+        return _ops.attempts_from(None, job.status.value, job.attempts, job.started_at,
+                                  job.finished_at)
+
+    async def get_attempts_async(self, job_id: int) -> list[Attempt] | None:
+        return self.get_attempts(job_id)
 
     def wait_for(self, job_id: int, timeout: float | None) -> bool:
         return True  # every eager job has ended by the time its handle exists

@@ -799,6 +799,41 @@ class Job:
         return self.status in RESTING
 
 
+ATTEMPT_OUTCOMES = ("failed", "retried", "snoozed", "lost", "canceled", "succeeded")
+# How many attempts that did not succeed a job keeps (the oldest go first).
+ATTEMPT_HISTORY_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a job (DESIGN.md "The dashboard in an incident"): its number (the job's
+    `attempts` after the claim that started it), when it started and ended, how it ended
+    (`outcome`: "failed", "retried", "snoozed", "lost", "canceled" or "succeeded") and its error
+    (`{"type", "message", "traceback"}`, or None). Oldest first; attempts that did not succeed
+    are kept (the last 20), and a success is the job row itself.
+
+    >>> [(a.attempt, a.outcome) for a in h.attempts()]  # doctest: +SKIP
+    [(1, 'retried'), (2, 'succeeded')]
+    >>> Attempt(1, None, None, "succeeded", None).failed
+    False
+    """
+
+    attempt: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this attempt did not succeed (every outcome but "succeeded" and "snoozed").
+
+        >>> Attempt(1, None, None, "lost", None).failed
+        True
+        """
+        return self.outcome not in ("succeeded", "snoozed")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOverride:
     """An operator's override of a queue's policy: the fields it replaces (None: not replaced),
@@ -857,9 +892,10 @@ class PolicyHealth:
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
     """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
-    overridden queue, the number of jobs by status, and `stalled`: queue -> why its ready or
-    due work cannot move (no live supervisor serves it, paused, a limit of 0; DESIGN.md "The
-    dashboard in an incident").
+    overridden queue, the number of jobs by status, `stalled`: queue -> why its ready or
+    due work cannot move (no live supervisor serves it or declares its task, paused, a limit of
+    0; DESIGN.md "The dashboard in an incident"), and `unknown_task_ready`: queue -> ready jobs
+    whose task no live supervisor serving the queue declares (within the bounded sample).
 
     >>> health = q.health()  # doctest: +SKIP
     >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
@@ -870,6 +906,9 @@ class QueueHealth:
     policies: list[PolicyHealth]
     depth: dict[str, int]
     stalled: dict[str, str] = field(default_factory=dict)
+    # queue -> ready jobs (within the bounded sample) whose task no live supervisor serving
+    # the queue declares; only queues some live supervisor serves, and only those with any.
+    unknown_task_ready: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,3 +33,12 @@ def send_mail(to: str) -> dict[str, str]:
 def nightly_report() -> None:
     """A real schedule for the Schedules page: synced by the worker's --sync, due at 03:30 Oslo
     time, so it never fires during the test."""
+
+
+@app.task(queue="lucky", max_attempts=2,
+          retry_backoff=workhorse.Backoff(base=0.1, factor=1, cap=0.1, jitter=False))
+def second_time_lucky(n: int) -> str:
+    """Fails its first attempt, succeeds on the second (the job page's attempt history)."""
+    if workhorse.current_job().attempt == 1:
+        raise ValueError(f"first attempt of {n} fails")
+    return "lucky"

@@ -9,6 +9,8 @@ headless Chromium against a real fleet: a `workhorse worker` on tests/browser/da
 - a typo queue is refused (404, nothing created); confirms name the queue or the count; only the
   actions that apply are offered; an action that changed nothing says why;
 - substring filters with a count, and suggestions;
+- a job that failed then succeeded lists both attempts, and shows no error of its own (with
+  main's _job.html in place: no #attempts rows);
 - a notice spoofed through the URL is not shown;
 - every page fits 390 px (`document.documentElement.scrollWidth <= 390`), and the charts have
   labelled axes, per queue and fleet-wide.
@@ -313,6 +315,36 @@ def test_a_finished_job_s_page_does_not_poll(fleet, page):
     page.goto(f"{base}/jobs/{fleet['api'][0]}")  # active: polled
     page.wait_for_timeout((2 * LIVE + 1) * 1000)
     assert requests
+
+
+def test_a_job_that_failed_then_succeeded_lists_both_attempts_and_no_error_of_its_own(
+        fleet, page):
+    """Issue #32 item 2: before it, the page showed the first attempt's error in an Error box
+    beside the result, and no attempts."""
+    import dashapp
+
+    conn, base = fleet["conn"], fleet["base"]
+    with dashapp.app.using(conn):
+        job_id = dashapp.second_time_lucky.delay(7).id
+    wait_for(lambda: scalar(conn, "SELECT status FROM workhorse.jobs WHERE id = %s",
+                            job_id) == "succeeded", 30, "the second attempt's success")
+    page.goto(f"{base}/jobs/{job_id}")
+    rows = page.locator("#attempts tbody tr")
+    assert rows.count() == 2
+    assert rows.nth(0).get_attribute("data-outcome") == "retried"
+    assert rows.nth(1).get_attribute("data-outcome") == "succeeded"
+    assert "ValueError" in rows.nth(0).inner_text()
+    assert "first attempt of 7 fails" in rows.nth(0).inner_text()
+    assert page.locator("#job-error").count() == 0
+    assert page.get_by_role("heading", name="Error", exact=True).count() == 0
+    assert page.locator("#result").is_visible()
+    # The traceback of the failed attempt opens under it.
+    rows.nth(0).locator("summary").click()
+    assert "Traceback" in rows.nth(0).locator("pre.attempt-traceback").inner_text()
+    # In the Jobs list, the succeeded job shows no error in red.
+    page.goto(f"{base}/jobs?queue=lucky&status=succeeded")
+    row = page.locator(f"tr:has(a[href='/jobs/{job_id}'])")
+    assert row.count() == 1 and row.locator("td.error").inner_text().strip() == ""
 
 
 # ---- 3. safe actions ----------------------------------------------------------------------------

@@ -113,6 +113,15 @@ def _functions(conn: psycopg.Connection[Any]) -> list[str]:
     return [f"{definition.rstrip()};" for (definition,) in rows]
 
 
+def _triggers(conn: psycopg.Connection[Any]) -> list[str]:
+    rows = _rows(conn, """
+        SELECT pg_get_triggerdef(t.oid)
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+        WHERE c.relnamespace = 'workhorse'::regnamespace AND NOT t.tgisinternal
+        ORDER BY c.relname, t.tgname""")
+    return [f"{definition};" for (definition,) in rows]
+
+
 def dump(conn: psycopg.Connection[Any]) -> str:
     row = conn.execute("SELECT max(version) FROM workhorse.schema_version").fetchone()
     version = row[0] if row else None
@@ -123,6 +132,7 @@ def dump(conn: psycopg.Connection[Any]) -> str:
         *_tables(conn),
         *_indexes(conn),
         *_functions(conn),
+        *_triggers(conn),
     ]
     return "\n\n".join(parts).rstrip() + "\n"
 

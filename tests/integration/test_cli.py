@@ -137,7 +137,7 @@ def test_health_json_is_queue_health_field_by_field(
     queue.enqueue("t.more", None, EnqueueOptions(queue="active"))
     data = ok_json(database_url, "health")
     assert data == json.loads(json.dumps(dataclasses.asdict(queue.health())))
-    assert set(data) == {"policies", "depth", "stalled"}
+    assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready"}
     assert data["depth"] == {
         "scheduled": 1, "ready": 2, "active": 1, "succeeded": 1, "failed": 1, "held": 2,
         "canceled": 1,

@@ -13,6 +13,7 @@ import psycopg
 from .. import _incident, _ops
 from .._occurrences import MISSED_AFTER
 from ..types import (
+    Attempt,
     ConcurrencyPolicy,
     Job,
     KeyPressure,
@@ -87,6 +88,7 @@ class Overview:
     workers_alive: int
     stalled: dict[str, str] = field(default_factory=dict)
     holds: dict[str, list[str]] = field(default_factory=dict)
+    unknown_task_ready: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         stalled=health.stalled,
         holds={p.queue: holds(p, rates.get(p.queue)) for p in health.policies
                if p.blocked_ready},
+        unknown_task_ready=health.unknown_task_ready,
     )
 
 
@@ -280,6 +283,11 @@ def names(conn: psycopg.Connection[Any], chosen: JobFilter) -> _queries.Names:
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> Job | None:
     return _ops.execute(conn, _ops.get_job(job_id))
+
+
+def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
+    """The job's attempts, oldest first (JobHandle.attempts)."""
+    return _ops.execute(conn, _ops.job_attempts(job_id)) or []
 
 
 def workers(conn: psycopg.Connection[Any]) -> list[WorkerInfo]:

@@ -624,8 +624,11 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         # Under --redact, a script that sends the token itself may ask for the payload.
         shown_in_full = not dashboard.redact or (
             request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+        attempts = _data.attempts(conn, job_id)
         return {"job": found, "redacted": not shown_in_full,
-                "revealed": dashboard.redact and shown_in_full}
+                "revealed": dashboard.redact and shown_in_full, "attempts": attempts,
+                # The last failure is the job's own only while the job rests because of it.
+                "own_error": _ops.job_own_error(found, attempts)}
 
     def workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"workers": _data.workers(conn)}
@@ -804,7 +807,9 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
             found = _data.job(conn, job_id) if job_id <= MAX_ID else None
             if found is None:
                 raise _Refused(404, f"no job {job_id}")
-            return {"job": found, "redacted": False, "revealed": True}
+            attempts = _data.attempts(conn, job_id)
+            return {"job": found, "redacted": False, "revealed": True, "attempts": attempts,
+                    "own_error": _ops.job_own_error(found, attempts)}
         try:
             context = await _in_thread(dashboard, read, request)
         except _Refused as refused:

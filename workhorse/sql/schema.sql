@@ -39,6 +39,7 @@ CREATE TABLE workhorse.jobs (
     weight smallint DEFAULT 1 NOT NULL,
     progress jsonb,
     progress_at timestamp with time zone,
+    attempt_history jsonb,
     CONSTRAINT jobs_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT jobs_feature_level_check CHECK ((feature_level >= 1)),
     CONSTRAINT jobs_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
@@ -217,6 +218,7 @@ CREATE TABLE workhorse.workers (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     last_seen timestamp with time zone DEFAULT now() NOT NULL,
     stats jsonb DEFAULT '{}'::jsonb NOT NULL,
+    tasks text[],
     CONSTRAINT workers_pkey PRIMARY KEY (id)
 );
 
@@ -941,6 +943,65 @@ BEGIN
     FROM workhorse.jobs j
     WHERE j.queue = p_queue AND j.status = 'ready' AND j.ckey <> ''
     ORDER BY j.ckey, j.rank, j.id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._record_attempt_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_outcome text;
+    v_ended timestamptz := clock_timestamp();
+    v_error jsonb;
+BEGIN
+    IF OLD.status IS DISTINCT FROM 'active'
+       OR (NEW.status IN ('active', 'succeeded', 'ready') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
+    THEN
+        RETURN NULL;  -- not the end of an attempt (the WHEN clause lets none of these through)
+    END IF;
+    IF NEW.status = 'active' THEN
+        -- Reclaimed under a new fence: the previous holder's lease had expired.
+        v_outcome := 'lost';
+        v_ended := LEAST(OLD.lease_until, v_ended);
+        v_error := jsonb_build_object(
+            'type', 'LeaseExpired',
+            'message', format('lease expired on attempt %s of %s; the job was claimed again',
+                              OLD.attempts, OLD.max_attempts),
+            'traceback', NULL);
+    ELSIF NEW.error IS DISTINCT FROM OLD.error AND NEW.error->>'type' = 'LeaseExpired'
+          AND OLD.lease_until <= v_ended THEN
+        v_outcome := 'lost';
+        v_ended := LEAST(OLD.lease_until, v_ended);
+        v_error := NEW.error;
+    ELSIF NEW.status = 'scheduled' AND NEW.attempts < OLD.attempts THEN
+        v_outcome := 'snoozed';
+    ELSIF NEW.status = 'scheduled' THEN
+        v_outcome := 'retried';
+        v_error := NEW.error;
+    ELSIF NEW.status IN ('failed', 'held') THEN
+        v_outcome := 'failed';
+        v_error := NEW.error;
+    ELSIF NEW.status = 'canceled' THEN
+        v_outcome := 'canceled';
+        v_error := CASE WHEN NEW.error IS DISTINCT FROM OLD.error THEN NEW.error END;
+    ELSE
+        RETURN NULL;  -- not an end of an attempt (another status some later version adds)
+    END IF;
+    UPDATE workhorse.jobs j
+    SET attempt_history = COALESCE(
+            (SELECT jsonb_agg(e.entry ORDER BY e.n)
+             FROM jsonb_array_elements(j.attempt_history) WITH ORDINALITY AS e(entry, n)
+             WHERE e.n > jsonb_array_length(j.attempt_history) - 19),
+            '[]'::jsonb)
+        || jsonb_build_array(jsonb_build_object(
+            'attempt', OLD.attempts,
+            'started_at', OLD.started_at,
+            'ended_at', v_ended,
+            'outcome', v_outcome,
+            'error', v_error))
+    WHERE j.id = NEW.id;
+    RETURN NULL;
 END
 $function$;
 
@@ -3328,3 +3389,5 @@ BEGIN
     END IF;
 END
 $function$;
+
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();

@@ -34,6 +34,7 @@ class Registry:
         slots: int,
         queues: list[str],
         stats: Callable[[], dict[str, Any]],
+        tasks: list[str] | None = None,
     ) -> None:
         self.app = app
         self.host = host
@@ -41,6 +42,7 @@ class Registry:
         self.slots = slots
         self.queues = queues
         self.stats = stats
+        self.tasks = tasks  # the task names the app declares (health's unknown_task_ready)
         self.id: int | None = None
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_INTERVAL
         # The counters already added to the throughput history (the dashboard's chart).
@@ -48,7 +50,7 @@ class Registry:
 
     def _insert(self, conn: psycopg.Connection[Any]) -> None:
         self.id = _ops.execute(conn, _ops.register_worker(
-            self.app, self.host, self.pid, self.slots, self.queues, self.stats()))
+            self.app, self.host, self.pid, self.slots, self.queues, self.stats(), self.tasks))
 
     def connected(self, conn: psycopg.Connection[Any]) -> None:
         if self.id is None:

@@ -407,7 +407,7 @@ class Supervisor:
         self._wakeup_w = -1
         self.registry = _registry.Registry(
             app=app.name, host=socket.gethostname(), pid=self.pid, slots=settings.slots,
-            queues=list(settings.queues), stats=self._registry_stats,
+            queues=list(settings.queues), stats=self._registry_stats, tasks=sorted(app.tasks),
         )
         # Every supervisor fires its app's due schedules, whatever its queues.
         self.scheduler = Scheduler(app.name, declares_schedules=bool(app.schedules))
