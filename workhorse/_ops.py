@@ -49,6 +49,7 @@ from .types import (
     JobPage,
     JobStatus,
     KeyPressure,
+    KeyShare,
     PolicyHealth,
     PolicyOverride,
     Progress,
@@ -1332,6 +1333,20 @@ def saturated_keys(queue: str, limit: int = 20) -> Operation[list[KeyPressure]]:
     }
     return [KeyPressure(key=row[0], active=row[1], backlog=min(row[2], BACKLOG_CAP),
                         capped=bool(row[3])) for row in rows]
+
+
+def key_shares(queue: str, max_active: int | None, limit: int = 20
+               ) -> Operation[list[KeyShare]]:
+    """A fair queue's keys by active units, each with its fair share of `max_active` (bounded:
+    the active jobs, and a sample of the keys with ready work)."""
+    check_name("queue", queue)
+    rows = yield _sql.statement("dashboard_key_shares"), {
+        "queue": queue, "sample": HEALTH_SAMPLE * 10, "shown": _key_limit(limit)}
+    return [KeyShare(key=row[0], units=int(row[1]), jobs=row[2], weight=row[3], ready=row[4],
+                     share=(None if max_active is None or not row[5]
+                            else max_active * row[3] / int(row[5])),
+                     capped=bool(row[7]))
+            for row in rows]
 
 
 def rate_limited_keys(queue: str, limit: int = 20) -> Operation[list[KeyPressure]]:

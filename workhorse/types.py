@@ -1155,6 +1155,22 @@ class ThroughputMinute:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyShare:
+    """A key of a fair queue (DESIGN.md "Fair share and job cost"): its active `units` (and
+    `jobs`), its `weight`, whether it has ready work, and `share`, the units of max_active that
+    fair share gives it among the keys with active or ready work (`capped`: more keys wait than
+    were counted, so the shares are upper bounds)."""
+
+    key: str
+    units: int
+    jobs: int
+    weight: int
+    ready: bool
+    share: float | None
+    capped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class KeyPressure:
     """A key held back in one queue: at its per-key limit (`active` of `limit`, with `backlog`
     ready jobs behind it, `capped` when there are more than counted) or out of its per-key rate

@@ -17,6 +17,7 @@ from ..types import (
     ConcurrencyPolicy,
     Job,
     KeyPressure,
+    KeyShare,
     PolicyHealth,
     QueueSummary,
     ThroughputMinute,
@@ -104,6 +105,7 @@ class QueuePage:
     holds: list[str] = field(default_factory=list)
     rate: _queries.RateWindow | None = None
     chart: Chart | None = None
+    shares: list[KeyShare] = field(default_factory=list)  # a fair queue's keys by units
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         holds=holds(row, rate) if row is not None and row.blocked_ready else [],
         rate=rate,
         chart=chart(minutes, now or datetime.now(UTC), scope=f"queue {queue}"),
+        shares=(_ops.execute(conn, _ops.key_shares(queue, row.max_active))
+                if row is not None and row.fairness == "key" else []),
     )
 
 
