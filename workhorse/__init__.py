@@ -1,10 +1,12 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
 from .app import App, load_app
+from .canvas import Signature, WorkflowHandle, chain, chord, group
 from .context import JobContext, Retry, Snooze, current_job
 from .errors import (
     AppLoadError,
     DatabaseError,
+    DependencyFailedError,
     EmbeddedServerError,
     InvalidOptionsError,
     InvalidPolicyError,
@@ -40,6 +42,7 @@ from .types import (
     SyncReport,
     Unique,
     WorkerInfo,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",
     "DatabaseError",
+    "DependencyFailedError",
     "EmbeddedServerError",
     "EnqueueOptions",
     "InvalidOptionsError",
@@ -73,6 +77,7 @@ __all__ = [
     "ScheduleConflictError",
     "ScheduleDefinition",
     "SchemaVersionError",
+    "Signature",
     "Snooze",
     "StaleLeaseError",
     "SyncReport",
@@ -82,7 +87,12 @@ __all__ = [
     "Unique",
     "UnknownTaskError",
     "WorkerInfo",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "WorkhorseError",
+    "chain",
+    "chord",
     "current_job",
+    "group",
     "load_app",
 ]

@@ -387,6 +387,9 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         idempotency_key=idempotency_key, expires_at=expires_at,
         # Only get_job reads the job key; the list statements of 0.2.0 do not (frozen).
         job_key=keys[0] if keys else None,
+        # get_job and the workflow statements read the workflow columns too.
+        workflow_id=keys[1] if len(keys) > 1 else None,
+        depends_on=list(keys[2] or []) if len(keys) > 2 else [],
     )
 
 
@@ -540,7 +543,8 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
                 ) -> Operation[list[int]]:
     """Cancel jobs that have not finished (an active one gets a cancel request); returns the
     ids canceled or asked to cancel."""
-    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids), retention)
+    # The statement that also cancels waiting workflow members (and their dependents).
+    rows = yield _sql.statement("cancel_jobs_waiting"), (_job_ids(ids), retention)
     return [row[0] for row in rows]
 
 
@@ -1273,3 +1277,93 @@ def install_schema() -> Operation[int]:
             yield text, None
             yield _sql.statement("record_migration"), (version, name, _sql.checksum(text))
     return current
+
+
+# ---- workflows (DESIGN.md "Workflows") --------------------------------------------------------
+
+WORKFLOW_MEMBERS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowMember:
+    """One member of a canvas, resolved: its job, how parents' results reach it ('none',
+    'one', 'list'), and its dependencies: (member index or None, existing id or None,
+    position, passes the result)."""
+
+    task: str
+    payload: dict[str, Any]
+    options: EnqueueOptions
+    on_failure: str
+    mode: str
+    parents: tuple[tuple[int | None, int | None, int, bool], ...]
+
+
+def enqueue_workflow(
+    members: Sequence[WorkflowMember],
+    result_members: Sequence[int],
+    result_kind: str,
+    on_error: tuple[str, Any, EnqueueOptions, str] | None = None,
+) -> Operation[tuple[int, list[int]]]:
+    """Insert a canvas in one statement: (workflow id, member ids in order). An unknown
+    existing parent id raises InvalidOptionsError, with nothing written."""
+    if not members:
+        raise InvalidOptionsError("a workflow needs at least one member")
+    if len(members) > WORKFLOW_MEMBERS_MAX:
+        raise InvalidOptionsError(
+            f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members, got {len(members)}")
+    payloads = [encode_json(m.payload) for m in members]
+    for m in members:
+        if m.options.idempotency_key is not None or m.options.unique is not None \
+                or m.options.job_key is not None:
+            raise InvalidOptionsError(
+                "a workflow member cannot have an idempotency_key, unique or job_key")
+    edge_jobs: list[int] = []
+    edge_parents: list[int | None] = []
+    edge_ids: list[int | None] = []
+    edge_positions: list[int] = []
+    edge_passes: list[bool] = []
+    for index, m in enumerate(members):
+        for parent, existing, position, passes in m.parents:
+            edge_jobs.append(index + 1)
+            edge_parents.append(None if parent is None else parent + 1)
+            edge_ids.append(None if existing is None else check_id(existing))
+            edge_positions.append(position)
+            edge_passes.append(passes)
+    if on_error is None:
+        error_args: tuple[Any, ...] = (None,) * 7
+    else:
+        task, payload, options, on_failure = on_error
+        error_args = (task, options.queue, options.concurrency_key, options.priority,
+                      encode_json(payload), options.max_attempts, on_failure)
+    rows = yield _sql.statement("enqueue_workflow"), (
+        [m.task for m in members], [m.options.queue for m in members],
+        [m.options.concurrency_key for m in members], [m.options.priority for m in members],
+        payloads, [m.options.run_at for m in members],
+        [m.options.delay_seconds for m in members], [m.options.max_attempts for m in members],
+        [m.on_failure for m in members], [None] * len(members), [m.mode for m in members],
+        edge_jobs, edge_parents, edge_ids, edge_positions, edge_passes,
+        [i + 1 for i in result_members], result_kind, *error_args)
+    workflow_id, ids, missing = rows[0]
+    if workflow_id is None:
+        raise InvalidOptionsError(
+            f"depends_on names jobs that do not exist (never enqueued, or pruned): "
+            f"{', '.join(map(str, missing))}")
+    return workflow_id, list(ids)
+
+
+def workflow_jobs(workflow_id: int) -> Operation[list[Job]]:
+    """The members of a workflow, in insertion (id) order."""
+    rows = yield _sql.statement("workflow_jobs"), (check_id(workflow_id, "a workflow id"),)
+    return [_job_from_row(row) for row in rows]
+
+
+def workflow_row(workflow_id: int) -> Operation[tuple[Any, ...] | None]:
+    """(id, result member ids, result kind, on_error job id, created_at), or None."""
+    rows = yield _sql.statement("workflow_get"), (check_id(workflow_id, "a workflow id"),)
+    return tuple(rows[0]) if rows else None
+
+
+def workflow_releases(workflow_id: int) -> Operation[list[tuple[int, int, int]]]:
+    """(member id, times released, pending parents) of each member: what tests count."""
+    rows = yield _sql.statement("workflow_releases"), (check_id(workflow_id, "a workflow id"),)
+    return [(row[0], row[1], row[2]) for row in rows]

@@ -316,11 +316,11 @@ def _normalised(value: Any, what: str) -> Any:
 
 
 def _waiting(app: App, name: str) -> list[Job]:
-    """The task's ready and scheduled jobs, oldest first (on the framework's connection when the
+    """The task's ready, scheduled and waiting (workflow members) jobs, oldest first (on the framework's connection when the
     app's enqueues join its transaction: only it sees them before the commit)."""
 
     def listed(queue: Queue) -> list[Job]:
-        return [job for status in (JobStatus.READY, JobStatus.SCHEDULED)
+        return [job for status in (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.WAITING)
                 for job in queue.list_jobs(status=status.value, task=name, limit=10_000)]
 
     joined = _framework_connection(app)

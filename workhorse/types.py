@@ -29,6 +29,7 @@ class JobStatus(enum.StrEnum):
     >>> JobStatus("held") is JobStatus.HELD, JobStatus.READY == "ready"
     (True, True)
     """
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     READY = "ready"
     ACTIVE = "active"
@@ -44,8 +45,8 @@ class JobStatus(enum.StrEnum):
 
         >>> JobStatus.of_row("ready") is JobStatus.READY
         True
-        >>> str(JobStatus.of_row("waiting"))
-        'waiting'
+        >>> str(JobStatus.of_row("paused-by-a-newer-release"))
+        'paused-by-a-newer-release'
         """
         try:
             return cls(value)
@@ -574,6 +575,9 @@ class Job:
     expires_at: datetime | None = None
     # The job key it holds (DESIGN.md "Job keys"); None once a newer job took the key over.
     job_key: str | None = None
+    # The workflow it is a member of (DESIGN.md "Workflows"), and the ids it runs after.
+    workflow_id: int | None = None
+    depends_on: list[int] = field(default_factory=list)
 
     @property
     def resting(self) -> bool:
@@ -924,3 +928,16 @@ class JobPage:
 
     jobs: list[Job]
     unsearched_below: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """A workflow's members counted by status, and whether every member finished.
+
+    >>> WorkflowStatus(id=7, counts={"succeeded": 3}, finished=True).finished
+    True
+    """
+
+    id: int
+    counts: dict[str, int]
+    finished: bool
