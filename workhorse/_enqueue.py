@@ -30,7 +30,7 @@ from . import _ops, _results, database, telemetry
 from .errors import InvalidOptionsError
 from .handle import Enqueuer, JobHandle
 from .task import Call, Task, check_call_options
-from .types import Job, JobStatus
+from .types import Job
 
 T = TypeVar("T")
 # A call written once for both flavours: yields operations, receives their results, returns T.
@@ -420,12 +420,16 @@ class AppEnqueuer(Enqueuer):
 
     def enqueue_workflow(self, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
                          kind: str, on_error: Any = None, connection: Any = None) -> Any:
-        """Insert a flattened canvas in one transaction; its WorkflowHandle (canvas.py)."""
+        """Insert a flattened canvas in one transaction; its WorkflowHandle (canvas.py).
+
+        >>> app.enqueue_workflow(plan.members, plan.result, plan.kind)  # doctest: +SKIP
+        WorkflowHandle(id=7)
+        """
         from .canvas import WorkflowHandle
 
         diverted = self._diversion()
         if diverted is not None:
-            return _eager_workflow(diverted, members, result, kind)
+            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
         workflow_id, _ = self._run(_single(operation),
                                    self._caller(connection, psycopg.Connection), transaction=True)
@@ -435,12 +439,16 @@ class AppEnqueuer(Enqueuer):
         self, members: Sequence[_ops.WorkflowMember], result: Sequence[int], kind: str,
         on_error: Any = None, connection: Any = None,
     ) -> Any:
-        """`enqueue_workflow` for async code."""
+        """`enqueue_workflow` for async code.
+
+        >>> await app.enqueue_workflow_async(plan.members, plan.result, plan.kind)  # doctest: +SKIP
+        WorkflowHandle(id=7)
+        """
         from .canvas import WorkflowHandle
 
         diverted = self._diversion()
         if diverted is not None:
-            return _eager_workflow(diverted, members, result, kind)
+            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
         conn = self._caller(connection, psycopg.AsyncConnection)
         workflow_id, _ = await self._run_async(_single(operation), conn, transaction=True)
@@ -459,12 +467,20 @@ class AppEnqueuer(Enqueuer):
         return WorkflowHandle(workflow_id, self)
 
     def workflow_jobs(self, workflow_id: int) -> list[Job]:
-        """A workflow's members, in insertion order."""
+        """A workflow's members, in insertion order.
+
+        >>> [j.status for j in app.workflow_jobs(7)]                # doctest: +SKIP
+        [<JobStatus.SUCCEEDED: 'succeeded'>, <JobStatus.WAITING: 'waiting'>]
+        """
         return self._run(_single(_ops.workflow_jobs(workflow_id)),
                          self._using(psycopg.Connection))
 
     def workflow_row(self, workflow_id: int) -> Any:
-        """A workflow's own row (id, result members, result kind, on_error job, created_at)."""
+        """A workflow's own row (id, result members, result kind, on_error job, created_at).
+
+        >>> app.workflow_row(7)[1:3]                                  # doctest: +SKIP
+        ([12], 'one')
+        """
         return self._run(_single(_ops.workflow_row(workflow_id)),
                          self._using(psycopg.Connection))
 
@@ -533,49 +549,3 @@ class AppEnqueuer(Enqueuer):
         """
         return await _results.waiter(self.database_url).wait_async(job_id, timeout)
 
-
-def _eager_workflow(runner: Any, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
-                    kind: str) -> Any:
-    """Run a flattened canvas in this process, in dependency order (members come parents
-    first), as `eager()` runs a call: each member once its parents succeeded, with their
-    results filled in; a member whose parent failed or was canceled is canceled with
-    DependencyFailedError."""
-    import dataclasses
-    import itertools
-
-    from .canvas import WorkflowHandle
-
-    ids: list[int] = []
-    for member in members:
-        parent_jobs = []
-        for parent, existing, _position, passes in member.parents:
-            job_id = ids[parent] if parent is not None else existing
-            parent_jobs.append((runner.get_job(job_id), passes))
-        if any(job is None for job, _ in parent_jobs):
-            raise InvalidOptionsError("depends_on names jobs that do not exist")
-        broken = next((job for job, _ in parent_jobs
-                       if job.status is not JobStatus.SUCCEEDED), None)
-        payload = dict(member.payload)
-        if member.mode != "none":
-            results = [job.result for job, passes in parent_jobs if passes and job is not None]
-            filled = results[0] if member.mode == "one" else results
-            payload["args"] = [filled, *payload.get("args", [])]
-        call = Call(member.task, payload, member.options, member.on_failure)
-        if broken is None:
-            [handle] = runner.enqueue_calls([call])
-            ids.append(handle.id)
-            continue
-        job, _ = runner._accept(call)
-        why = f"ended {broken.status.value}"
-        runner.jobs[job.id] = dataclasses.replace(
-            job, status=JobStatus.CANCELED,
-            error={"type": "DependencyFailedError",
-                   "message": f"job {broken.id} ({broken.task}), which it depends on, {why}",
-                   "traceback": None, "dependency": broken.id})
-        ids.append(job.id)
-    counter = getattr(runner, "_workflow_ids", None)
-    if counter is None:
-        counter = itertools.count(1)
-        runner._workflow_ids = counter
-    return WorkflowHandle(next(counter), runner,
-                          (tuple(ids), tuple(ids[i] for i in result), kind))

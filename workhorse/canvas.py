@@ -59,11 +59,16 @@ class Canvas:
         return Chain(self, other)
 
     def _app(self) -> Any:
-        for sig in self._signatures():
+        for sig in self.signatures():
             return sig.task.enqueuer
         raise InvalidOptionsError("an empty canvas has nothing to enqueue")
 
-    def _signatures(self) -> Iterable[Signature]:
+    def signatures(self) -> Iterable[Signature]:
+        """Every signature of the canvas, in order.
+
+        >>> [s.task.name for s in chain(add.s(1), add.s(2)).signatures()]  # doctest: +SKIP
+        ['math.add', 'math.add']
+        """
         raise NotImplementedError
 
     def delay(self) -> WorkflowHandle:
@@ -75,20 +80,29 @@ class Canvas:
         return self.apply_async()
 
     def apply_async(self, connection: Any = None) -> WorkflowHandle:
-        """Enqueue the canvas whole, in one transaction (`connection=`: the caller's)."""
+        """Enqueue the canvas whole, in one transaction (`connection=`: the caller's).
+
+        >>> chain(add.s(1), add.s(2)).apply_async(connection=conn)  # doctest: +SKIP
+        """
         app = self._app()
-        plan = _Plan.of(self)
+        plan = Plan.of(self)
         return app.enqueue_workflow(plan.members, plan.result, plan.kind, plan.on_error,
                                     connection)
 
     async def delay_async(self) -> WorkflowHandle:
-        """The async twin of `delay`."""
+        """The async twin of `delay`.
+
+        >>> await chain(add.s(1), add.s(2)).delay_async()            # doctest: +SKIP
+        """
         return await self.enqueue_async()
 
     async def enqueue_async(self, connection: Any = None) -> WorkflowHandle:
-        """The async twin of `apply_async`, on an async connection."""
+        """The async twin of `apply_async`, on an async connection.
+
+        >>> await chain(add.s(1), add.s(2)).enqueue_async(connection=aconn)  # doctest: +SKIP
+        """
         app = self._app()
-        plan = _Plan.of(self)
+        plan = Plan.of(self)
         return await app.enqueue_workflow_async(plan.members, plan.result, plan.kind,
                                                 plan.on_error, connection)
 
@@ -120,19 +134,30 @@ class Signature(Canvas):
     def __repr__(self) -> str:
         return f"{self.task.name}.{'si' if self.immutable else 's'}{self.args!r}"
 
-    def _signatures(self) -> Iterable[Signature]:
+    def signatures(self) -> Iterable[Signature]:
+        """Itself: a signature is a canvas of one.
+
+        >>> list(add.s(1).signatures())                            # doctest: +SKIP
+        [math.add.s(1,)]
+        """
         yield self
 
     def set(self, **options: Any) -> Signature:
         """A copy with these options (queue, concurrency_key, priority, delay, countdown, eta,
-        run_at, max_attempts, cost, weight)."""
+        run_at, max_attempts, cost, weight).
+
+        >>> add.s(2).set(queue="math", countdown=10)                 # doctest: +SKIP
+        """
         _check_set(options)
         other = copy.copy(self)
         other.options = {**self.options, **options}
         return other
 
     def call(self, incoming: bool) -> Any:
-        """The resolved Call of this member; `incoming`: a parent's result will come first."""
+        """The resolved Call of this member; `incoming`: a parent's result will come first.
+
+        >>> add.s(2).call(incoming=True).payload                      # doctest: +SKIP
+        """
         options = dict(self.options)
         cost = options.pop("cost", None)
         weight = options.pop("weight", None)
@@ -149,7 +174,7 @@ class Signature(Canvas):
             call = type(call)(call.task, payload, call.options, call.on_failure, call.arguments)
         return call
 
-    def delay(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def delay(self, *args: Any, **kwargs: Any) -> Any:
         """A single signature enqueues one job: a JobHandle (extra arguments are appended).
 
         >>> add.s(2).delay(3).get(timeout=10)                       # doctest: +SKIP
@@ -161,17 +186,26 @@ class Signature(Canvas):
     def apply_async(self, args: Sequence[Any] = (),  # type: ignore[override]
                     kwargs: dict[str, Any] | None = None, connection: Any = None,
                     **options: Any) -> Any:
-        """One job, with these extra arguments and options: a JobHandle."""
+        """One job, with these extra arguments and options: a JobHandle.
+
+        >>> add.s(2).apply_async((3,), priority=5)                   # doctest: +SKIP
+        """
         return self.task.apply_async(self.args + tuple(args), {**self.kwargs, **(kwargs or {})},
                                      connection=connection, **{**self.options, **options})
 
-    async def delay_async(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """The async twin of `delay`: a JobHandle."""
+    async def delay_async(self, *args: Any, **kwargs: Any) -> Any:
+        """The async twin of `delay`: a JobHandle.
+
+        >>> await add.s(2, 3).delay_async()                          # doctest: +SKIP
+        """
         return await self.task.enqueue_async(self.args + args, {**self.kwargs, **kwargs},
                                              **self.options)
 
-    async def enqueue_async(self, connection: Any = None) -> Any:  # type: ignore[override]
-        """The async twin of `apply_async`: a JobHandle."""
+    async def enqueue_async(self, connection: Any = None) -> Any:
+        """The async twin of `apply_async`: a JobHandle.
+
+        >>> await add.s(2, 3).enqueue_async(connection=aconn)        # doctest: +SKIP
+        """
         return await self.task.enqueue_async(self.args, self.kwargs, connection=connection,
                                              **self.options)
 
@@ -212,20 +246,26 @@ class Chain(Canvas):
         for step in steps:
             step = _canvas(step, "chain")
             if isinstance(step, Chain) and step.on_error is None:
-                flat.extend(step.steps)
+                inner: list[Canvas] = step.steps
+                flat.extend(inner)
             else:
                 flat.append(step)
         if not flat:
             raise InvalidOptionsError("a chain needs at least one member")
-        self.steps = flat
+        self.steps: list[Canvas] = flat
         self.on_error = _error_sig(on_error)
 
     def __repr__(self) -> str:
         return " | ".join(map(repr, self.steps))
 
-    def _signatures(self) -> Iterable[Signature]:
+    def signatures(self) -> Iterable[Signature]:
+        """The steps' signatures, in order.
+
+        >>> len(list(chain(add.s(1), add.s(2)).signatures()))       # doctest: +SKIP
+        2
+        """
         for step in self.steps:
-            yield from step._signatures()
+            yield from step.signatures()
 
 
 class Group(Canvas):
@@ -243,9 +283,14 @@ class Group(Canvas):
     def __repr__(self) -> str:
         return f"group({', '.join(map(repr, self.members))})"
 
-    def _signatures(self) -> Iterable[Signature]:
+    def signatures(self) -> Iterable[Signature]:
+        """The members' signatures, in order.
+
+        >>> len(list(group(add.s(1), add.s(2)).signatures()))       # doctest: +SKIP
+        2
+        """
         for member in self.members:
-            yield from member._signatures()
+            yield from member.signatures()
 
 
 class Chord(Chain):
@@ -258,22 +303,31 @@ class Chord(Chain):
 
 
 def chain(*steps: Any, on_error: Signature | None = None) -> Chain:
-    """`chain(a.s(), b.s(), c.s())`, also `a.s() | b.s() | c.s()`."""
+    """`chain(a.s(), b.s(), c.s())`, also `a.s() | b.s() | c.s()`.
+
+        >>> chain(add.s(2, 3), add.s(4)).delay().get(timeout=10)    # doctest: +SKIP
+        """
     return Chain(*steps, on_error=on_error)
 
 
 def group(*members: Any, on_error: Signature | None = None) -> Group:
-    """`group(a.s(1), a.s(2))`, or `group(a.s(i) for i in range(10))`."""
+    """`group(a.s(1), a.s(2))`, or `group(a.s(i) for i in range(10))`.
+
+        >>> group(add.s(i, i) for i in range(3)).delay().get(timeout=10)  # doctest: +SKIP
+        """
     return Group(*members, on_error=on_error)
 
 
 def chord(header: Any, body: Any, on_error: Signature | None = None) -> Chord:
-    """`chord(group(...), callback.s())`: the callback gets the group's results as a list."""
+    """`chord(group(...), callback.s())`: the callback gets the group's results as a list.
+
+        >>> chord(group(add.s(i, i) for i in range(3)), total.s()).delay()  # doctest: +SKIP
+        """
     return Chord(header, body, on_error=on_error)
 
 
 @dataclass
-class _Plan:
+class Plan:
     """A canvas flattened: members in dependency order (parents first), the members whose
     results make the canvas's, and how ('one', 'list')."""
 
@@ -283,9 +337,14 @@ class _Plan:
     on_error: tuple[str, Any, Any, str] | None = None
 
     @classmethod
-    def of(cls, canvas: Canvas, depends_on: Sequence[int] = ()) -> _Plan:
+    def of(cls, canvas: Canvas, depends_on: Sequence[int] = ()) -> Plan:
+        """The plan of a canvas.
+
+        >>> len(Plan.of(chain(add.s(1), add.s(2))).members)          # doctest: +SKIP
+        2
+        """
         plan = cls()
-        out = plan._build(canvas, None, list(depends_on))
+        out = plan.build(canvas, None, list(depends_on))
         assert out is not None
         plan.result, plan.kind = out
         if len(plan.members) > _ops.WORKFLOW_MEMBERS_MAX:
@@ -298,7 +357,12 @@ class _Plan:
             plan.on_error = (call.task, call.payload, call.options, call.on_failure)
         return plan
 
-    def _build(self, node: Canvas, incoming: _Incoming, external: list[int]) -> _Incoming:
+    def build(self, node: Canvas, incoming: _Incoming, external: list[int]) -> _Incoming:
+        """Add `node`'s members, fed by `incoming`; the members its result comes from.
+
+        >>> Plan().build(add.s(1), None, [])                         # doctest: +SKIP
+        ([0], 'one')
+        """
         if len(self.members) > _ops.WORKFLOW_MEMBERS_MAX:
             raise InvalidOptionsError(
                 f"a workflow has at most {_ops.WORKFLOW_MEMBERS_MAX} members")
@@ -318,12 +382,12 @@ class _Plan:
         if isinstance(node, Chain):
             current = incoming
             for index, step in enumerate(node.steps):
-                current = self._build(step, current, external if index == 0 else [])
+                current = self.build(step, current, external if index == 0 else [])
             return current
         if isinstance(node, Group):
             tails: list[int] = []
             for member in node.members:
-                out = self._build(member, incoming, external)
+                out = self.build(member, incoming, external)
                 assert out is not None
                 tails.extend(out[0])
             return (tails, "list")
@@ -346,13 +410,21 @@ class WorkflowHandle:
         default=None, repr=False, compare=False)
 
     def jobs(self) -> list[Job]:
-        """The members, in insertion order."""
+        """The members, in insertion order.
+
+        >>> [j.status for j in h.jobs()]                             # doctest: +SKIP
+        """
         if self.eager is not None:
             return [self.enqueuer.get_job(i) for i in self.eager[0]]
         jobs: list[Job] = self.enqueuer.workflow_jobs(self.id)
         return jobs
 
-    def _shape(self) -> tuple[tuple[int, ...], str]:
+    def shape(self) -> tuple[tuple[int, ...], str]:
+        """The members whose results make the workflow's, and how ('one', 'list').
+
+        >>> h.shape()                                                # doctest: +SKIP
+        ((12,), 'one')
+        """
         if self.eager is not None:
             return self.eager[1], self.eager[2]
         row = self.enqueuer.workflow_row(self.id)
@@ -363,7 +435,10 @@ class WorkflowHandle:
         return tuple(row[1]), row[2]
 
     def status(self) -> WorkflowStatus:
-        """Members counted by status, and whether all of them finished."""
+        """Members counted by status, and whether all of them finished.
+
+        >>> h.status().counts                                        # doctest: +SKIP
+        """
         counts: dict[str, int] = {}
         finished = True
         for job in self.jobs():
@@ -395,9 +470,12 @@ class WorkflowHandle:
         """The canvas's result once it succeeded (a chain's last member's, a group's list, a
         chord's callback's); TaskFailedError naming the first member that ended failed or
         held; TaskCanceledError when it was canceled; TimeoutError when `timeout` passes first.
+
+        >>> h.get(timeout=60)                                        # doctest: +SKIP
+        20
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        result, kind = self._shape()
+        result, kind = self.shape()
         while True:
             done, value = self._outcome(result, kind)
             if done:
@@ -410,7 +488,10 @@ class WorkflowHandle:
             self.enqueuer.wait_for(result[-1], 1.0 if left is None else min(left, 1.0))
 
     def cancel(self) -> list[int]:
-        """Cancel every unfinished member (active ones get a cancel request)."""
+        """Cancel every unfinished member (active ones get a cancel request).
+
+        >>> h.cancel()                                               # doctest: +SKIP
+        """
         ids = [job.id for job in self.jobs() if not job.resting or job.status is JobStatus.HELD]
         changed: list[int] = self.enqueuer.cancel(ids) if ids else []
         return changed
@@ -420,7 +501,7 @@ def handle_of(value: object) -> list[int]:
     """The job ids a `depends_on` entry stands for: an id, a JobHandle, or a WorkflowHandle
     (its result members)."""
     if isinstance(value, WorkflowHandle):
-        return list(value._shape()[0])
+        return list(value.shape()[0])
     if isinstance(value, JobHandle):
         return [value.id]
     if isinstance(value, bool) or not isinstance(value, int):

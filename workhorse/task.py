@@ -447,7 +447,7 @@ class Task(Generic[P, R]):
                options: dict[str, Any], depends_on: Any, connection: Any) -> JobHandle:
         """One job that runs after `depends_on` succeeded (a workflow of one member); an empty
         list is no dependency."""
-        from .canvas import _Plan
+        from .canvas import Plan
 
         parents = self._parents(depends_on)
         if not parents:
@@ -455,7 +455,7 @@ class Task(Generic[P, R]):
                                                connection)[0]
         call = self.call(args, kwargs, **options)
         member = _ops_member(call, parents)
-        plan = _Plan(members=[member], result=[0], kind="one")
+        plan = Plan(members=[member], result=[0], kind="one")
         handle = self.enqueuer.enqueue_workflow(  # type: ignore[attr-defined]
             plan.members, plan.result, plan.kind, None, connection)
         return JobHandle(handle.jobs()[0].id, self.enqueuer)
@@ -472,7 +472,11 @@ class Task(Generic[P, R]):
         return Signature(self, args, kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Any:
-        """An immutable signature: it never receives a parent's result."""
+        """An immutable signature: it never receives a parent's result.
+
+        >>> add.si(2, 3)                                           # doctest: +SKIP
+        math.add.si(2, 3)
+        """
         from .canvas import Signature
 
         return Signature(self, args, kwargs, immutable=True)

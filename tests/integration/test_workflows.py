@@ -298,7 +298,9 @@ def _install_first_success_trigger(database_url: str) -> str:
     """Replace the release so that the first parent's success releases (a broken variant)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT pg_get_functiondef('workhorse._workflow_changed_v1'::regproc)").fetchone()
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p"
+            " WHERE p.proname ~ '^_workflow_changed_v' ORDER BY p.proname DESC LIMIT 1"
+        ).fetchone()
         assert row is not None
         original = str(row[0])
         broken = original.replace("SET pending = m.pending - 1", "SET pending = 0")
