@@ -657,6 +657,8 @@ def health() -> Operation[QueueHealth]:
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
+    waiting_rows = yield _sql.statement("waiting_depth"), ()
+    depth[JobStatus.WAITING.value] = sum(int(n) for _, n in waiting_rows)
     stalled = yield from _incident.stalled()
     return QueueHealth(policies=policies, depth=depth, stalled=stalled)
 
@@ -715,16 +717,23 @@ def set_queue_control(
 
 def list_queues() -> Operation[list[QueueSummary]]:
     rows = yield _sql.statement("list_queues"), ()
+    waiting_rows = yield _sql.statement("waiting_depth"), ()
+    waiting = {queue: int(n) for queue, n in waiting_rows}
     summaries = []
     for row in rows:
         depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}
         depth.update({status: int(n) for status, n in (row[1] or {}).items()})
+        depth[JobStatus.WAITING.value] = waiting.pop(row[0], 0)
         summaries.append(QueueSummary(
             queue=row[0], depth=depth, namespace=row[2], max_active=row[3],
             max_active_per_key=row[4], rate_limit=rate_text(row[5], row[6]),
             rate_limit_per_key=rate_text(row[7], row[8]), paused=row[9],
             override=_override(row[11:19]) if row[10] else None,
         ))
+    for queue, n in sorted(waiting.items()):  # a queue with only waiting members
+        depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}
+        depth[JobStatus.WAITING.value] = n
+        summaries.append(QueueSummary(queue=queue, depth=depth))
     return summaries
 
 

@@ -313,3 +313,50 @@ def _install_first_success_trigger(database_url: str) -> str:
 def _restore_trigger(database_url: str, original: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(original)
+
+
+def test_waiting_is_counted_cli_and_dashboard(app: App, database_url: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from starlette.testclient import TestClient
+
+    from workhorse import Queue
+    from workhorse.dashboard import create_app
+
+    t = app.t  # type: ignore[attr-defined]
+    h = chain(t["add"].s(1), t["boom"].s(), t["add"].s(1)).delay()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        queue = Queue(conn)
+        assert queue.health().depth["waiting"] == 2
+        by_queue = {q.queue: q.depth for q in queue.list_queues()}
+        assert by_queue["wf"]["waiting"] == 2 and by_queue["wf"]["ready"] == 1
+    run = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "workflows", "show",
+         str(h.id), "--json"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    shown = json.loads(run.stdout)
+    assert shown["counts"] == {"ready": 1, "waiting": 2} and len(shown["jobs"]) == 3
+    table = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "workflows", "show",
+         str(h.id)], capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0 and "waiting" in table.stdout, table.stderr
+    queues = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "queues", "--json"],
+        capture_output=True, text=True, timeout=60)
+    listed = {q["queue"]: q["depth"] for q in json.loads(queues.stdout)}
+    assert listed["wf"]["waiting"] == 2, queues.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "workflows", "show",
+         "999999"], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "no workflow" in missing.stderr
+    with TestClient(create_app(database_url)) as client:
+        member = h.jobs()[1]
+        page = client.get(f"/jobs/{member.id}")
+        assert page.status_code == 200 and f'href="/workflows/{h.id}"' in page.text
+        wf_page = client.get(f"/workflows/{h.id}")
+        assert wf_page.status_code == 200
+        assert all(f'href="/jobs/{j.id}"' in wf_page.text for j in h.jobs())
+        assert "waiting" in wf_page.text
+        assert client.get("/workflows/999999").status_code == 404

@@ -282,6 +282,11 @@ def job(conn: psycopg.Connection[Any], job_id: int) -> Job | None:
     return _ops.execute(conn, _ops.get_job(job_id))
 
 
+def workflow(conn: psycopg.Connection[Any], workflow_id: int) -> list[Job]:
+    """A workflow's members in insertion order (empty: no such workflow)."""
+    return _ops.execute(conn, _ops.workflow_jobs(workflow_id))
+
+
 def workers(conn: psycopg.Connection[Any]) -> list[WorkerInfo]:
     return _ops.execute(conn, _ops.list_workers())
 

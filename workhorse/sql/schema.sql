@@ -266,6 +266,8 @@ CREATE INDEX jobs_scheduled_idx ON workhorse.jobs USING btree (queue, run_at) WH
 
 CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs USING btree (task, unique_key) WHERE (unique_key IS NOT NULL);
 
+CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (status = 'waiting'::text);
+
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX key_heads_order_idx ON workhorse.key_heads USING btree (queue, head_rank, head_id);

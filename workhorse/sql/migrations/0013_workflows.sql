@@ -23,6 +23,8 @@ ALTER TABLE workhorse.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
 ALTER TABLE workhorse.jobs ADD COLUMN workflow_id bigint;
 -- A job outside any workflow that a `depends_on` names: the trigger fires on its ends too.
 ALTER TABLE workhorse.jobs ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+-- Waiting members, counted by queue wherever statuses are counted.
+CREATE INDEX jobs_waiting_idx ON workhorse.jobs (queue) WHERE status = 'waiting';
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
 -- One row per canvas. `result_ids`: the members whose results make the canvas's result (a
