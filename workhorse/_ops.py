@@ -576,7 +576,8 @@ def prune_jobs(
         or not 0 <= older_than <= MAX_DELAY_SECONDS  # also NaN, which compares false
     ):
         raise InvalidOptionsError(f"older_than must be seconds >= 0, got {shown(older_than)}")
-    rows = yield _sql.statement("prune_jobs"), (limit, older_than, chosen)
+    # The prune that skips members of unfinished workflows (DESIGN.md "Workflows").
+    rows = yield _sql.statement("prune_jobs_workflows"), (limit, older_than, chosen)
     return int(rows[0][0])
 
 

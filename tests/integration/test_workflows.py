@@ -360,3 +360,21 @@ def test_waiting_is_counted_cli_and_dashboard(app: App, database_url: str) -> No
         assert all(f'href="/jobs/{j.id}"' in wf_page.text for j in h.jobs())
         assert "waiting" in wf_page.text
         assert client.get("/workflows/999999").status_code == 404
+
+
+def test_prune_skips_members_of_unfinished_workflows(app: App, database_url: str) -> None:
+    from workhorse import Queue
+
+    t = app.t  # type: ignore[attr-defined]
+    h = chain(t["add"].s(1), t["hold"].s(), t["add"].s(1)).delay()
+    done = chain(t["add"].s(1), t["add"].s(1)).delay()
+    drain(app, QUEUES)
+    assert _statuses(h) == ["succeeded", "held", "waiting"]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        queue = Queue(conn)
+        queue.prune_jobs(1000, older_than=0, statuses=["succeeded", "failed", "canceled"])
+        left = {row[0] for row in conn.execute("SELECT id FROM workhorse.jobs").fetchall()}
+        assert {j.id for j in h.jobs()} <= left and len(h.jobs()) == 3
+        assert not done.jobs()  # a finished workflow goes whole, with its rows
+        assert conn.execute("SELECT count(*) FROM workhorse.workflows WHERE id = %s",
+                            (done.id,)).fetchone() == (0,)

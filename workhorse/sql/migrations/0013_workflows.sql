@@ -77,6 +77,7 @@ CREATE INDEX job_deps_parent_idx ON workhorse.job_deps (parent_id);
 \ir ../functions/_workflow_changed_v1.sql
 \ir ../functions/enqueue_workflow_v1.sql
 \ir ../functions/cancel_jobs_v2.sql
+\ir ../functions/prune_jobs_v2.sql
 
 CREATE TRIGGER jobs_workflow_trg
     AFTER UPDATE OF status ON workhorse.jobs
