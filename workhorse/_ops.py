@@ -290,6 +290,28 @@ def enqueue_outcomes(
              else [None] * len(jobs))
     if not tasks:
         return []
+    if any(options.depends_on for options in every):
+        # Jobs with dependencies are workflows of one member each: one statement a job, in
+        # input order (the others as usual, one a job too, to keep ids in input order).
+        outcomes: list[tuple[int, bool]] = []
+        for index, options in enumerate(every):
+            payload = jobs[index][1]
+            if not options.depends_on:
+                outcomes += yield from enqueue_outcomes(
+                    [(tasks[index], payload, options)], [failure_modes[index]],
+                    None if meta is None else [meta[index]],
+                    None if arguments is None else [arguments[index]])
+                continue
+            from .canvas import handle_of
+
+            parents: list[int] = []
+            for entry in options.depends_on:
+                parents += [p for p in handle_of(entry) if p not in parents]
+            member = WorkflowMember(tasks[index], payload, options, failure_modes[index], "none",
+                                    tuple((None, p, i, False) for i, p in enumerate(parents)))
+            _, ids = yield from enqueue_workflow([member], [0], "one")
+            outcomes.append((ids[0], False))
+        return outcomes
     first = every[0]
     if all(options is first for options in every):
         # One options object for the batch: each option goes once, not once a job.

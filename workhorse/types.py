@@ -252,9 +252,17 @@ class EnqueueOptions:
     unique: Unique | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
+    # DESIGN.md "Workflows": job ids, JobHandles or WorkflowHandles it runs after (empty: none).
+    depends_on: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
+        if isinstance(self.depends_on, str | bytes) or not isinstance(
+                self.depends_on, tuple | list):
+            raise InvalidOptionsError(
+                f"depends_on must be a list of job ids or handles, got {shown(self.depends_on)}")
+        if isinstance(self.depends_on, list):
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
         if self.concurrency_key is not None:
             check_name("concurrency_key", self.concurrency_key)
         if self.idempotency_key is not None:

@@ -378,3 +378,45 @@ def test_prune_skips_members_of_unfinished_workflows(app: App, database_url: str
         assert not done.jobs()  # a finished workflow goes whole, with its rows
         assert conn.execute("SELECT count(*) FROM workhorse.workflows WHERE id = %s",
                             (done.id,)).fetchone() == (0,)
+
+
+def test_async_twins(app: App, database_url: str) -> None:
+    import asyncio
+
+    t = app.t  # type: ignore[attr-defined]
+
+    async def go() -> tuple[WorkflowHandle, WorkflowHandle, Any]:
+        first = await chain(t["add"].s(1, 1), t["add"].s(1)).delay_async()
+        aconn = await psycopg.AsyncConnection.connect(database_url)
+        try:
+            second = await group(t["add"].s(1), t["add"].s(2)).enqueue_async(connection=aconn)
+            await aconn.rollback()  # inside the caller's transaction: nothing left
+            third = await group(t["add"].s(5)).enqueue_async(connection=aconn)
+            await aconn.commit()
+        finally:
+            await aconn.close()
+        single = await t["add"].s(2, 2).delay_async()
+        assert second.id
+        return first, third, single
+
+    first, third, single = asyncio.run(go())
+    drain(app, QUEUES)
+    assert first.get(timeout=10) == 3
+    assert third.get(timeout=10) == [5]
+    assert single.get(timeout=10) == 4
+
+
+def test_enqueue_options_depends_on(app: App, database_url: str) -> None:
+    from workhorse import EnqueueOptions, Queue
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        q = Queue(conn)
+        parent = q.enqueue("wf.add", {"args": [1], "kwargs": {}}, EnqueueOptions(queue="wf"))
+        child = q.enqueue("wf.add", {"args": [2], "kwargs": {}},
+                          EnqueueOptions(queue="wf", depends_on=[parent]))
+        assert q.get_job(child).status is JobStatus.WAITING  # type: ignore[union-attr]
+        assert q.get_job(child).depends_on == [parent]  # type: ignore[union-attr]
+        with pytest.raises(InvalidOptionsError):
+            EnqueueOptions(depends_on="7")  # type: ignore[arg-type]
+    drain(app, QUEUES)
+    assert app.handle(child).get(timeout=10) == 2
