@@ -1,11 +1,13 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
 from .app import App, load_app
+from .canvas import Signature, WorkflowHandle, chain, chord, group
 from .context import JobContext, Retry, Snooze, current_job
 from .errors import (
     AppLoadError,
     CostExceedsLimitError,
     DatabaseError,
+    DependencyFailedError,
     EmbeddedServerError,
     InvalidOptionsError,
     InvalidPolicyError,
@@ -43,6 +45,7 @@ from .types import (
     SyncReport,
     Unique,
     WorkerInfo,
+    WorkflowStatus,
 )
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "ConcurrencyPolicyDefinition",
     "CostExceedsLimitError",
     "DatabaseError",
+    "DependencyFailedError",
     "EmbeddedServerError",
     "EnqueueOptions",
     "InvalidOptionsError",
@@ -79,6 +83,7 @@ __all__ = [
     "ScheduleConflictError",
     "ScheduleDefinition",
     "SchemaVersionError",
+    "Signature",
     "Snooze",
     "StaleLeaseError",
     "SyncReport",
@@ -88,7 +93,12 @@ __all__ = [
     "Unique",
     "UnknownTaskError",
     "WorkerInfo",
+    "WorkflowHandle",
+    "WorkflowStatus",
     "WorkhorseError",
+    "chain",
+    "chord",
     "current_job",
+    "group",
     "load_app",
 ]

@@ -371,6 +371,20 @@ class AppEnqueuer(Enqueuer):
         check_call_options(options, "send_task")
         return self.get_task(name).call(tuple(args or ()), kwargs, **options)
 
+    def signature(
+        self, name: str, args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None, **options: Any,
+    ) -> Any:
+        """A signature of a registered task by name, like `send_task` (UnknownTaskError when
+        no such task is registered).
+
+        >>> app.signature("billing.send", args=[{"tenant": "t1"}])     # doctest: +SKIP
+        billing.send.s({'tenant': 't1'},)
+        """
+        from .canvas import Signature
+
+        return Signature(self.get_task(name), tuple(args or ()), kwargs, options)
+
     def send_task(
         self,
         name: str,
@@ -401,6 +415,74 @@ class AppEnqueuer(Enqueuer):
         """
         calls = [self._send_call(name, args, kwargs, options)]
         return (await self.enqueue_calls_async(calls, connection))[0]
+
+    # ---- workflows (DESIGN.md "Workflows") ---------------------------------------------------
+
+    def enqueue_workflow(self, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
+                         kind: str, on_error: Any = None, connection: Any = None) -> Any:
+        """Insert a flattened canvas in one transaction; its WorkflowHandle (canvas.py).
+
+        >>> app.enqueue_workflow(plan.members, plan.result, plan.kind)  # doctest: +SKIP
+        WorkflowHandle(id=7)
+        """
+        from .canvas import WorkflowHandle
+
+        diverted = self._diversion()
+        if diverted is not None:
+            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
+        operation = _ops.enqueue_workflow(members, result, kind, on_error)
+        workflow_id, _ = self._run(_single(operation),
+                                   self._caller(connection, psycopg.Connection), transaction=True)
+        return WorkflowHandle(workflow_id, self)
+
+    async def enqueue_workflow_async(
+        self, members: Sequence[_ops.WorkflowMember], result: Sequence[int], kind: str,
+        on_error: Any = None, connection: Any = None,
+    ) -> Any:
+        """`enqueue_workflow` for async code.
+
+        >>> await app.enqueue_workflow_async(plan.members, plan.result, plan.kind)  # doctest: +SKIP
+        WorkflowHandle(id=7)
+        """
+        from .canvas import WorkflowHandle
+
+        diverted = self._diversion()
+        if diverted is not None:
+            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
+        operation = _ops.enqueue_workflow(members, result, kind, on_error)
+        conn = self._caller(connection, psycopg.AsyncConnection)
+        workflow_id, _ = await self._run_async(_single(operation), conn, transaction=True)
+        return WorkflowHandle(workflow_id, self)
+
+    def workflow(self, workflow_id: int) -> Any:
+        """The WorkflowHandle of an existing workflow, from its id, in any process.
+
+        >>> app.workflow(7).get(timeout=60)                           # doctest: +SKIP
+        [1, 2, 3]
+        """
+        from .canvas import WorkflowHandle
+
+        if isinstance(workflow_id, bool) or not isinstance(workflow_id, int):
+            raise InvalidOptionsError(f"a workflow id is an int, got {workflow_id!r}")
+        return WorkflowHandle(workflow_id, self)
+
+    def workflow_jobs(self, workflow_id: int) -> list[Job]:
+        """A workflow's members, in insertion order.
+
+        >>> [j.status for j in app.workflow_jobs(7)]                # doctest: +SKIP
+        [<JobStatus.SUCCEEDED: 'succeeded'>, <JobStatus.WAITING: 'waiting'>]
+        """
+        return self._run(_single(_ops.workflow_jobs(workflow_id)),
+                         self._using(psycopg.Connection))
+
+    def workflow_row(self, workflow_id: int) -> Any:
+        """A workflow's own row (id, result members, result kind, on_error job, created_at).
+
+        >>> app.workflow_row(7)[1:3]                                  # doctest: +SKIP
+        ([12], 'one')
+        """
+        return self._run(_single(_ops.workflow_row(workflow_id)),
+                         self._using(psycopg.Connection))
 
     # ---- results and control -----------------------------------------------------------------
 
@@ -484,3 +566,4 @@ class AppEnqueuer(Enqueuer):
         True
         """
         return await _results.waiter(self.database_url).wait_async(job_id, timeout)
+

@@ -293,6 +293,28 @@ def enqueue_outcomes(
              else [None] * len(jobs))
     if not tasks:
         return []
+    if any(options.depends_on for options in every):
+        # Jobs with dependencies are workflows of one member each: one statement a job, in
+        # input order (the others as usual, one a job too, to keep ids in input order).
+        outcomes: list[tuple[int, bool]] = []
+        for index, options in enumerate(every):
+            payload = jobs[index][1]
+            if not options.depends_on:
+                outcomes += yield from enqueue_outcomes(
+                    [(tasks[index], payload, options)], [failure_modes[index]],
+                    None if meta is None else [meta[index]],
+                    None if arguments is None else [arguments[index]])
+                continue
+            from .canvas import handle_of
+
+            parents: list[int] = []
+            for entry in options.depends_on:
+                parents += [p for p in handle_of(entry) if p not in parents]
+            member = WorkflowMember(tasks[index], payload, options, failure_modes[index], "none",
+                                    tuple((None, p, i, False) for i, p in enumerate(parents)))
+            _, ids = yield from enqueue_workflow([member], [0], "one")
+            outcomes.append((ids[0], False))
+        return outcomes
     first = every[0]
     if all(options is first for options in every):
         # One options object for the batch: each option goes once, not once a job.
@@ -407,6 +429,9 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         rate_cost=keys[2] if len(keys) > 2 else 1,
         weight=keys[3] if len(keys) > 3 else 1,
         progress=Progress.from_stored(keys[4], keys[5]) if len(keys) > 5 else None,
+        # get_job and the workflow statements read the workflow columns too.
+        workflow_id=keys[6] if len(keys) > 6 else None,
+        depends_on=list(keys[7] or []) if len(keys) > 7 else [],
     )
 
 
@@ -629,7 +654,8 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
                 ) -> Operation[list[int]]:
     """Cancel jobs that have not finished (an active one gets a cancel request); returns the
     ids canceled or asked to cancel."""
-    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids), retention)
+    # The statement that also cancels waiting workflow members (and their dependents).
+    rows = yield _sql.statement("cancel_jobs_waiting"), (_job_ids(ids), retention)
     return [row[0] for row in rows]
 
 
@@ -661,7 +687,8 @@ def prune_jobs(
         or not 0 <= older_than <= MAX_DELAY_SECONDS  # also NaN, which compares false
     ):
         raise InvalidOptionsError(f"older_than must be seconds >= 0, got {shown(older_than)}")
-    rows = yield _sql.statement("prune_jobs"), (limit, older_than, chosen)
+    # The prune that skips members of unfinished workflows (DESIGN.md "Workflows").
+    rows = yield _sql.statement("prune_jobs_workflows"), (limit, older_than, chosen)
     return int(rows[0][0])
 
 
@@ -746,6 +773,8 @@ def health() -> Operation[QueueHealth]:
     depth_rows = yield _sql.statement("depth"), ()
     depth = {status.value: 0 for status in JobStatus}
     depth.update({status: int(count) for status, count in depth_rows})
+    waiting_rows = yield _sql.statement("waiting_depth"), ()
+    depth[JobStatus.WAITING.value] = sum(int(n) for _, n in waiting_rows)
     unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
     stalled = yield from _incident.stalled(unknown)
     return QueueHealth(policies=policies, depth=depth, stalled=stalled,
@@ -806,16 +835,23 @@ def set_queue_control(
 
 def list_queues() -> Operation[list[QueueSummary]]:
     rows = yield _sql.statement("list_queues"), ()
+    waiting_rows = yield _sql.statement("waiting_depth"), ()
+    waiting = {queue: int(n) for queue, n in waiting_rows}
     summaries = []
     for row in rows:
         depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}
         depth.update({status: int(n) for status, n in (row[1] or {}).items()})
+        depth[JobStatus.WAITING.value] = waiting.pop(row[0], 0)
         summaries.append(QueueSummary(
             queue=row[0], depth=depth, namespace=row[2], max_active=row[3],
             max_active_per_key=row[4], rate_limit=rate_text(row[5], row[6]),
             rate_limit_per_key=rate_text(row[7], row[8]), paused=row[9],
             override=_override(row[11:19]) if row[10] else None,
         ))
+    for queue, n in sorted(waiting.items()):  # a queue with only waiting members
+        depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}
+        depth[JobStatus.WAITING.value] = n
+        summaries.append(QueueSummary(queue=queue, depth=depth))
     return summaries
 
 
@@ -1429,3 +1465,93 @@ def install_schema() -> Operation[int]:
             yield text, None
             yield _sql.statement("record_migration"), (version, name, _sql.checksum(text))
     return current
+
+
+# ---- workflows (DESIGN.md "Workflows") --------------------------------------------------------
+
+WORKFLOW_MEMBERS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowMember:
+    """One member of a canvas, resolved: its job, how parents' results reach it ('none',
+    'one', 'list'), and its dependencies: (member index or None, existing id or None,
+    position, passes the result)."""
+
+    task: str
+    payload: dict[str, Any]
+    options: EnqueueOptions
+    on_failure: str
+    mode: str
+    parents: tuple[tuple[int | None, int | None, int, bool], ...]
+
+
+def enqueue_workflow(
+    members: Sequence[WorkflowMember],
+    result_members: Sequence[int],
+    result_kind: str,
+    on_error: tuple[str, Any, EnqueueOptions, str] | None = None,
+) -> Operation[tuple[int, list[int]]]:
+    """Insert a canvas in one statement: (workflow id, member ids in order). An unknown
+    existing parent id raises InvalidOptionsError, with nothing written."""
+    if not members:
+        raise InvalidOptionsError("a workflow needs at least one member")
+    if len(members) > WORKFLOW_MEMBERS_MAX:
+        raise InvalidOptionsError(
+            f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members, got {len(members)}")
+    payloads = [encode_json(m.payload) for m in members]
+    for m in members:
+        if m.options.idempotency_key is not None or m.options.unique is not None \
+                or m.options.job_key is not None:
+            raise InvalidOptionsError(
+                "a workflow member cannot have an idempotency_key, unique or job_key")
+    edge_jobs: list[int] = []
+    edge_parents: list[int | None] = []
+    edge_ids: list[int | None] = []
+    edge_positions: list[int] = []
+    edge_passes: list[bool] = []
+    for index, m in enumerate(members):
+        for parent, existing, position, passes in m.parents:
+            edge_jobs.append(index + 1)
+            edge_parents.append(None if parent is None else parent + 1)
+            edge_ids.append(None if existing is None else check_id(existing))
+            edge_positions.append(position)
+            edge_passes.append(passes)
+    if on_error is None:
+        error_args: tuple[Any, ...] = (None,) * 7
+    else:
+        task, payload, options, on_failure = on_error
+        error_args = (task, options.queue, options.concurrency_key, options.priority,
+                      encode_json(payload), options.max_attempts, on_failure)
+    rows = yield _sql.statement("enqueue_workflow"), (
+        [m.task for m in members], [m.options.queue for m in members],
+        [m.options.concurrency_key for m in members], [m.options.priority for m in members],
+        payloads, [m.options.run_at for m in members],
+        [m.options.delay_seconds for m in members], [m.options.max_attempts for m in members],
+        [m.on_failure for m in members], [None] * len(members), [m.mode for m in members],
+        edge_jobs, edge_parents, edge_ids, edge_positions, edge_passes,
+        [i + 1 for i in result_members], result_kind, *error_args)
+    workflow_id, ids, missing = rows[0]
+    if workflow_id is None:
+        raise InvalidOptionsError(
+            f"depends_on names jobs that do not exist (never enqueued, or pruned): "
+            f"{', '.join(map(str, missing))}")
+    return workflow_id, list(ids)
+
+
+def workflow_jobs(workflow_id: int) -> Operation[list[Job]]:
+    """The members of a workflow, in insertion (id) order."""
+    rows = yield _sql.statement("workflow_jobs"), (check_id(workflow_id, "a workflow id"),)
+    return [_job_from_row(row) for row in rows]
+
+
+def workflow_row(workflow_id: int) -> Operation[tuple[Any, ...] | None]:
+    """(id, result member ids, result kind, on_error job id, created_at), or None."""
+    rows = yield _sql.statement("workflow_get"), (check_id(workflow_id, "a workflow id"),)
+    return tuple(rows[0]) if rows else None
+
+
+def workflow_releases(workflow_id: int) -> Operation[list[tuple[int, int, int]]]:
+    """(member id, times released, pending parents) of each member: what tests count."""
+    rows = yield _sql.statement("workflow_releases"), (check_id(workflow_id, "a workflow id"),)
+    return [(row[0], row[1], row[2]) for row in rows]

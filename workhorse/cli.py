@@ -538,7 +538,7 @@ def queues(ctx: click.Context, as_json: bool) -> None:
             return
         unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
         stalled = _ops.execute(conn, _incident.stalled(unknown))
-    statuses = ("ready", "active", "scheduled", "held", "failed", "canceled")
+    statuses = ("waiting", "ready", "active", "scheduled", "held", "failed", "canceled")
     table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
     for status in statuses:
@@ -690,6 +690,42 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
                       soft_wrap=True)
         if own.get("traceback"):
             console.print(literal(own["traceback"], newlines=True), soft_wrap=True)
+
+
+@main.group()
+def workflows() -> None:
+    """Inspect workflows (chain, group, chord; DESIGN.md "Workflows")."""
+
+
+@workflows.command("show")
+@click.argument("workflow_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def workflows_show(ctx: click.Context, workflow_id: int, as_json: bool) -> None:
+    """One workflow: its members, their status and dependencies."""
+    with _connect(ctx) as conn:
+        jobs = Queue(conn).workflow_jobs(workflow_id)
+    if not jobs:
+        raise WorkhorseError(f"no workflow with id {workflow_id}")
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.status.value] = counts.get(job.status.value, 0) + 1
+    if as_json:
+        print_json({"id": workflow_id, "counts": counts,
+                    "finished": all(j.resting and j.status.value != "held" for j in jobs),
+                    "jobs": jobs})
+        return
+    table = DataTable(title=f"workflow {workflow_id}: "
+                      + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    for column in ("id", "task", "queue", "status", "depends on", "error"):
+        table.add_column(column, no_wrap=column != "error")
+    for job in jobs:
+        error = job.error or {}
+        table.add_row(str(job.id), literal(job.task), literal(job.queue), job.status.value,
+                      ", ".join(map(str, job.depends_on)) or "-",
+                      literal(f"{error.get('type')}: {error.get('message')}") if error else "-")
+    console.print(table)
 
 
 @jobs.command("retry")

@@ -101,6 +101,16 @@ class JobNotFoundError(WorkhorseError, LookupError):
     """
 
 
+class DependencyFailedError(WorkhorseError):
+    """Recorded (as a job's `error["type"]`) on a workflow member canceled because a member it
+    depends on failed or was canceled; `error["dependency"]` is that member's id.
+
+    >>> job = h.jobs()[-1]                                 # doctest: +SKIP
+    >>> job.status, job.error["type"]                      # doctest: +SKIP
+    ('canceled', 'DependencyFailedError')
+    """
+
+
 class StaleLeaseError(WorkhorseError):
     """A fence was rejected: the job was claimed again, or the lease already expired.
 

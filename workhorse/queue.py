@@ -196,6 +196,14 @@ class Queue:
         """
         return self._run(_ops.get_job(job_id))
 
+    def workflow_jobs(self, workflow_id: int) -> list[Job]:
+        """A workflow's members in insertion order (empty: no such workflow).
+
+        >>> [j.status for j in q.workflow_jobs(7)]                    # doctest: +SKIP
+        [<JobStatus.SUCCEEDED: 'succeeded'>, <JobStatus.WAITING: 'waiting'>]
+        """
+        return self._run(_ops.workflow_jobs(workflow_id))
+
     def list_jobs(
         self,
         *,

@@ -463,8 +463,62 @@ class Task(Generic[P, R]):
         ...                  countdown=30, idempotency_key="invoice-7")
         JobHandle(id=43)
         """
+        depends_on = options.pop("depends_on", None)
         check_call_options(options, "apply_async")
+        if depends_on is not None:
+            return self._after(args, kwargs, options, depends_on, connection)
         return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
+
+    def _parents(self, depends_on: Any) -> list[int]:
+        from .canvas import handle_of
+
+        if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence):
+            raise InvalidOptionsError(
+                f"depends_on must be a list of job ids or handles, got {depends_on!r}")
+        ids: list[int] = []
+        for entry in depends_on:
+            for job_id in handle_of(entry):
+                if job_id not in ids:
+                    ids.append(job_id)
+        return ids
+
+    def _after(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
+               options: dict[str, Any], depends_on: Any, connection: Any) -> JobHandle:
+        """One job that runs after `depends_on` succeeded (a workflow of one member); an empty
+        list is no dependency."""
+        from .canvas import Plan
+
+        parents = self._parents(depends_on)
+        if not parents:
+            return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)],
+                                               connection)[0]
+        call = self.call(args, kwargs, **options)
+        member = _ops_member(call, parents)
+        plan = Plan(members=[member], result=[0], kind="one")
+        handle = self.enqueuer.enqueue_workflow(  # type: ignore[attr-defined]
+            plan.members, plan.result, plan.kind, None, connection)
+        return JobHandle(handle.jobs()[0].id, self.enqueuer)
+
+    def s(self, *args: Any, **kwargs: Any) -> Any:
+        """A signature of this task (DESIGN.md "Workflows"): in a chain it gets the previous
+        member's result as its first argument.
+
+        >>> add.s(2)                                               # doctest: +SKIP
+        math.add.s(2,)
+        """
+        from .canvas import Signature
+
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Any:
+        """An immutable signature: it never receives a parent's result.
+
+        >>> add.si(2, 3)                                           # doctest: +SKIP
+        math.add.si(2, 3)
+        """
+        from .canvas import Signature
+
+        return Signature(self, args, kwargs, immutable=True)
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
         """Enqueue one job per argument tuple, in one round trip.
@@ -497,3 +551,10 @@ class Task(Generic[P, R]):
         check_call_options(options, "enqueue_async")
         calls = [self.call(args, kwargs, **options)]
         return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]
+
+
+def _ops_member(call: Call, parents: Sequence[int]) -> Any:
+    from . import _ops
+
+    return _ops.WorkflowMember(call.task, call.payload, call.options, call.on_failure, "none",
+                               tuple((None, p, i, False) for i, p in enumerate(parents)))

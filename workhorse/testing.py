@@ -101,6 +101,7 @@ class EagerRunner:
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _idempotent: dict[tuple[str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _workflow_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     # ---- the Enqueuer protocol ------------------------------------------------------------------
 
@@ -174,6 +175,51 @@ class EagerRunner:
             self._run_blocking(task, fresh)
             changed.append(job_id)
         return changed
+
+    def run_workflow(self, members: Sequence[Any], result: Sequence[int], kind: str) -> Any:
+        """Run a flattened canvas in this process, in dependency order (members come parents
+        first), as `eager()` runs a call: each member once its parents succeeded, with their
+        results filled in; a member whose parent failed or was canceled is canceled with
+        DependencyFailedError.
+
+        >>> with eager(app):                                          # doctest: +SKIP
+        ...     chain(add.s(1, 1), add.s(2)).delay().get()
+        4
+        """
+
+        from .canvas import WorkflowHandle
+
+        ids: list[int] = []
+        for member in members:
+            parent_jobs = []
+            for parent, existing, _position, passes in member.parents:
+                job_id = ids[parent] if parent is not None else existing
+                parent_jobs.append((self.get_job(job_id), passes))
+            if any(job is None for job, _ in parent_jobs):
+                raise InvalidOptionsError("depends_on names jobs that do not exist")
+            known = [(job, passes) for job, passes in parent_jobs if job is not None]
+            broken = next((job for job, _ in known if job.status is not JobStatus.SUCCEEDED),
+                          None)
+            payload = dict(member.payload)
+            if member.mode != "none":
+                results = [job.result for job, passes in known if passes]
+                filled = results[0] if member.mode == "one" else results
+                payload["args"] = [filled, *payload.get("args", [])]
+            call = Call(member.task, payload, member.options, member.on_failure)
+            if broken is None:
+                [handle] = self.enqueue_calls([call])
+                ids.append(handle.id)
+                continue
+            job, _ = self._accept(call)
+            why = f"ended {broken.status.value}"
+            self.jobs[job.id] = replace(
+                job, status=JobStatus.CANCELED,
+                error={"type": "DependencyFailedError",
+                       "message": f"job {broken.id} ({broken.task}), which it depends on, {why}",
+                       "traceback": None, "dependency": broken.id})
+            ids.append(job.id)
+        return WorkflowHandle(next(self._workflow_ids), self,
+                              (tuple(ids), tuple(ids[i] for i in result), kind))
 
     # ---- running --------------------------------------------------------------------------------
 
@@ -339,11 +385,12 @@ def _normalised(value: Any, what: str) -> Any:
 
 
 def _waiting(app: App, name: str) -> list[Job]:
-    """The task's ready and scheduled jobs, oldest first (on the framework's connection when the
-    app's enqueues join its transaction: only it sees them before the commit)."""
+    """The task's ready, scheduled and waiting (workflow members) jobs, oldest first (on the
+    framework's connection when the app's enqueues join its transaction: only it sees them
+    before the commit)."""
 
     def listed(queue: Queue) -> list[Job]:
-        return [job for status in (JobStatus.READY, JobStatus.SCHEDULED)
+        return [job for status in (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.WAITING)
                 for job in queue.list_jobs(status=status.value, task=name, limit=10_000)]
 
     joined = _framework_connection(app)

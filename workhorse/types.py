@@ -36,6 +36,7 @@ class JobStatus(enum.StrEnum):
     >>> JobStatus("held") is JobStatus.HELD, JobStatus.READY == "ready"
     (True, True)
     """
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     READY = "ready"
     ACTIVE = "active"
@@ -51,8 +52,8 @@ class JobStatus(enum.StrEnum):
 
         >>> JobStatus.of_row("ready") is JobStatus.READY
         True
-        >>> str(JobStatus.of_row("waiting"))
-        'waiting'
+        >>> str(JobStatus.of_row("paused-by-a-newer-release"))
+        'paused-by-a-newer-release'
         """
         try:
             return cls(value)
@@ -263,12 +264,20 @@ class EnqueueOptions:
     cost: int = 1
     rate_cost: int = 1
     weight: int = 1
+    # DESIGN.md "Workflows": job ids, JobHandles or WorkflowHandles it runs after (empty: none).
+    depends_on: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
         check_cost("cost", self.cost)
         check_cost("rate_cost", self.rate_cost)
         check_weight(self.weight)
+        if isinstance(self.depends_on, str | bytes) or not isinstance(
+                self.depends_on, tuple | list):
+            raise InvalidOptionsError(
+                f"depends_on must be a list of job ids or handles, got {shown(self.depends_on)}")
+        if isinstance(self.depends_on, list):
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
         if self.concurrency_key is not None:
             check_name("concurrency_key", self.concurrency_key)
         if self.idempotency_key is not None:
@@ -788,6 +797,9 @@ class Job:
     weight: int = 1
     # The latest progress of its current (or last) attempt; None before the attempt reported any.
     progress: Progress | None = None
+    # The workflow it is a member of (DESIGN.md "Workflows"), and the ids it runs after.
+    workflow_id: int | None = None
+    depends_on: list[int] = field(default_factory=list)
 
     @property
     def resting(self) -> bool:
@@ -1199,3 +1211,16 @@ class JobPage:
 
     jobs: list[Job]
     unsearched_below: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """A workflow's members counted by status, and whether every member finished.
+
+    >>> WorkflowStatus(id=7, counts={"succeeded": 3}, finished=True).finished
+    True
+    """
+
+    id: int
+    counts: dict[str, int]
+    finished: bool

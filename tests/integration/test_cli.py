@@ -140,7 +140,7 @@ def test_health_json_is_queue_health_field_by_field(
     assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready"}
     assert data["depth"] == {
         "scheduled": 1, "ready": 2, "active": 1, "succeeded": 1, "failed": 1, "held": 2,
-        "canceled": 1,
+        "canceled": 1, "waiting": 0,
     }
     by_queue = {p["queue"]: p for p in data["policies"]}
     assert set(by_queue["active"]) == {

@@ -294,6 +294,11 @@ def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
     return _ops.execute(conn, _ops.job_attempts(job_id)) or []
 
 
+def workflow(conn: psycopg.Connection[Any], workflow_id: int) -> list[Job]:
+    """A workflow's members in insertion order (empty: no such workflow)."""
+    return _ops.execute(conn, _ops.workflow_jobs(workflow_id))
+
+
 def workers(conn: psycopg.Connection[Any]) -> list[WorkerInfo]:
     return _ops.execute(conn, _ops.list_workers())
 

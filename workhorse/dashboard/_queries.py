@@ -28,8 +28,8 @@ QUEUE_CHART_WINDOW = 20_000
 RATE_SAMPLE = 1000
 # What each action applies to (DESIGN.md's status table).
 RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
-CANCELABLE = (JobStatus.SCHEDULED.value, JobStatus.READY.value, JobStatus.ACTIVE.value,
-              JobStatus.HELD.value)
+CANCELABLE = (JobStatus.WAITING.value, JobStatus.SCHEDULED.value, JobStatus.READY.value,
+              JobStatus.ACTIVE.value, JobStatus.HELD.value)
 
 
 @dataclass(frozen=True)

@@ -630,6 +630,16 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
                 # The last failure is the job's own only while the job rests because of it.
                 "own_error": _ops.job_own_error(found, attempts)}
 
+    def workflow(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        workflow_id = int(request.path_params["workflow_id"])
+        members = _data.workflow(conn, workflow_id) if workflow_id <= MAX_ID else []
+        if not members:
+            raise _Refused(404, f"no workflow {request.path_params['workflow_id']}")
+        counts: dict[str, int] = {}
+        for member in members:
+            counts[member.status.value] = counts.get(member.status.value, 0) + 1
+        return {"workflow_id": workflow_id, "members": members, "counts": counts}
+
     def workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"workers": _data.workers(conn)}
 
@@ -833,6 +843,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         Route("/jobs/{job_id:workhorse_job_id}", page("job", job)),
         Route("/jobs/{job_id:workhorse_job_id}/reveal", reveal, methods=["POST"]),
         Route("/jobs/{verb}", action(jobs_action), methods=["POST"]),
+        Route("/workflows/{workflow_id:workhorse_job_id}", page("workflow", workflow)),
         Route("/workers", page("workers", workers)),
         Route("/schedules", page("schedules", schedules)),
         Route("/login", login_form, methods=["GET"]),

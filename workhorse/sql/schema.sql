@@ -6,6 +6,14 @@ CREATE SCHEMA workhorse;
 
 CREATE SEQUENCE workhorse.fence_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1;
 
+CREATE TABLE workhorse.job_deps (
+    job_id bigint NOT NULL,
+    parent_id bigint NOT NULL,
+    position integer NOT NULL,
+    passes boolean NOT NULL,
+    CONSTRAINT job_deps_pkey PRIMARY KEY (job_id, parent_id)
+);
+
 CREATE TABLE workhorse.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     task text NOT NULL,
@@ -40,6 +48,8 @@ CREATE TABLE workhorse.jobs (
     progress jsonb,
     progress_at timestamp with time zone,
     attempt_history jsonb,
+    workflow_id bigint,
+    has_dependents boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT jobs_feature_level_check CHECK ((feature_level >= 1)),
     CONSTRAINT jobs_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 255))),
@@ -48,7 +58,7 @@ CREATE TABLE workhorse.jobs (
     CONSTRAINT jobs_on_failure_check CHECK ((on_failure = ANY (ARRAY['fail'::text, 'hold'::text]))),
     CONSTRAINT jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_rate_cost_check CHECK (((rate_cost >= 1) AND (rate_cost <= 1000000))),
-    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text]))),
+    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text]))),
     CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255))),
     CONSTRAINT jobs_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
 );
@@ -222,6 +232,38 @@ CREATE TABLE workhorse.workers (
     CONSTRAINT workers_pkey PRIMARY KEY (id)
 );
 
+CREATE TABLE workhorse.workflow_members (
+    job_id bigint NOT NULL,
+    workflow_id bigint NOT NULL,
+    pending integer NOT NULL,
+    mode text NOT NULL,
+    delay double precision,
+    run_at timestamp with time zone,
+    releases integer DEFAULT 0 NOT NULL,
+    CONSTRAINT workflow_members_mode_check CHECK ((mode = ANY (ARRAY['none'::text, 'one'::text, 'list'::text]))),
+    CONSTRAINT workflow_members_pending_check CHECK ((pending >= 0)),
+    CONSTRAINT workflow_members_pkey PRIMARY KEY (job_id)
+);
+
+CREATE TABLE workhorse.workflows (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    result_ids bigint[] NOT NULL,
+    result_kind text NOT NULL,
+    on_error_task text,
+    on_error_queue text,
+    on_error_ckey text,
+    on_error_priority smallint,
+    on_error_payload jsonb,
+    on_error_max_attempts integer,
+    on_error_on_failure text,
+    on_error_job bigint,
+    CONSTRAINT workflows_pkey PRIMARY KEY (id),
+    CONSTRAINT workflows_result_kind_check CHECK ((result_kind = ANY (ARRAY['one'::text, 'list'::text])))
+);
+
+CREATE INDEX job_deps_parent_idx ON workhorse.job_deps USING btree (parent_id);
+
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
@@ -242,6 +284,10 @@ CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs USING btree (queue, ckey, 
 
 CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs USING btree (task, unique_key) WHERE (unique_key IS NOT NULL);
 
+CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (status = 'waiting'::text);
+
+CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
+
 CREATE INDEX key_heads_order_idx ON workhorse.key_heads USING btree (queue, head_rank, head_id);
 
 CREATE INDEX key_hints_queue_idx ON workhorse.key_hints USING btree (queue);
@@ -251,6 +297,8 @@ CREATE INDEX policies_namespace_idx ON workhorse.policies USING btree (namespace
 CREATE INDEX rate_starts_end_idx ON workhorse.rate_starts USING btree (bucket_end);
 
 CREATE INDEX schedules_due_idx ON workhorse.schedules USING btree (namespace, next_run_at);
+
+CREATE INDEX workflow_members_workflow_idx ON workhorse.workflow_members USING btree (workflow_id);
 
 CREATE OR REPLACE FUNCTION workhorse._admission_lock_id_v1(p_queue text)
  RETURNS bigint
@@ -1097,6 +1145,196 @@ CREATE OR REPLACE FUNCTION workhorse._wake_v1(p_queue text)
  LANGUAGE sql
 AS $function$ SELECT pg_notify(workhorse.notification_channel_v1(), p_queue) $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._workflow_changed_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_child record;
+    v_pending integer;
+    v_job record;
+    v_filled jsonb;
+    v_payload jsonb;
+    v_due timestamptz;
+    v_status text;
+    v_ids bigint[];
+    v_wf record;
+    v_error jsonb;
+    v_other record;
+BEGIN
+    IF NEW.status = 'succeeded' THEN
+        FOR v_child IN
+            SELECT d.job_id, j.queue
+            FROM workhorse.job_deps d
+            JOIN workhorse.jobs j ON j.id = d.job_id
+            WHERE d.parent_id = NEW.id
+            ORDER BY j.queue, d.job_id
+        LOOP
+            UPDATE workhorse.workflow_members m SET pending = m.pending - 1
+            WHERE m.job_id = v_child.job_id AND m.pending > 0
+            RETURNING m.pending INTO v_pending;
+            CONTINUE WHEN NOT FOUND OR v_pending <> 0;
+            SELECT j.id, j.status, j.queue, j.ckey, j.payload, m.mode, m.delay, m.run_at
+            INTO v_job
+            FROM workhorse.jobs j JOIN workhorse.workflow_members m ON m.job_id = j.id
+            WHERE j.id = v_child.job_id
+            FOR UPDATE OF j;
+            CONTINUE WHEN v_job.status IS DISTINCT FROM 'waiting';
+            v_payload := v_job.payload;
+            IF v_job.mode <> 'none' THEN
+                SELECT CASE WHEN v_job.mode = 'one'
+                            THEN (array_agg(COALESCE(CASE WHEN p.id = NEW.id THEN NEW.result
+                                                          ELSE p.result END, 'null'::jsonb)
+                                            ORDER BY d.position))[1]
+                            ELSE COALESCE(jsonb_agg(COALESCE(CASE WHEN p.id = NEW.id
+                                                                  THEN NEW.result
+                                                                  ELSE p.result END,
+                                                             'null'::jsonb)
+                                                    ORDER BY d.position), '[]'::jsonb)
+                       END
+                INTO v_filled
+                FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
+                WHERE d.job_id = v_job.id AND d.passes;
+                v_payload := jsonb_set(v_payload, '{args}',
+                                       jsonb_build_array(v_filled)
+                                       || COALESCE(v_payload -> 'args', '[]'::jsonb));
+            END IF;
+            UPDATE workhorse.workflow_members m SET releases = m.releases + 1
+            WHERE m.job_id = v_job.id;
+            IF octet_length(v_payload::text) > 1048576 THEN
+                UPDATE workhorse.jobs j
+                SET status = 'failed', finished_at = clock_timestamp(),
+                    error = jsonb_build_object(
+                        'type', 'PayloadError',
+                        'message', format('the arguments filled in at release are %s bytes, '
+                                          'above the payload limit of 1048576',
+                                          octet_length(v_payload::text)),
+                        'traceback', NULL)
+                WHERE j.id = v_job.id;
+                PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
+                CONTINUE;
+            END IF;
+            v_due := COALESCE(v_job.run_at,
+                              now() + make_interval(secs => COALESCE(v_job.delay, 0)));
+            UPDATE workhorse.jobs j
+            SET payload = v_payload, run_at = v_due,
+                status = CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END
+            WHERE j.id = v_job.id
+            RETURNING j.status INTO v_status;
+            IF v_status = 'ready' AND v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
+                INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
+            END IF;
+            PERFORM workhorse._wake_v1(v_job.queue);
+        END LOOP;
+        RETURN NULL;
+    END IF;
+
+    IF NEW.status IN ('failed', 'canceled') THEN
+        v_error := jsonb_build_object(
+            'type', 'DependencyFailedError',
+            'message', format('job %s (%s), which it depends on, ended %s',
+                              NEW.id, NEW.task, NEW.status),
+            'traceback', NULL,
+            'dependency', NEW.id);
+        WITH RECURSIVE down(id) AS (
+            SELECT d.job_id FROM workhorse.job_deps d
+            JOIN workhorse.jobs j ON j.id = d.job_id AND j.status = 'waiting'
+            WHERE d.parent_id = NEW.id
+            UNION
+            SELECT d.job_id FROM down
+            JOIN workhorse.job_deps d ON d.parent_id = down.id
+            JOIN workhorse.jobs j ON j.id = d.job_id AND j.status = 'waiting'
+        ), locked AS (
+            SELECT j.id FROM workhorse.jobs j
+            WHERE j.id IN (SELECT id FROM down) AND j.status = 'waiting'
+            ORDER BY j.queue, j.id
+            FOR UPDATE
+        )
+        SELECT array_agg(id) INTO v_ids FROM locked;
+        IF v_ids IS NOT NULL THEN
+            UPDATE workhorse.jobs j
+            SET status = 'canceled', finished_at = clock_timestamp(), error = v_error
+            WHERE j.id = ANY(v_ids) AND j.status = 'waiting';
+            PERFORM workhorse._ended_v1(v_ids);
+        END IF;
+    END IF;
+
+    IF NEW.status IN ('failed', 'held') THEN
+        UPDATE workhorse.workflows w SET on_error_job = -1
+        WHERE w.id = NEW.workflow_id AND w.on_error_task IS NOT NULL AND w.on_error_job IS NULL
+        RETURNING w.* INTO v_wf;
+        IF FOUND THEN
+            PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
+            INSERT INTO workhorse.jobs
+                (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
+                 feature_level)
+            VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
+                    v_wf.on_error_priority,
+                    jsonb_set(v_wf.on_error_payload, '{args}',
+                              jsonb_build_array(NEW.id)
+                              || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
+                    'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1)
+            RETURNING id, queue, ckey INTO v_job;
+            UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
+            IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
+                INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
+            END IF;
+            PERFORM workhorse._wake_v1(v_job.queue);
+        END IF;
+        RETURN NULL;
+    END IF;
+
+    IF NEW.status IN ('ready', 'scheduled') AND OLD.status IN ('failed', 'canceled') THEN
+        WITH RECURSIVE down(id) AS (
+            SELECT d.job_id FROM workhorse.job_deps d
+            JOIN workhorse.jobs j ON j.id = d.job_id AND j.status = 'canceled'
+                 AND j.error ->> 'type' = 'DependencyFailedError'
+                 AND (j.error ->> 'dependency')::bigint = NEW.id
+            WHERE d.parent_id = NEW.id
+            UNION
+            SELECT d.job_id FROM down
+            JOIN workhorse.job_deps d ON d.parent_id = down.id
+            JOIN workhorse.jobs j ON j.id = d.job_id AND j.status = 'canceled'
+                 AND j.error ->> 'type' = 'DependencyFailedError'
+                 AND (j.error ->> 'dependency')::bigint = NEW.id
+        ), locked AS (
+            SELECT j.id FROM workhorse.jobs j
+            WHERE j.id IN (SELECT id FROM down)
+            ORDER BY j.queue, j.id
+            FOR UPDATE
+        )
+        SELECT array_agg(id) INTO v_ids FROM locked;
+        IF v_ids IS NOT NULL THEN
+            UPDATE workhorse.jobs j
+            SET status = 'waiting', finished_at = NULL, error = NULL, expires_at = NULL
+            WHERE j.id = ANY(v_ids);
+            UPDATE workhorse.workflow_members m
+            SET pending = (SELECT count(*) FROM workhorse.job_deps d
+                           JOIN workhorse.jobs p ON p.id = d.parent_id
+                           WHERE d.job_id = m.job_id AND p.status <> 'succeeded')
+            WHERE m.job_id = ANY(v_ids);
+            -- Another parent still failed or canceled: canceled again, for that parent.
+            FOR v_other IN
+                SELECT DISTINCT ON (d.job_id) d.job_id, p.id AS parent, p.task, p.status
+                FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
+                WHERE d.job_id = ANY(v_ids) AND p.status IN ('failed', 'canceled')
+                ORDER BY d.job_id, p.id
+            LOOP
+                UPDATE workhorse.jobs j
+                SET status = 'canceled', finished_at = clock_timestamp(),
+                    error = jsonb_build_object(
+                        'type', 'DependencyFailedError',
+                        'message', format('job %s (%s), which it depends on, ended %s',
+                                          v_other.parent, v_other.task, v_other.status),
+                        'traceback', NULL, 'dependency', v_other.parent)
+                WHERE j.id = v_other.job_id AND j.status = 'waiting';
+            END LOOP;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.cancel_jobs_v1(p_ids bigint[], p_retention text)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -1129,6 +1367,34 @@ BEGIN
     PERFORM workhorse._ended_v1(v_ids);
     RETURN QUERY SELECT u.id FROM unnest(COALESCE(v_ids, '{}') || COALESCE(v_requested, '{}'))
                  AS u(id) ORDER BY u.id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.cancel_jobs_v2(p_ids bigint[], p_retention text)
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    WITH locked AS (
+        SELECT j.id FROM workhorse.jobs j
+        WHERE j.id = ANY(p_ids) AND j.status = 'waiting'
+        ORDER BY j.queue, j.id
+        FOR UPDATE
+    ), canceled AS (
+        UPDATE workhorse.jobs j
+        SET status = 'canceled', finished_at = clock_timestamp()
+        WHERE j.id IN (SELECT id FROM locked) AND j.status = 'waiting'
+        RETURNING j.id
+    )
+    SELECT array_agg(id ORDER BY id) INTO v_ids FROM canceled;
+    PERFORM workhorse._ended_v1(v_ids);
+    RETURN QUERY SELECT u.id FROM (
+        SELECT unnest(COALESCE(v_ids, '{}')) AS id
+        UNION
+        SELECT c FROM workhorse.cancel_jobs_v1(p_ids, p_retention) AS c) AS u
+    ORDER BY u.id;
 END
 $function$;
 
@@ -2575,6 +2841,129 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text)
+ RETURNS TABLE(workflow_id bigint, ids bigint[], missing bigint[])
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_n integer := COALESCE(cardinality(p_tasks), 0);
+    v_queue text;
+    v_missing bigint[];
+    v_cand bigint[];
+    v_wf bigint;
+    v_sequence regclass;
+    v_failed record;
+BEGIN
+    -- Unknown (or pruned) existing parents: refused before anything is written.
+    SELECT array_agg(DISTINCT e.id ORDER BY e.id) INTO v_missing
+    FROM unnest(p_edge_ids) AS e(id)
+    WHERE e.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j WHERE j.id = e.id);
+    IF v_missing IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint[], v_missing;
+        RETURN;
+    END IF;
+
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
+    END LOOP;
+    INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
+    SELECT DISTINCT q, 2::smallint FROM unnest(p_queues) AS q ORDER BY 1
+    ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
+        WHERE lv.feature_level < excluded.feature_level;
+
+    -- Existing parents, locked in (queue, id) order (see above), and marked so that the
+    -- workflow trigger fires on their ends (a job outside any workflow has no trigger work).
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id IN (SELECT e.id FROM unnest(p_edge_ids) AS e(id) WHERE e.id IS NOT NULL)
+    ORDER BY j.queue, j.id
+    FOR UPDATE;
+    UPDATE workhorse.jobs j SET has_dependents = true
+    WHERE j.id IN (SELECT e.id FROM unnest(p_edge_ids) AS e(id) WHERE e.id IS NOT NULL)
+      AND j.workflow_id IS NULL AND NOT j.has_dependents;
+
+    v_sequence := pg_get_serial_sequence('workhorse.jobs', 'id')::regclass;
+    v_cand := ARRAY(SELECT nextval(v_sequence) FROM generate_series(1, v_n) ORDER BY 1);
+    INSERT INTO workhorse.workflows
+        (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
+         on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure)
+    VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
+                  ORDER BY r.n),
+            p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
+            p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
+            p_on_error_on_failure)
+    RETURNING id INTO v_wf;
+
+    WITH edges AS (
+        SELECT e.job, e.parent, e.id
+        FROM unnest(p_edge_jobs, p_edge_parents, p_edge_ids) AS e(job, parent, id)
+    ), pending AS (
+        SELECT e.job, count(*) AS n
+        FROM edges e
+        LEFT JOIN workhorse.jobs p ON p.id = e.id
+        WHERE e.parent IS NOT NULL OR p.status IS DISTINCT FROM 'succeeded'
+        GROUP BY e.job
+    ), input AS (
+        SELECT t.*, COALESCE(pd.n, 0) AS pending,
+               COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
+        FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
+                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes)
+             WITH ORDINALITY
+             AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
+                  on_failure, meta, mode, ord)
+        LEFT JOIN pending pd ON pd.job = t.ord
+    ), members AS (
+        INSERT INTO workhorse.workflow_members (job_id, workflow_id, pending, mode, delay, run_at)
+        SELECT v_cand[i.ord], v_wf, i.pending, i.mode, i.delay, i.run_at FROM input i
+    ), inserted AS (
+        INSERT INTO workhorse.jobs
+            (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
+             run_at, meta, feature_level, workflow_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
+               i.payload::jsonb,
+               CASE WHEN i.pending > 0 THEN 'waiting'
+                    WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf
+        FROM input i
+        ORDER BY i.ord
+        RETURNING id, queue, ckey, status
+    ), hinted AS (
+        INSERT INTO workhorse.key_hints (queue, ckey)
+        SELECT DISTINCT i.queue, i.ckey FROM inserted i
+        WHERE i.ckey <> '' AND i.status = 'ready' AND workhorse._keyed_v2(i.queue)
+    )
+    INSERT INTO workhorse.job_deps (job_id, parent_id, position, passes)
+    SELECT v_cand[e.job], COALESCE(v_cand[e.parent], e.id), e.position, e.passes
+    FROM unnest(p_edge_jobs, p_edge_parents, p_edge_ids, p_edge_positions, p_edge_passes)
+         AS e(job, parent, id, position, passes);
+
+    -- A member with an existing parent that already failed or was canceled: canceled at once
+    -- (its own dependents through the trigger).
+    FOR v_failed IN
+        SELECT DISTINCT ON (e.job) e.job, p.id, p.task, p.status
+        FROM unnest(p_edge_jobs, p_edge_ids) AS e(job, id)
+        JOIN workhorse.jobs p ON p.id = e.id
+        WHERE p.status IN ('failed', 'canceled')
+        ORDER BY e.job, p.id
+    LOOP
+        UPDATE workhorse.jobs j
+        SET status = 'canceled', finished_at = clock_timestamp(),
+            error = jsonb_build_object(
+                'type', 'DependencyFailedError',
+                'message', format('job %s (%s), which it depends on, ended %s',
+                                  v_failed.id, v_failed.task, v_failed.status),
+                'traceback', NULL, 'dependency', v_failed.id)
+        WHERE j.id = v_cand[v_failed.job] AND j.status = 'waiting';
+    END LOOP;
+
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q LOOP
+        PERFORM workhorse._wake_v1(v_queue);
+    END LOOP;
+    RETURN QUERY SELECT v_wf, v_cand, NULL::bigint[];
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.fail_v1(p_id bigint, p_fence bigint, p_error text, p_retry_at timestamp with time zone, p_retention text)
  RETURNS text
  LANGUAGE plpgsql
@@ -2812,6 +3201,56 @@ BEGIN
     END IF;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.prune_jobs_v2(p_limit integer, p_older_than double precision, p_statuses text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_workflows bigint[];
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
+        RETURN -1;
+    END IF;
+    IF p_older_than IS NULL THEN
+        v_ids := ARRAY(
+            SELECT e.id FROM workhorse.jobs e
+            WHERE e.expires_at IS NOT NULL AND e.expires_at <= now()
+              AND (e.workflow_id IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM workhorse.jobs x
+                    WHERE x.workflow_id = e.workflow_id
+                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+            ORDER BY e.expires_at
+            LIMIT p_limit);
+    ELSE
+        v_ids := ARRAY(
+            SELECT e.id FROM workhorse.jobs e
+            WHERE e.status = ANY(p_statuses)
+              AND e.status IN ('succeeded', 'failed', 'held', 'canceled')
+              AND e.finished_at <= now() - make_interval(secs => p_older_than)
+              AND (e.workflow_id IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM workhorse.jobs x
+                    WHERE x.workflow_id = e.workflow_id
+                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+            LIMIT p_limit);
+    END IF;
+    WITH gone AS (
+        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids)
+        RETURNING j.id, j.workflow_id
+    )
+    SELECT array_agg(DISTINCT g.workflow_id) FILTER (WHERE g.workflow_id IS NOT NULL)
+    INTO v_workflows FROM gone g;
+    IF v_workflows IS NOT NULL THEN
+        DELETE FROM workhorse.workflow_members m WHERE m.job_id = ANY(v_ids);
+        DELETE FROM workhorse.job_deps d WHERE d.job_id = ANY(v_ids);
+        DELETE FROM workhorse.workflows w
+        WHERE w.id = ANY(v_workflows)
+          AND NOT EXISTS (SELECT 1 FROM workhorse.workflow_members m WHERE m.workflow_id = w.id);
+    END IF;
+    RETURN cardinality(v_ids);
 END
 $function$;
 
@@ -3391,3 +3830,5 @@ END
 $function$;
 
 CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
+
+CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();

@@ -1,0 +1,163 @@
+-- Insert a whole canvas (DESIGN.md "Workflows") in one statement, in the caller's transaction.
+-- Members are parallel arrays, as enqueue_v2's, plus `p_modes` (how parents' results reach
+-- each: 'none', 'one', 'list'). Dependencies are parallel arrays too: the dependent's position
+-- in the member arrays (1-based), and either the parent's position (`p_edge_parents`) or an
+-- existing job's id (`p_edge_ids`, from depends_on), its position among the dependent's
+-- parents, and whether the parent's result is passed.
+--
+-- Nothing is written when an existing id is unknown: the row comes back with a NULL workflow
+-- id and the unknown ids in `missing`. Existing parents are locked FOR UPDATE in (queue, id)
+-- order before anything is read of them, so a parent's completion either committed before
+-- (its status is read: succeeded counts as done, failed or canceled cancels the member at
+-- once) or waits for this transaction and then sees the dependency rows (its trigger
+-- releases). Each queue's enqueue gate is taken in shared mode (sorted), each queue's level
+-- raised to 2 (so that 0.2.0's claim admits nothing there), while the rows themselves stay
+-- level 1, so that the completion functions of 0.2.0 (level 1, frozen) record their ends and
+-- the trigger sees them; ready keyed members hinted, and the queues' claimers woken at commit.
+CREATE FUNCTION workhorse.enqueue_workflow_v1(
+    p_tasks text[],
+    p_queues text[],
+    p_ckeys text[],
+    p_priorities smallint[],
+    p_payloads text[],
+    p_run_ats timestamptz[],
+    p_delays double precision[],
+    p_max_attempts integer[],
+    p_on_failures text[],
+    p_metas text[],
+    p_modes text[],
+    p_edge_jobs integer[],
+    p_edge_parents integer[],
+    p_edge_ids bigint[],
+    p_edge_positions integer[],
+    p_edge_passes boolean[],
+    p_result_ords integer[],
+    p_result_kind text,
+    p_on_error_task text DEFAULT NULL,
+    p_on_error_queue text DEFAULT NULL,
+    p_on_error_ckey text DEFAULT NULL,
+    p_on_error_priority smallint DEFAULT NULL,
+    p_on_error_payload text DEFAULT NULL,
+    p_on_error_max_attempts integer DEFAULT NULL,
+    p_on_error_on_failure text DEFAULT NULL
+) RETURNS TABLE (workflow_id bigint, ids bigint[], missing bigint[])
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n integer := COALESCE(cardinality(p_tasks), 0);
+    v_queue text;
+    v_missing bigint[];
+    v_cand bigint[];
+    v_wf bigint;
+    v_sequence regclass;
+    v_failed record;
+BEGIN
+    -- Unknown (or pruned) existing parents: refused before anything is written.
+    SELECT array_agg(DISTINCT e.id ORDER BY e.id) INTO v_missing
+    FROM unnest(p_edge_ids) AS e(id)
+    WHERE e.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j WHERE j.id = e.id);
+    IF v_missing IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint[], v_missing;
+        RETURN;
+    END IF;
+
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
+    END LOOP;
+    INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
+    SELECT DISTINCT q, 2::smallint FROM unnest(p_queues) AS q ORDER BY 1
+    ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
+        WHERE lv.feature_level < excluded.feature_level;
+
+    -- Existing parents, locked in (queue, id) order (see above), and marked so that the
+    -- workflow trigger fires on their ends (a job outside any workflow has no trigger work).
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id IN (SELECT e.id FROM unnest(p_edge_ids) AS e(id) WHERE e.id IS NOT NULL)
+    ORDER BY j.queue, j.id
+    FOR UPDATE;
+    UPDATE workhorse.jobs j SET has_dependents = true
+    WHERE j.id IN (SELECT e.id FROM unnest(p_edge_ids) AS e(id) WHERE e.id IS NOT NULL)
+      AND j.workflow_id IS NULL AND NOT j.has_dependents;
+
+    v_sequence := pg_get_serial_sequence('workhorse.jobs', 'id')::regclass;
+    v_cand := ARRAY(SELECT nextval(v_sequence) FROM generate_series(1, v_n) ORDER BY 1);
+    INSERT INTO workhorse.workflows
+        (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
+         on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure)
+    VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
+                  ORDER BY r.n),
+            p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
+            p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
+            p_on_error_on_failure)
+    RETURNING id INTO v_wf;
+
+    WITH edges AS (
+        SELECT e.job, e.parent, e.id
+        FROM unnest(p_edge_jobs, p_edge_parents, p_edge_ids) AS e(job, parent, id)
+    ), pending AS (
+        SELECT e.job, count(*) AS n
+        FROM edges e
+        LEFT JOIN workhorse.jobs p ON p.id = e.id
+        WHERE e.parent IS NOT NULL OR p.status IS DISTINCT FROM 'succeeded'
+        GROUP BY e.job
+    ), input AS (
+        SELECT t.*, COALESCE(pd.n, 0) AS pending,
+               COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
+        FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
+                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes)
+             WITH ORDINALITY
+             AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
+                  on_failure, meta, mode, ord)
+        LEFT JOIN pending pd ON pd.job = t.ord
+    ), members AS (
+        INSERT INTO workhorse.workflow_members (job_id, workflow_id, pending, mode, delay, run_at)
+        SELECT v_cand[i.ord], v_wf, i.pending, i.mode, i.delay, i.run_at FROM input i
+    ), inserted AS (
+        INSERT INTO workhorse.jobs
+            (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
+             run_at, meta, feature_level, workflow_id)
+        OVERRIDING SYSTEM VALUE
+        SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
+               i.payload::jsonb,
+               CASE WHEN i.pending > 0 THEN 'waiting'
+                    WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
+               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf
+        FROM input i
+        ORDER BY i.ord
+        RETURNING id, queue, ckey, status
+    ), hinted AS (
+        INSERT INTO workhorse.key_hints (queue, ckey)
+        SELECT DISTINCT i.queue, i.ckey FROM inserted i
+        WHERE i.ckey <> '' AND i.status = 'ready' AND workhorse._keyed_v2(i.queue)
+    )
+    INSERT INTO workhorse.job_deps (job_id, parent_id, position, passes)
+    SELECT v_cand[e.job], COALESCE(v_cand[e.parent], e.id), e.position, e.passes
+    FROM unnest(p_edge_jobs, p_edge_parents, p_edge_ids, p_edge_positions, p_edge_passes)
+         AS e(job, parent, id, position, passes);
+
+    -- A member with an existing parent that already failed or was canceled: canceled at once
+    -- (its own dependents through the trigger).
+    FOR v_failed IN
+        SELECT DISTINCT ON (e.job) e.job, p.id, p.task, p.status
+        FROM unnest(p_edge_jobs, p_edge_ids) AS e(job, id)
+        JOIN workhorse.jobs p ON p.id = e.id
+        WHERE p.status IN ('failed', 'canceled')
+        ORDER BY e.job, p.id
+    LOOP
+        UPDATE workhorse.jobs j
+        SET status = 'canceled', finished_at = clock_timestamp(),
+            error = jsonb_build_object(
+                'type', 'DependencyFailedError',
+                'message', format('job %s (%s), which it depends on, ended %s',
+                                  v_failed.id, v_failed.task, v_failed.status),
+                'traceback', NULL, 'dependency', v_failed.id)
+        WHERE j.id = v_cand[v_failed.job] AND j.status = 'waiting';
+    END LOOP;
+
+    FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q LOOP
+        PERFORM workhorse._wake_v1(v_queue);
+    END LOOP;
+    RETURN QUERY SELECT v_wf, v_cand, NULL::bigint[];
+END
+$$;

@@ -1,0 +1,11 @@
+SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,
+       max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
+       lease_until, meta, cancel_requested_at IS NOT NULL AS cancel_requested, idempotency_key,
+       expires_at, job_key, cost, rate_cost, weight,
+       CASE WHEN (progress ->> 'fence')::bigint = fence THEN progress END AS progress, progress_at,
+       workflow_id,
+       ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
+             ORDER BY d.position, d.parent_id) AS depends_on
+FROM workhorse.jobs j
+WHERE workflow_id = %s
+ORDER BY id
