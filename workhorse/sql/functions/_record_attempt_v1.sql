@@ -1,4 +1,4 @@
--- The row trigger jobs_attempt_ended (migration 0012): when an attempt ends other than by a clean
+-- The row trigger jobs_attempt_ended (migration 0005): when an attempt ends other than by a clean
 -- success, append it to the job's `attempt_history` (DESIGN.md "The dashboard in an incident"),
 -- keeping the last 20. An AFTER trigger, so that it costs the other updates nothing: a BEFORE row
 -- trigger on jobs would make every UPDATE of a job (claim, heartbeat, complete) lock its row

@@ -1,4 +1,4 @@
--- The row trigger behind workflows (migrations/0013_workflows.sql): runs in the transaction that
+-- The row trigger behind workflows (migrations/0006_workflows.sql): runs in the transaction that
 -- changed a member's status, after the change.
 --
 -- * `succeeded`: each dependent's pending count goes down by one, under the dependent's

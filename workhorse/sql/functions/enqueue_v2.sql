@@ -37,7 +37,7 @@
 -- `p_costs`, `p_rate_costs` and `p_weights` (NULL: 1 for every job) are each job's cost, rate
 -- cost and weight (DESIGN.md "Fair share and job cost"). A cost or rate cost other than 1
 -- raises its queue's level to at least 2 (a claim of level 1 cannot count it); the job row
--- keeps its own level (see migrations/0010_fair_share_and_cost.sql). A job whose cost exceeds
+-- keeps its own level (see migrations/0003_fair_share_and_cost.sql). A job whose cost exceeds
 -- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
 -- rate limit's N, can never start: the enqueue refuses it (SQLSTATE WH005, before anything is
 -- written). The stored policy is the one checked; an override that lowers a limit does not
