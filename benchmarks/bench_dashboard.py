@@ -43,7 +43,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c
 
-from workhorse import ConcurrencyPolicyDefinition, JobStatus, Queue, ScheduleDefinition
+from workhorse import (
+    App,
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    JobStatus,
+    Queue,
+    ScheduleDefinition,
+    chord,
+    group,
+)
 from workhorse.worker.scheduler import Scheduler
 
 RARE_TASK = "shop.monthly"
@@ -110,6 +119,29 @@ def fill(conn: psycopg.Connection[Any], finished: int, ready: int, keys: int) ->
                  (SCHEDULES // 2,))
     while Scheduler("shop").fire(conn).full:
         pass
+    # A fair queue (its page lists keys by active units beside their fair share): 2,000 ready
+    # jobs over 1,000 keys, 32 places taken through the real claim; and a chord of 200 members
+    # for the workflow page, its first 100 members done.
+    q.sync_concurrency_policies("fair", [
+        ConcurrencyPolicyDefinition("llm", max_active=32, fairness="key")])
+    q.enqueue_many([("shop.infer", {"args": [g], "kwargs": {}},
+                     EnqueueOptions(queue="llm", concurrency_key=f"tenant-{g % 1000}",
+                                    weight=1 + g % 3))
+                    for g in range(2000)])
+    q.claim("llm", 32, 3600)
+    shop = App("shop-flows")
+
+    @shop.task(name="shop.page", queue="flows")
+    def page(n: int) -> int:
+        return n
+
+    @shop.task(name="shop.total", queue="flows")
+    def total(counts: list[int]) -> int:
+        return sum(counts)
+
+    chord(group(page.s(n) for n in range(200)), total.s()).apply_async(connection=conn)
+    done = q.claim("flows", 100, 3600)
+    q.complete_many([(j.id, j.fence, j.id) for j in done])
     conn.execute("VACUUM ANALYZE")
 
 
@@ -117,9 +149,10 @@ def facts_of(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     row = conn.execute(
         "SELECT (SELECT count(*) FROM workhorse.jobs WHERE status = 'active'),"
         "       (SELECT id FROM workhorse.jobs WHERE status = 'failed' LIMIT 1),"
-        "       (SELECT (min(id) + max(id)) / 2 FROM workhorse.jobs)").fetchone()
+        "       (SELECT (min(id) + max(id)) / 2 FROM workhorse.jobs),"
+        "       (SELECT max(workflow_id) FROM workhorse.jobs)").fetchone()
     assert row is not None
-    return {"claimed": row[0], "failed_id": row[1], "middle_id": row[2]}
+    return {"claimed": row[0], "failed_id": row[1], "middle_id": row[2], "workflow_id": row[3]}
 
 
 @contextlib.contextmanager
@@ -190,6 +223,8 @@ def main() -> None:
             ("overview, live region", "/?live=1"),
             ("queue api", "/queue?name=api"),
             ("queue mail", "/queue?name=mail"),
+            ("queue llm (fair: keys by units)", "/queue?name=llm"),
+            ("workflow (chord of 200, half done)", f"/workflows/{facts['workflow_id']}"),
             ("queue, a typo (404)", "/queue?name=hsitory"),
             ("jobs (newest 100)", "/jobs"),
             ("jobs, status=failed", "/jobs?status=failed"),
