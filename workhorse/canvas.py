@@ -14,6 +14,7 @@ sql/migrations/0006_workflows.sql and docs/workflows.md).
 
 from __future__ import annotations
 
+import abc
 import copy
 import inspect
 import time
@@ -48,7 +49,7 @@ class _Placeholder:
 _PARENT = _Placeholder()
 
 
-class Canvas:
+class Canvas(abc.ABC):
     """What chain, group, chord and Signature share: `|`, enqueue and its async twins."""
 
     on_error: Signature | None = None
@@ -63,13 +64,13 @@ class Canvas:
             return sig.task.enqueuer
         raise InvalidOptionsError("an empty canvas has nothing to enqueue")
 
+    @abc.abstractmethod
     def signatures(self) -> Iterable[Signature]:
         """Every signature of the canvas, in order.
 
         >>> [s.task.name for s in chain(add.s(1), add.s(2)).signatures()]  # doctest: +SKIP
         ['math.add', 'math.add']
         """
-        raise NotImplementedError
 
     def delay(self) -> WorkflowHandle:
         """Enqueue the canvas (on the `using()` connection or a pooled one).
