@@ -445,7 +445,6 @@ BEGIN
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
-                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -631,7 +630,6 @@ BEGIN
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
-                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
                  ORDER BY j.rank, j.id
                  LIMIT 1)
@@ -1942,6 +1940,11 @@ DECLARE
     v_rate_blocked boolean := false;
     v_policy record;
     v_filter boolean := false;
+    -- Another app's expired jobs, the first of each key: a key whose head comes after one is
+    -- passed over (nothing of a key is taken past another app's job).
+    v_cut_keys text[];
+    v_cut_ranks integer[];
+    v_cut_ids bigint[];
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -2038,7 +2041,11 @@ BEGIN
                 FROM t
                 WHERE t.task IS NOT NULL
             )
-            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)));
+            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)))
+            OR (v_expired AND EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                  AND NOT (j.task = ANY(p_tasks))));
     END IF;
 
     v_room := p_limit;
@@ -2153,6 +2160,16 @@ BEGIN
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
 
+        IF v_filter AND v_expired THEN
+            SELECT array_agg(c.ckey), array_agg(c.rank), array_agg(c.id)
+            INTO v_cut_keys, v_cut_ranks, v_cut_ids
+            FROM (SELECT DISTINCT ON (j.ckey) j.ckey, j.rank, j.id
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                    AND j.ckey <> '' AND NOT (j.task = ANY(p_tasks))
+                  ORDER BY j.ckey, j.rank, j.id) AS c;
+        END IF;
+
         -- The first v_room admissible heads are enough (a job among the best v_room admissible
         -- ones has at most v_room - 1 other keys' heads ahead of its own key's); each head's key
         -- is read allowance + 1 rows deep, the last of which says where the head moves. A key's
@@ -2169,9 +2186,14 @@ BEGIN
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                  AND (NOT v_filter OR EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                               WHERE hj.id = h.head_id
-                                                 AND hj.task = ANY(p_tasks)))
+                  AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                WHERE hj.id = h.head_id
+                                                  AND hj.task = ANY(p_tasks))
+                                        AND NOT EXISTS (
+                                            SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                 v_cut_ids) AS c(ckey, rank, id)
+                                            WHERE c.ckey = h.ckey
+                                              AND (c.rank, c.id) < (h.head_rank, h.head_id))))
                 ORDER BY h.queue, h.head_rank, h.head_id
                 LIMIT v_room
             ), keyed AS (
@@ -2205,14 +2227,26 @@ BEGIN
                 ORDER BY e.rank, e.id
                 LIMIT v_room
             ), unknown AS (
-                -- Another app's jobs among the rows read (only while the queue holds any):
-                -- nothing of their key is taken from them on, and the first becomes the key's
-                -- head, which the next claim passes over.
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
                 JOIN workhorse.jobs j ON j.id = u.id
                 WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- Numbered per key over its ready and expired candidates: the key's room is the
                 -- same number for both.
@@ -2267,9 +2301,16 @@ BEGIN
                     FROM workhorse.key_heads h
                     WHERE h.queue = p_queue
                       AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                      AND (NOT v_filter OR EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                                   WHERE hj.id = h.head_id
-                                                     AND hj.task = ANY(p_tasks)))
+                      AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                    WHERE hj.id = h.head_id
+                                                      AND hj.task = ANY(p_tasks))
+                                            AND NOT EXISTS (
+                                                SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                     v_cut_ids)
+                                                    AS c(ckey, rank, id)
+                                                WHERE c.ckey = h.ckey
+                                                  AND (c.rank, c.id)
+                                                      < (h.head_rank, h.head_id))))
                     ORDER BY h.queue, h.head_rank, h.head_id
                 ) AS s
                 WHERE s.rate_left > 0
@@ -2307,14 +2348,26 @@ BEGIN
                 ORDER BY e.rank, e.id
                 LIMIT v_room
             ), unknown AS (
-                -- Another app's jobs among the rows read (only while the queue holds any):
-                -- nothing of their key is taken from them on, and the first becomes the key's
-                -- head, which the next claim passes over.
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
                 JOIN workhorse.jobs j ON j.id = u.id
                 WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- A key's ready jobs within its allowance, the keyless ones, and the expired ones;
                 -- a key with both ready and expired candidates is numbered again over both.

@@ -141,7 +141,6 @@ BEGIN
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
-                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -327,7 +326,6 @@ BEGIN
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
-                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
                  ORDER BY j.rank, j.id
                  LIMIT 1)

@@ -44,7 +44,8 @@
 --    (jobs_ready_task_idx), so it never reads the jobs it passes over; a key whose head is
 --    another app's job is passed over like a saturated key, and within a key nothing is taken
 --    past such a job (its FIFO order holds), so the cost grows with the keys passed over, never
---    with their backlog. Expired leases of unknown tasks are not reclaimed here.
+--    with their backlog. Their expired leases are not reclaimed here, and hold up their key as
+--    their ready jobs do.
 -- Plans are cached generic plans: every statement takes its LIMIT from a variable, and a custom
 -- plan for each call would be made under the admission lock. Sequential and bitmap scans are off
 -- so that a generic plan made on an empty table still reads the indexes.
@@ -101,6 +102,11 @@ DECLARE
     v_rate_blocked boolean := false;
     v_policy record;
     v_filter boolean := false;
+    -- Another app's expired jobs, the first of each key: a key whose head comes after one is
+    -- passed over (nothing of a key is taken past another app's job).
+    v_cut_keys text[];
+    v_cut_ranks integer[];
+    v_cut_ids bigint[];
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -197,7 +203,11 @@ BEGIN
                 FROM t
                 WHERE t.task IS NOT NULL
             )
-            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)));
+            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)))
+            OR (v_expired AND EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                  AND NOT (j.task = ANY(p_tasks))));
     END IF;
 
     v_room := p_limit;
@@ -312,6 +322,16 @@ BEGIN
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
 
+        IF v_filter AND v_expired THEN
+            SELECT array_agg(c.ckey), array_agg(c.rank), array_agg(c.id)
+            INTO v_cut_keys, v_cut_ranks, v_cut_ids
+            FROM (SELECT DISTINCT ON (j.ckey) j.ckey, j.rank, j.id
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                    AND j.ckey <> '' AND NOT (j.task = ANY(p_tasks))
+                  ORDER BY j.ckey, j.rank, j.id) AS c;
+        END IF;
+
         -- The first v_room admissible heads are enough (a job among the best v_room admissible
         -- ones has at most v_room - 1 other keys' heads ahead of its own key's); each head's key
         -- is read allowance + 1 rows deep, the last of which says where the head moves. A key's
@@ -328,9 +348,14 @@ BEGIN
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                  AND (NOT v_filter OR EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                               WHERE hj.id = h.head_id
-                                                 AND hj.task = ANY(p_tasks)))
+                  AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                WHERE hj.id = h.head_id
+                                                  AND hj.task = ANY(p_tasks))
+                                        AND NOT EXISTS (
+                                            SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                 v_cut_ids) AS c(ckey, rank, id)
+                                            WHERE c.ckey = h.ckey
+                                              AND (c.rank, c.id) < (h.head_rank, h.head_id))))
                 ORDER BY h.queue, h.head_rank, h.head_id
                 LIMIT v_room
             ), keyed AS (
@@ -364,14 +389,26 @@ BEGIN
                 ORDER BY e.rank, e.id
                 LIMIT v_room
             ), unknown AS (
-                -- Another app's jobs among the rows read (only while the queue holds any):
-                -- nothing of their key is taken from them on, and the first becomes the key's
-                -- head, which the next claim passes over.
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
                 JOIN workhorse.jobs j ON j.id = u.id
                 WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- Numbered per key over its ready and expired candidates: the key's room is the
                 -- same number for both.
@@ -426,9 +463,16 @@ BEGIN
                     FROM workhorse.key_heads h
                     WHERE h.queue = p_queue
                       AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                      AND (NOT v_filter OR EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                                   WHERE hj.id = h.head_id
-                                                     AND hj.task = ANY(p_tasks)))
+                      AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                    WHERE hj.id = h.head_id
+                                                      AND hj.task = ANY(p_tasks))
+                                            AND NOT EXISTS (
+                                                SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                     v_cut_ids)
+                                                    AS c(ckey, rank, id)
+                                                WHERE c.ckey = h.ckey
+                                                  AND (c.rank, c.id)
+                                                      < (h.head_rank, h.head_id))))
                     ORDER BY h.queue, h.head_rank, h.head_id
                 ) AS s
                 WHERE s.rate_left > 0
@@ -466,14 +510,26 @@ BEGIN
                 ORDER BY e.rank, e.id
                 LIMIT v_room
             ), unknown AS (
-                -- Another app's jobs among the rows read (only while the queue holds any):
-                -- nothing of their key is taken from them on, and the first becomes the key's
-                -- head, which the next claim passes over.
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
                 JOIN workhorse.jobs j ON j.id = u.id
                 WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- A key's ready jobs within its allowance, the keyless ones, and the expired ones;
                 -- a key with both ready and expired candidates is numbered again over both.
