@@ -7,7 +7,9 @@
    path, three ways, interleaved round by round on the same database:
      any task    the claim without a task list (a raw `Queue.claim`)
      own tasks   the worker's claim (its app's 20 task names), no other app's jobs in the queue:
-                 what the probe for them costs
+                 what the probe for them costs, with the queue's jobs all of one task
+     own 20      the same, with the queue's jobs spread over all 20 tasks: the probe walks one
+                 index entry per distinct ready task (20 probes)
      behind 10k  the worker's claim with 10,000 of another app's jobs ahead of its own (in 5
                  keys of their own on keyed paths): the filtered walk
    p50 of 200 claims per round, median of the rounds.
@@ -40,7 +42,7 @@ PATHS = {
     "per-key 4": (ConcurrencyPolicyDefinition("q", max_active=64, max_active_per_key=4), True),
     "fair": (ConcurrencyPolicyDefinition("q", max_active=64, fairness="key"), True),
 }
-WAYS = ("any task", "own tasks", "behind 10k")
+WAYS = ("any task", "own tasks", "own 20", "behind 10k")
 
 
 def _url(given: str | None) -> str:
@@ -67,12 +69,12 @@ def _fill(q: Queue, path: str, way: str) -> None:
             q.enqueue_many([("a.report", EMPTY, EnqueueOptions(
                 queue="q", concurrency_key=f"a{i % 5}" if keyed else None))
                 for i in range(start, start + 2500)])
-    _refill(q, keyed, 5000)
+    _refill(q, keyed, 5000, way)
     q.conn.execute("ANALYZE workhorse.jobs")
 
 
-def _refill(q: Queue, keyed: bool, n: int) -> None:
-    q.enqueue_many([(OURS, EMPTY, EnqueueOptions(
+def _refill(q: Queue, keyed: bool, n: int, way: str) -> None:
+    q.enqueue_many([(TASKS[i % 20] if way == "own 20" else OURS, EMPTY, EnqueueOptions(
         queue="q", concurrency_key=f"k{i % 100}" if keyed else None)) for i in range(n)])
 
 
@@ -86,7 +88,7 @@ def _claims(q: Queue, path: str, way: str, n: int) -> float:
         times.append(time.perf_counter() - started)
         for job in jobs:
             q.complete(job.id, job.fence)
-        _refill(q, keyed, len(jobs))
+        _refill(q, keyed, len(jobs), way)
     return statistics.median(times) * 1000
 
 
