@@ -767,6 +767,7 @@ def health() -> Operation[QueueHealth]:
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24]) if row[15] else None,
             fairness=row[25], active_units=row[26], on_key_full=row[27],
+            active_jobs=row[28],
         )
         for row in rows
     ]

@@ -899,6 +899,9 @@ class PolicyHealth:
     active_units: int = 0
     # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
     on_key_full: str = "queue"
+    # The number of active jobs (beside `active_units`, their cost): they differ where costs
+    # differ from 1, and `workhorse top` then shows units.
+    active_jobs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
