@@ -421,10 +421,10 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
-        # Only get_job reads the job key and the progress; the list statements of 0.2.0 do not
-        # (frozen).
+        # The list statements of 0.2.0 (frozen) end at expires_at; get_job and the list and
+        # dashboard statements of 0.3.0 read the job key and the costs (DESIGN.md "Fair share
+        # and job cost") after it, and only get_job the progress.
         job_key=keys[0] if keys else None,
-        # Only get_job reads the costs (fair share, DESIGN.md "Fair share and job cost").
         cost=keys[1] if len(keys) > 1 else 1,
         rate_cost=keys[2] if len(keys) > 2 else 1,
         weight=keys[3] if len(keys) > 3 else 1,
@@ -533,7 +533,7 @@ def list_jobs(
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
     status = _list_filters(status, limit, queue=queue, key=key, task=task)
-    rows = yield _sql.statement("list_jobs"), {
+    rows = yield _sql.statement("list_jobs_costs"), {
         "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
     }
     return (yield from with_progress([_job_from_row(row) for row in rows]))
@@ -585,12 +585,13 @@ def browse_jobs(
     lo = max(hi - window, oldest)
     params = {"queue": queue, "status": status, "key": key, "task": task, "limit": limit,
               "lo": lo, "hi": hi}
-    rows = yield _sql.statement("browse_jobs_recent"), params
+    rows = yield _sql.statement("browse_jobs_recent_costs"), params
     jobs = [_job_from_row(row) for row in rows]
     if len(jobs) == limit or lo <= oldest:
         return JobPage(jobs)
     if status != JobStatus.SUCCEEDED:
-        older = yield _sql.statement("browse_jobs_older"), {**params, "limit": limit - len(jobs)}
+        older = yield _sql.statement("browse_jobs_older_costs"), {
+            **params, "limit": limit - len(jobs)}
         jobs += [_job_from_row(row) for row in older]
     return JobPage(jobs, unsearched_below=lo if status in (None, JobStatus.SUCCEEDED) else None)
 
