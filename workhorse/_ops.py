@@ -1237,12 +1237,13 @@ def _schedule_from_row(row: Sequence[Any]) -> Schedule:
         args=row[5], kwargs=row[6], queue=row[7], tz=row[8], catch_up=row[9], priority=row[10],
         max_attempts=row[11], concurrency_key=row[12], on_failure=row[13], next_run_at=row[14],
         last_run_at=row[15], created_at=row[16], updated_at=row[17],
+        cost=row[18], rate_cost=row[19], weight=row[20],
     )
 
 
 def list_schedules(namespace: str | None = None) -> Operation[list[Schedule]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_schedules"), (namespace, namespace)
+    rows = yield _sql.statement("list_schedules_costs"), (namespace, namespace)
     return [_schedule_from_row(row) for row in rows]
 
 
@@ -1270,7 +1271,7 @@ def sync_schedules(
     timings = [_timing(d.cron, d.every, d.tz) for d in definitions]  # type: ignore[arg-type]
     rows = yield _sql.statement("database_now"), ()
     now = rows[0][0]
-    rows = yield _sql.statement("sync_schedules"), (
+    rows = yield _sql.statement("sync_schedules_costs"), (
         namespace,
         [d.name for d in definitions],
         [d.task for d in definitions],
@@ -1287,6 +1288,9 @@ def sync_schedules(
         [d.catch_up for d in definitions],
         [t.after(now) for t in timings],
         bool(prune),
+        _or_null([_unless_one(d.cost) for d in definitions]),
+        _or_null([_unless_one(d.rate_cost) for d in definitions]),
+        _or_null([_unless_one(d.weight) for d in definitions]),
     )
     report = SyncReport()
     for action, name in rows:
@@ -1318,7 +1322,7 @@ def fire_due_schedules(namespace: str, limit: int = FIRING_BATCH) -> Operation[F
         next_run_ats.append(following)
     fired: list[tuple[int, datetime, int]] = []
     if ids:
-        fired_rows = yield _sql.statement("fire_schedules"), (
+        fired_rows = yield _sql.statement("fire_schedules_costs"), (
             run_ids, run_occurrences, ids, next_run_ats)
         fired = [(row[0], row[1], row[2]) for row in fired_rows]
     due_rows = yield _sql.statement("schedules_next_due"), (namespace,)

@@ -184,7 +184,11 @@ CREATE TABLE workhorse.schedules (
     last_run_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    cost integer DEFAULT 1 NOT NULL,
+    rate_cost integer DEFAULT 1 NOT NULL,
+    weight smallint DEFAULT 1 NOT NULL,
     CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['latest'::text, 'all'::text, 'skip'::text]))),
+    CONSTRAINT schedules_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT schedules_every_check CHECK (((every_interval IS NULL) OR (every_interval >= '00:00:01'::interval))),
     CONSTRAINT schedules_expression_check CHECK (((cron IS NULL) <> (every_interval IS NULL))),
     CONSTRAINT schedules_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 1000))),
@@ -194,7 +198,9 @@ CREATE TABLE workhorse.schedules (
     CONSTRAINT schedules_on_failure_check CHECK ((on_failure = ANY (ARRAY['fail'::text, 'hold'::text]))),
     CONSTRAINT schedules_pkey PRIMARY KEY (id),
     CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 255))),
-    CONSTRAINT schedules_task_check CHECK (((length(task) >= 1) AND (length(task) <= 255)))
+    CONSTRAINT schedules_rate_cost_check CHECK (((rate_cost >= 1) AND (rate_cost <= 1000000))),
+    CONSTRAINT schedules_task_check CHECK (((length(task) >= 1) AND (length(task) <= 255))),
+    CONSTRAINT schedules_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
 );
 
 ALTER TABLE workhorse.schedules SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
@@ -3237,6 +3243,97 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.fire_schedules_v2(p_run_ids bigint[], p_run_occurrences timestamp with time zone[], p_ids bigint[], p_next_run_ats timestamp with time zone[])
+ RETURNS TABLE(schedule_id bigint, occurrence timestamp with time zone, job_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+    v_occurrences timestamptz[];
+    v_jobs bigint[];
+    v_tasks text[];
+    v_queues text[];
+    v_ckeys text[];
+    v_priorities smallint[];
+    v_payloads text[];
+    v_max_attempts integer[];
+    v_on_failures text[];
+    v_metas text[];
+BEGIN
+    WITH claimed AS (
+        INSERT INTO workhorse.schedule_runs AS r (schedule_id, occurrence)
+        SELECT u.id, u.occurrence
+        FROM unnest(p_run_ids, p_run_occurrences) AS u(id, occurrence)
+        ORDER BY u.occurrence, u.id
+        ON CONFLICT DO NOTHING
+        RETURNING r.schedule_id, r.occurrence
+    )
+    SELECT array_agg(c.schedule_id ORDER BY c.occurrence, c.schedule_id),
+           array_agg(c.occurrence ORDER BY c.occurrence, c.schedule_id)
+    INTO v_ids, v_occurrences
+    FROM claimed c;
+
+    IF v_ids IS NOT NULL THEN
+        SELECT array_agg(s.task ORDER BY u.ord), array_agg(s.queue ORDER BY u.ord),
+               array_agg(s.ckey ORDER BY u.ord), array_agg(s.priority ORDER BY u.ord),
+               array_agg(jsonb_build_object('args', s.args, 'kwargs', s.kwargs)::text
+                         ORDER BY u.ord),
+               array_agg(s.max_attempts ORDER BY u.ord), array_agg(s.on_failure ORDER BY u.ord),
+               array_agg(jsonb_build_object('schedule', s.name)::text ORDER BY u.ord)
+        INTO v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_max_attempts,
+             v_on_failures, v_metas
+        FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
+        JOIN workhorse.schedules s ON s.id = u.id;
+
+        -- The ordinary enqueue (its gates, key hints and wake-ups), at the occurrence.
+        SELECT array_agg(e.id ORDER BY e.ord) INTO v_jobs
+        FROM workhorse.enqueue_v1(
+            v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_occurrences,
+            array_fill(NULL::double precision, ARRAY[cardinality(v_ids)]), v_max_attempts,
+            v_on_failures, v_metas, NULL::text[]) WITH ORDINALITY AS e(id, ord);
+
+        -- Before the jobs are visible to any claim (this transaction): the queue's level.
+        INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
+        SELECT s.queue, 2
+        FROM workhorse.schedules s
+        WHERE s.id = ANY(v_ids) AND (s.cost <> 1 OR s.rate_cost <> 1)
+        GROUP BY s.queue
+        ORDER BY s.queue
+        ON CONFLICT (queue) DO UPDATE SET feature_level = 2
+        WHERE lv.feature_level < 2;
+
+        UPDATE workhorse.jobs j
+        SET scheduled_for = u.occurrence, cost = s.cost, rate_cost = s.rate_cost,
+            weight = s.weight
+        FROM unnest(v_jobs, v_ids, v_occurrences) AS u(id, schedule_id, occurrence)
+        JOIN workhorse.schedules s ON s.id = u.schedule_id
+        WHERE j.id = u.id;
+    END IF;
+
+    WITH fired AS (
+        SELECT f.id, max(f.occurrence) AS latest
+        FROM unnest(v_ids, v_occurrences) AS f(id, occurrence)
+        GROUP BY f.id
+    ), moved AS (
+        UPDATE workhorse.schedules s
+        SET next_run_at = GREATEST(s.next_run_at, u.next_run_at),
+            last_run_at = GREATEST(s.last_run_at, fired.latest)
+        FROM unnest(p_ids, p_next_run_ats) AS u(id, next_run_at)
+        LEFT JOIN fired ON fired.id = u.id
+        WHERE s.id = u.id
+        RETURNING s.id
+    )
+    DELETE FROM workhorse.schedule_runs r
+    USING fired
+    WHERE r.schedule_id = fired.id AND r.occurrence < fired.latest - interval '1 hour';
+
+    RETURN QUERY
+    SELECT u.id, u.occurrence, u.job
+    FROM unnest(v_ids, v_occurrences, v_jobs) AS u(id, occurrence, job);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.heartbeat_v1(p_ids bigint[], p_fences bigint[], p_leases double precision[])
  RETURNS TABLE(id bigint, cancel_requested boolean)
  LANGUAGE plpgsql
@@ -3951,6 +4048,116 @@ BEGIN
               (EXCLUDED.task, EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz,
                EXCLUDED.args, EXCLUDED.kwargs, EXCLUDED.queue, EXCLUDED.ckey, EXCLUDED.priority,
                EXCLUDED.max_attempts, EXCLUDED.on_failure, EXCLUDED.catch_up)
+        RETURNING s.name, (s.xmax = 0) AS inserted
+    )
+    SELECT CASE WHEN u.inserted THEN 'created' WHEN u.name IS NOT NULL THEN 'updated'
+                ELSE 'unchanged' END,
+           i.name
+    FROM input i
+    LEFT JOIN upserted u ON u.name = i.name
+    ORDER BY i.name;
+
+    IF p_prune THEN
+        -- Waits for a firing pass that holds the row; after this commits, none fires it again.
+        RETURN QUERY
+        WITH gone AS (
+            DELETE FROM workhorse.schedules s
+            WHERE s.namespace = p_namespace
+              AND NOT EXISTS (SELECT 1 FROM unnest(p_names) AS n(name) WHERE n.name = s.name)
+            RETURNING s.id, s.name
+        ), forgotten AS (
+            DELETE FROM workhorse.schedule_runs r USING gone WHERE r.schedule_id = gone.id
+        )
+        SELECT 'pruned'::text, g.name FROM gone g ORDER BY g.name;
+    END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.sync_schedules_v2(p_namespace text, p_names text[], p_tasks text[], p_crons text[], p_everys interval[], p_tzs text[], p_args text[], p_kwargs text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_max_attempts integer[], p_on_failures text[], p_catch_ups text[], p_next_run_ats timestamp with time zone[], p_prune boolean, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[])
+ RETURNS TABLE(sync_action text, sync_name text)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_name text;
+    v_owner text;
+    v_row record;
+BEGIN
+    -- Syncs of schedules are rare: one at a time, so that two namespaces racing for a new name
+    -- serialize and the second sees the first's row ("wksched").
+    PERFORM pg_advisory_xact_lock(33613665561765220);
+
+    SELECT s.name, s.namespace INTO v_name, v_owner
+    FROM workhorse.schedules s
+    WHERE s.name IN (SELECT unnest(p_names)) AND s.namespace <> p_namespace
+    ORDER BY s.name
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'schedule % is owned by namespace %, not %', v_name, v_owner, p_namespace
+            USING ERRCODE = 'WH006';
+    END IF;
+
+    SELECT t.name, t.queue, COALESCE(t.cost, 1) AS cost, COALESCE(t.rate_cost, 1) AS rate_cost,
+           p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key
+    INTO v_row
+    FROM unnest(p_names, p_queues, p_ckeys, p_costs, p_rate_costs)
+         WITH ORDINALITY AS t(name, queue, ckey, cost, rate_cost, ord)
+    JOIN workhorse.policies p ON p.queue = t.queue
+    WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
+       OR (t.ckey IS NOT NULL AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
+       OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
+       OR (t.ckey IS NOT NULL
+           AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
+    ORDER BY t.ord
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'schedule %: a job of cost % and rate_cost % can never start on queue %: '
+                        'its policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
+                        'rate_limit_per_key N=%',
+            v_row.name, v_row.cost, v_row.rate_cost, v_row.queue, v_row.max_active,
+            v_row.max_active_per_key, v_row.rate_limit, v_row.rate_limit_per_key
+            USING ERRCODE = 'WH005';
+    END IF;
+
+    -- One upsert for the whole set: a row whose definition is unchanged is locked, not written.
+    RETURN QUERY
+    WITH input AS (
+        SELECT *
+        FROM unnest(p_names, p_tasks, p_crons, p_everys, p_tzs, p_args, p_kwargs, p_queues,
+                    p_ckeys, p_priorities, p_max_attempts, p_on_failures, p_catch_ups,
+                    p_next_run_ats, p_costs, p_rate_costs, p_weights)
+            AS t(name, task, cron, every, tz, args, kwargs, queue, ckey, priority,
+                 max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost, weight)
+    ), upserted AS (
+        INSERT INTO workhorse.schedules AS s
+            (name, namespace, task, cron, every_interval, tz, args, kwargs, queue, ckey,
+             priority, max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost,
+             weight)
+        SELECT i.name, p_namespace, i.task, i.cron, i.every, i.tz, i.args::jsonb,
+               i.kwargs::jsonb, i.queue, i.ckey, i.priority, i.max_attempts, i.on_failure,
+               i.catch_up, i.next_run_at, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
+               COALESCE(i.weight, 1)
+        FROM input i
+        ORDER BY i.name
+        ON CONFLICT (name) DO UPDATE
+        SET task = EXCLUDED.task, cron = EXCLUDED.cron, every_interval = EXCLUDED.every_interval,
+            tz = EXCLUDED.tz, args = EXCLUDED.args, kwargs = EXCLUDED.kwargs,
+            queue = EXCLUDED.queue, ckey = EXCLUDED.ckey, priority = EXCLUDED.priority,
+            max_attempts = EXCLUDED.max_attempts, on_failure = EXCLUDED.on_failure,
+            catch_up = EXCLUDED.catch_up, cost = EXCLUDED.cost,
+            rate_cost = EXCLUDED.rate_cost, weight = EXCLUDED.weight, updated_at = now(),
+            -- Only a new expression moves the schedule: to its first occurrence after now.
+            next_run_at = CASE
+                WHEN (s.cron, s.every_interval, s.tz)
+                     IS NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz)
+                THEN s.next_run_at ELSE EXCLUDED.next_run_at END
+        WHERE (s.task, s.cron, s.every_interval, s.tz, s.args, s.kwargs, s.queue, s.ckey,
+               s.priority, s.max_attempts, s.on_failure, s.catch_up, s.cost, s.rate_cost,
+               s.weight)
+              IS DISTINCT FROM
+              (EXCLUDED.task, EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz,
+               EXCLUDED.args, EXCLUDED.kwargs, EXCLUDED.queue, EXCLUDED.ckey, EXCLUDED.priority,
+               EXCLUDED.max_attempts, EXCLUDED.on_failure, EXCLUDED.catch_up, EXCLUDED.cost,
+               EXCLUDED.rate_cost, EXCLUDED.weight)
         RETURNING s.name, (s.xmax = 0) AS inserted
     )
     SELECT CASE WHEN u.inserted THEN 'created' WHEN u.name IS NOT NULL THEN 'updated'
