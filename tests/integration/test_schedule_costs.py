@@ -175,3 +175,17 @@ def test_bad_schedule_costs_raise_and_register_nothing(options: dict[str, Any]) 
 def test_bad_schedule_definitions_are_typed(fields: dict[str, Any]) -> None:
     with pytest.raises(InvalidScheduleError):
         ScheduleDefinition("s", "tasks.tick", every="10s", **fields)
+
+
+def test_app_schedule_resolves_the_tasks_cost_with_its_arguments() -> None:
+    app = App("sched-costs")
+
+    @app.task(cost=lambda gpus: gpus, rate_cost=lambda gpus: 10 * gpus, weight=2)
+    def train(gpus: int) -> None: ...
+
+    definition = app.schedule(train, every="1h", args=(4,), name="train-4")
+    assert (definition.cost, definition.rate_cost, definition.weight) == (4, 40, 2)
+    for bad in (0, 2_000_000):  # a callable's result out of bounds: typed, nothing declared
+        with pytest.raises(InvalidScheduleError, match="train-bad"):
+            app.schedule(train, every="1h", args=(bad,), name="train-bad")
+    assert list(app.schedules) == ["train-4"]
