@@ -290,7 +290,7 @@ CREATE INDEX jobs_scheduled_idx ON workhorse.jobs USING btree (queue, run_at) WH
 
 CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs USING btree (queue, ckey, id) WHERE ((status = 'scheduled'::text) AND (ckey <> ''::text));
 
-CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs USING btree (task, id) WHERE (status = 'succeeded'::text);
+CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs USING btree (task, id) INCLUDE (queue, ckey) WHERE (status = 'succeeded'::text);
 
 CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs USING btree (task, unique_key) WHERE (unique_key IS NOT NULL);
 

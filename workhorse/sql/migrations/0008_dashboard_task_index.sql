@@ -11,5 +11,8 @@
 --
 -- Partial (succeeded only), so it costs one index entry per job, written by the update that
 -- completes it: an enqueue, a claim and a heartbeat do not touch it (their rows are not
--- succeeded), and a failed, held or canceled job never enters it.
-CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs (task, id) WHERE status = 'succeeded';
+-- succeeded), and a failed, held or canceled job never enters it. The queue and the key are
+-- included, so that the dashboard's queue and key filters are checked in the index (an
+-- index-only scan) rather than in each matching row.
+CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs (task, id) INCLUDE (queue, ckey)
+    WHERE status = 'succeeded';

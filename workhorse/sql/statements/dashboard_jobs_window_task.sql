@@ -2,7 +2,9 @@
 -- [lo, hi), at most %(cap)s: the same rows, without reading the window row by row.
 -- Succeeded matches are those of the names in %(tasks)s (the succeeded task names that
 -- contain the substring: dashboard_succeeded_tasks.sql), each name's read by (task, id) in
--- jobs_succeeded_task_idx, in id order, as far as the limit. Every other status reads its own
+-- jobs_succeeded_task_idx (ordered by `id + 0`, so that no LIMIT tempts the planner into
+-- walking the primary key through the window with the name as a filter). Every other status
+-- reads its own
 -- partial index (named beside each branch) with the substring as a filter, bounded by that
 -- status's jobs as in dashboard_jobs_older.sql; their window bounds are written `id + 0`, so
 -- that no branch walks the primary key through the window (what reading the window row by row
@@ -19,7 +21,7 @@ FROM (
            AND j.id >= %(lo)s AND j.id < %(hi)s
            AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
            AND (%(key)s::text IS NULL OR j.ckey = %(key)s::text)
-         ORDER BY j.id DESC
+         ORDER BY j.id + 0 DESC
          LIMIT %(cap)s) AS s)
     UNION ALL
     (SELECT id, status FROM workhorse.jobs  -- jobs_waiting_idx
