@@ -27,6 +27,11 @@ jobs / (last finished_at - first started_at), from the jobs' own rows, so start-
   8  Queue.enqueue_many of 10k jobs vs COPY into a LIKE-jobs table      target (f) >= 0.5x COPY
   9  peers side by side, each at its default flags and tuned: sync no-op, async no-op, and 20 ms
      jobs at 64 places; workhorse, Celery 5 on Redis, procrastinate 3, pgqueuer 1.6 (below)
+ 10  fair share vs FIFO (issue #26): 20 ms async handlers, max_active=16, 4 keys backlogged
+     (enqueued one key after another, 3,200 jobs each; quick 800), -s 2 -c 16, fairness="key"
+     then "fifo": throughput, utilization (the handlers' running time over 16 x the drain's
+     span, from their own [start, end]) and each key's share of the running time while every
+     key still had ready work (fair: ~25% each; FIFO: the first key's)
 
 pgqueuer's drain: 5 QueueManagers in one process, batch 10, mode=drain (bench_worker's reference
 configuration); its figure is jobs over the time from its first handler call to the end of its
@@ -96,7 +101,9 @@ IDEAL_20MS = MAX_ACTIVE / HANDLER_20MS
 IDEAL_100MS = MAX_ACTIVE / HANDLER_100MS
 TARGET_A = 0.9 * IDEAL_20MS  # target (a): 90% of the ideal
 WORKHORSE_TABLES = ("jobs", "key_heads", "key_hints", "rate_starts")
-CASE_IDS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+CASE_IDS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
+FAIR_MAX_ACTIVE = 16
+FAIR_KEYS = 4
 
 
 @dataclass(frozen=True)
@@ -109,23 +116,34 @@ class Sizes:
     copy: int  # case 8
     peer_noop: int  # case 9, the peers' no-op drains
     peer_backlog: int  # case 9, the peers' 20 ms drains
+    fair: int = 12_800  # case 10, over FAIR_KEYS keys
 
 
 FULL = Sizes(noop=50_000, default_sync=10_000, backlog=12_800, slow=3_200, latency=200,
              copy=10_000, peer_noop=10_000, peer_backlog=6_400)
 QUICK = Sizes(noop=10_000, default_sync=3_000, backlog=6_400, slow=1_280, latency=200,
-              copy=10_000, peer_noop=3_000, peer_backlog=3_200)
+              copy=10_000, peer_noop=3_000, peer_backlog=3_200, fair=3_200)
 
 
 @dataclass(frozen=True)
 class Policy:
     max_active: int | None
     per_key: int | None = None
+    fairness: str = "fifo"
+    # Keyed jobs (fair share, or a per-key limit): over this many keys, round robin or, with
+    # `blocks`, all of one key's jobs before the next key's (each key's backlog behind the last).
+    keys: int = KEYS
+    blocks: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        return self.per_key is not None or self.fairness == "key" or self.blocks
 
     def describe(self) -> str:
+        fair = f", fairness={self.fairness!r}" if self.fairness != "fifo" or self.blocks else ""
         if self.per_key is None:
-            return f"max_active={self.max_active}"
-        return f"{self.max_active} / per-key {self.per_key} x {KEYS} keys"
+            return f"max_active={self.max_active}{fair}"
+        return f"{self.max_active} / per-key {self.per_key} x {self.keys} keys{fair}"
 
 
 @dataclass
@@ -217,22 +235,28 @@ def reset(conn: psycopg.Connection[Any], queue: str, policy: Policy | None) -> N
         )
     )
     definitions = (
-        [ConcurrencyPolicyDefinition(queue, policy.max_active, policy.per_key)] if policy else []
+        [ConcurrencyPolicyDefinition(queue, policy.max_active, policy.per_key,
+                                     fairness=policy.fairness)] if policy else []
     )
     Queue(conn).sync_concurrency_policies(fa.NAMESPACE, definitions, prune=True)
 
 
 def fill(
     conn: psycopg.Connection[Any], task: str, queue: str, jobs: int, keyed: bool,
-    args: Sequence[Any] = (),
+    args: Sequence[Any] = (), keys: int = KEYS, blocks: bool = False,
 ) -> None:
     q = Queue(conn)
     payload = {"args": list(args), "kwargs": {}}
     plain = EnqueueOptions(queue=queue)
-    by_key = [EnqueueOptions(queue=queue, concurrency_key=f"k{k}") for k in range(KEYS)]
+    by_key = [EnqueueOptions(queue=queue, concurrency_key=f"k{k}") for k in range(keys)]
+    per_block = -(-jobs // keys)
+
+    def key_of(i: int) -> int:
+        return i // per_block if blocks else i % keys
+
     for start in range(0, jobs, 5000):
         batch = [
-            (task, payload, by_key[i % KEYS] if keyed else plain)
+            (task, payload, by_key[key_of(i)] if keyed else plain)
             for i in range(start, min(start + 5000, jobs))
         ]
         q.enqueue_many(batch)
@@ -369,10 +393,11 @@ def _drain_once(
     run: Run, *, task: str, queue: str, jobs: int, flags: Sequence[str] | None,
     policy: Policy | None, args: Sequence[Any], supervisors: int, timed_handlers: bool,
 ) -> Drain:
-    keyed = policy is not None and policy.per_key is not None
+    keyed = policy is not None and policy.keyed
     with psycopg.connect(run.url, autocommit=True) as conn:
         reset(conn, queue, policy)
-        fill(conn, task, queue, jobs, keyed, args)
+        fill(conn, task, queue, jobs, keyed, args, keys=policy.keys if policy else KEYS,
+             blocks=policy is not None and policy.blocks)
         run.gate.wait()
         sampler = ActiveSampler(run.url, queue) if policy is not None else None
         with workers(run.url, queue, flags, supervisors) as procs, (
@@ -952,9 +977,79 @@ def case_9(run: Run) -> None:
     pgq(slow, "concurrency_limit=64, 5 QueueManagers x batch 10", pgq_20ms(run, 5), backlog)
 
 
+@dataclass(frozen=True)
+class Sharing:
+    """Case 10's figures from the handlers' own [start, end]: the drain's span (first start to
+    last end), utilization (running time over limit x span), and each key's share of the running
+    time while every key still had ready work (until the first key's last job started)."""
+
+    jobs: int
+    span: float
+    utilization: float
+    shares: dict[str, float]
+    window: float
+
+
+def sharing(conn: psycopg.Connection[Any], queue: str, limit: int) -> Sharing:
+    rows = [(str(k), float(a), float(b)) for k, a, b in conn.execute(
+        "SELECT ckey, (result->>0)::float8, (result->>1)::float8 FROM workhorse.jobs "
+        "WHERE queue = %s AND status = 'succeeded' AND jsonb_typeof(result) = 'array'",
+        (queue,),
+    ).fetchall()]
+    if not rows:
+        return Sharing(0, math.nan, math.nan, {}, math.nan)
+    first = min(a for _, a, _ in rows)
+    span = max(b for _, _, b in rows) - first
+    busy = sum(b - a for _, a, b in rows)
+    last_start: dict[str, float] = {}
+    for key, a, _ in rows:
+        last_start[key] = max(last_start.get(key, a), a)
+    until = min(last_start.values())
+    per_key: dict[str, float] = defaultdict(float)
+    for key, a, b in rows:
+        per_key[key] += max(0.0, min(b, until) - max(a, first))
+    total = sum(per_key.values())
+    shares = {key: (per_key[key] / total if total > 0 else math.nan) for key in sorted(last_start)}
+    return Sharing(len(rows), span, busy / (limit * span) if span > 0 else math.nan, shares,
+                   until - first)
+
+
+def case_10(run: Run) -> None:
+    results: dict[str, tuple[Drain, Sharing]] = {}
+    for fairness in ("key", "fifo"):
+        policy = Policy(FAIR_MAX_ACTIVE, fairness=fairness, keys=FAIR_KEYS, blocks=True)
+        queue = f"fleet-fair-{fairness}"
+        label = (f"10 20 ms async, max_active={FAIR_MAX_ACTIVE}, {FAIR_KEYS} keys backlogged, "
+                 f"fairness={fairness!r}, -s 2 -c {FAIR_MAX_ACTIVE}")
+        result = drain(run, task=fa.SLEEP_ASYNC, queue=queue, jobs=run.sizes.fair,
+                       flags=flags(2, FAIR_MAX_ACTIVE), policy=policy, args=[HANDLER_20MS],
+                       timed_handlers=True)
+        with psycopg.connect(run.url, autocommit=True) as conn:
+            shared = sharing(conn, queue, FAIR_MAX_ACTIVE)
+        results[fairness] = (result, shared)
+        ideal = FAIR_MAX_ACTIVE / HANDLER_20MS
+        shares = " ".join(f"{key} {value:.0%}" for key, value in shared.shares.items())
+        run.add(Row(
+            label, c.rate(result.rate), "-",
+            f"utilization {shared.utilization:.0%}; {result.rate / ideal:.0%} of {c.rate(ideal)}",
+            "(none; fair ~ fifo)", "-", peak_cell(run, label, policy, result),
+        ))
+        run.notes.append(
+            f"case 10 fairness={fairness!r}: {shared.jobs:,} jobs in {shared.span:.2f} s "
+            f"(handler clock); shares of the running time in the first {shared.window:.2f} s, "
+            f"while every key had ready work: {shares}")
+        note = incomplete(result)
+        if note:
+            run.notes.append(f"case 10 {fairness}: {note}")
+    (fair, fair_share), (fifo, fifo_share) = results["key"], results["fifo"]
+    run.notes.append(
+        f"case 10: fair / FIFO throughput {times(ratio(fair.rate, fifo.rate))}, utilization "
+        f"{fair_share.utilization:.0%} vs {fifo_share.utilization:.0%}")
+
+
 CASES: dict[str, Callable[[Run], None]] = {
     "1": case_1, "2": case_2, "3": case_3, "4": case_4,
-    "5": case_5, "6": case_6, "7": case_7, "8": case_8, "9": case_9,
+    "5": case_5, "6": case_6, "7": case_7, "8": case_8, "9": case_9, "10": case_10,
 }
 
 
@@ -1013,7 +1108,7 @@ def parse_only(value: str | None) -> list[str]:
     chosen = [part.strip() for part in value.split(",") if part.strip()]
     unknown = [part for part in chosen if part not in CASE_IDS]
     if unknown:
-        raise SystemExit(f"--only: unknown case(s) {', '.join(unknown)}; cases are 1-9")
+        raise SystemExit(f"--only: unknown case(s) {', '.join(unknown)}; cases are 1-10")
     return [case for case in CASE_IDS if case in chosen]
 
 
@@ -1021,7 +1116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_fleet")
     parser.add_argument("--only", default=None, metavar="CASE[,CASE]",
-                        help="run only these cases (1-9); default all")
+                        help="run only these cases (1-10); default all")
     parser.add_argument("--redis-port", type=int, default=peers.REDIS_PORT,
                         help="port of the private Redis case 9 starts for Celery "
                         "(default %(default)s; never the machine's own)")

@@ -421,10 +421,10 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         finished_at=finished_at, on_failure=on_failure, fence=fence, lease_until=lease_until,
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
-        # Only get_job reads the job key and the progress; the list statements of 0.2.0 do not
-        # (frozen).
+        # The list statements of 0.2.0 (frozen) end at expires_at; get_job and the list and
+        # dashboard statements of 0.3.0 read the job key and the costs (DESIGN.md "Fair share
+        # and job cost") after it, and only get_job the progress.
         job_key=keys[0] if keys else None,
-        # Only get_job reads the costs (fair share, DESIGN.md "Fair share and job cost").
         cost=keys[1] if len(keys) > 1 else 1,
         rate_cost=keys[2] if len(keys) > 2 else 1,
         weight=keys[3] if len(keys) > 3 else 1,
@@ -533,7 +533,7 @@ def list_jobs(
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
     status = _list_filters(status, limit, queue=queue, key=key, task=task)
-    rows = yield _sql.statement("list_jobs"), {
+    rows = yield _sql.statement("list_jobs_costs"), {
         "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
     }
     return (yield from with_progress([_job_from_row(row) for row in rows]))
@@ -585,12 +585,13 @@ def browse_jobs(
     lo = max(hi - window, oldest)
     params = {"queue": queue, "status": status, "key": key, "task": task, "limit": limit,
               "lo": lo, "hi": hi}
-    rows = yield _sql.statement("browse_jobs_recent"), params
+    rows = yield _sql.statement("browse_jobs_recent_costs"), params
     jobs = [_job_from_row(row) for row in rows]
     if len(jobs) == limit or lo <= oldest:
         return JobPage(jobs)
     if status != JobStatus.SUCCEEDED:
-        older = yield _sql.statement("browse_jobs_older"), {**params, "limit": limit - len(jobs)}
+        older = yield _sql.statement("browse_jobs_older_costs"), {
+            **params, "limit": limit - len(jobs)}
         jobs += [_job_from_row(row) for row in older]
     return JobPage(jobs, unsearched_below=lo if status in (None, JobStatus.SUCCEEDED) else None)
 
@@ -767,6 +768,7 @@ def health() -> Operation[QueueHealth]:
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24]) if row[15] else None,
             fairness=row[25], active_units=row[26], on_key_full=row[27],
+            active_jobs=row[28],
         )
         for row in rows
     ]
@@ -1235,12 +1237,13 @@ def _schedule_from_row(row: Sequence[Any]) -> Schedule:
         args=row[5], kwargs=row[6], queue=row[7], tz=row[8], catch_up=row[9], priority=row[10],
         max_attempts=row[11], concurrency_key=row[12], on_failure=row[13], next_run_at=row[14],
         last_run_at=row[15], created_at=row[16], updated_at=row[17],
+        cost=row[18], rate_cost=row[19], weight=row[20],
     )
 
 
 def list_schedules(namespace: str | None = None) -> Operation[list[Schedule]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_schedules"), (namespace, namespace)
+    rows = yield _sql.statement("list_schedules_costs"), (namespace, namespace)
     return [_schedule_from_row(row) for row in rows]
 
 
@@ -1268,7 +1271,7 @@ def sync_schedules(
     timings = [_timing(d.cron, d.every, d.tz) for d in definitions]  # type: ignore[arg-type]
     rows = yield _sql.statement("database_now"), ()
     now = rows[0][0]
-    rows = yield _sql.statement("sync_schedules"), (
+    rows = yield _sql.statement("sync_schedules_costs"), (
         namespace,
         [d.name for d in definitions],
         [d.task for d in definitions],
@@ -1285,6 +1288,9 @@ def sync_schedules(
         [d.catch_up for d in definitions],
         [t.after(now) for t in timings],
         bool(prune),
+        _or_null([_unless_one(d.cost) for d in definitions]),
+        _or_null([_unless_one(d.rate_cost) for d in definitions]),
+        _or_null([_unless_one(d.weight) for d in definitions]),
     )
     report = SyncReport()
     for action, name in rows:
@@ -1316,7 +1322,7 @@ def fire_due_schedules(namespace: str, limit: int = FIRING_BATCH) -> Operation[F
         next_run_ats.append(following)
     fired: list[tuple[int, datetime, int]] = []
     if ids:
-        fired_rows = yield _sql.statement("fire_schedules"), (
+        fired_rows = yield _sql.statement("fire_schedules_costs"), (
             run_ids, run_occurrences, ids, next_run_ats)
         fired = [(row[0], row[1], row[2]) for row in fired_rows]
     due_rows = yield _sql.statement("schedules_next_due"), (namespace,)

@@ -32,6 +32,7 @@ from .task import (
     KeySpec,
     Task,
     check_retry_on,
+    resolve_cost,
     resolve_key,
     timeout_seconds,
 )
@@ -408,8 +409,11 @@ class App(AppEnqueuer):
                 raise InvalidScheduleError(f"schedule {task_name!r} is already declared")
             if isinstance(args, str | bytes) or not isinstance(args, Sequence):
                 raise InvalidScheduleError(f"args must be a list or tuple, got {args!r}")
-            try:  # the schedule's key too, before the task is registered
+            try:  # the schedule's key and costs too, before the task is registered
                 resolve_key(task_options.get("concurrency_key"), tuple(args), dict(kwargs or {}))
+                EnqueueOptions(weight=task_options.get("weight", 1), **{
+                    what: resolve_cost(what, task_options.get(what, 1), tuple(args),
+                                       dict(kwargs or {})) for what in ("cost", "rate_cost")})
             except InvalidOptionsError as exc:
                 raise InvalidScheduleError(f"schedule {task_name!r}: {exc}") from None
             task = self.task(**task_options)(function)
@@ -463,6 +467,13 @@ class App(AppEnqueuer):
             raise InvalidScheduleError(f"args must be a list or tuple, got {args!r}")
         try:
             key = resolve_key(registered.concurrency_key, tuple(args), dict(kwargs or {}))
+            # The task's cost callables are called here, once, with the schedule's arguments
+            # (which never change): the stored schedule carries the values, so every
+            # supervisor fires the same costs whatever its code (DESIGN.md "Fair share and
+            # job cost").
+            cost = resolve_cost("cost", registered.cost, tuple(args), dict(kwargs or {}))
+            rate_cost = resolve_cost("rate_cost", registered.rate_cost, tuple(args),
+                                     dict(kwargs or {}))
         except InvalidOptionsError as exc:
             raise InvalidScheduleError(f"schedule {schedule_name!r}: {exc}") from None
         queue_name = self.queue_name(queue) if queue is not None else registered.queue.name
@@ -470,7 +481,8 @@ class App(AppEnqueuer):
             name=schedule_name, task=task_name, cron=cron, every=every, tz=tz, args=list(args),
             kwargs=dict(kwargs or {}), queue=queue_name, catch_up=catch_up,
             priority=registered.priority, max_attempts=registered.max_attempts,
-            concurrency_key=key, on_failure=registered.on_failure,
+            concurrency_key=key, on_failure=registered.on_failure, cost=cost,
+            rate_cost=rate_cost, weight=registered.weight,
         )
         # Its queue is one of the app's, so that a worker serves it by default.
         self._declare_queue(queue if isinstance(queue, QueueSpec) else QueueSpec(queue_name))

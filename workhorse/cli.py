@@ -31,6 +31,7 @@ from .queue import Queue
 from .types import (
     Job,
     JobStatus,
+    PolicyHealth,
     PolicyOverride,
     QueueControl,
     QueueHealth,
@@ -350,7 +351,28 @@ def _limits_text(max_active: int | None, per_key: int | None, rate: str | None,
     return ", ".join(parts) or "-"
 
 
-def health_table(health: QueueHealth) -> Table:
+def _in_units(p: PolicyHealth) -> bool:
+    """Whether a queue's active jobs cost other than 1 each (DESIGN.md "Fair share and job
+    cost"): its `active` and `available` are units, not jobs, and `top` says so."""
+    return p.active_units != p.active_jobs
+
+
+def _active_text(p: PolicyHealth, units: bool) -> str:
+    if not (units and _in_units(p)):
+        return str(p.active)
+    limit = "" if p.max_active is None else f" / {p.max_active}"
+    return f"{p.active_units} units{limit} ({p.active_jobs} jobs)"
+
+
+def _available_text(p: PolicyHealth, units: bool) -> str:
+    if not (units and _in_units(p)) or p.available is None:
+        return _limit(p.available)
+    return f"{p.available} units"
+
+
+def health_table(health: QueueHealth, *, units: bool = False) -> Table:
+    """The policies of `health`; with `units` (`workhorse top`), a queue whose active jobs cost
+    other than 1 shows its active and available capacity as units ("12 units / 32 (5 jobs)")."""
     table = DataTable(title="policies")
     for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
                    "saturated_keys", "rate_limited_keys"):
@@ -362,7 +384,7 @@ def health_table(health: QueueHealth) -> Table:
         table.add_row(
             p.namespace or "-", name,
             _limits_text(p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key),
-            str(p.active), _limit(p.available), blocked, str(p.saturated_keys),
+            _active_text(p, units), _available_text(p, units), blocked, str(p.saturated_keys),
             str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
         )
     return table
@@ -904,7 +926,8 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
                 f"{name.replace('_per_s', '')}/s: {'-' if v is None else f'{v:,.1f}'}"
                 for name, v in rates.items()
             )
-            return Group(health_table(result), depth_table(result), Text(rate_text, style="bold"))
+            return Group(health_table(result, units=True), depth_table(result),
+                         Text(rate_text, style="bold"))
 
         try:
             if as_json:

@@ -899,6 +899,9 @@ class PolicyHealth:
     active_units: int = 0
     # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
     on_key_full: str = "queue"
+    # The number of active jobs (beside `active_units`, their cost): they differ where costs
+    # differ from 1, and `workhorse top` then shows units.
+    active_jobs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1033,6 +1036,11 @@ class ScheduleDefinition:
     max_attempts: int = 3
     concurrency_key: str | None = None
     on_failure: str = "fail"
+    # DESIGN.md "Fair share and job cost": every fired job's cost, rate cost and weight (an app
+    # fills in its task's, resolving cost callables with `args`/`kwargs` at declaration).
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
 
     def __post_init__(self) -> None:
         _check_schedule_name("schedule name", self.name)
@@ -1066,8 +1074,9 @@ class ScheduleDefinition:
         if self.on_failure not in ("fail", "hold"):
             raise InvalidScheduleError(
                 f"on_failure must be 'fail' or 'hold', got {self.on_failure!r}")
-        try:  # priority and max_attempts, with EnqueueOptions' bounds
-            EnqueueOptions(priority=self.priority, max_attempts=self.max_attempts)
+        try:  # priority, max_attempts and the costs, with EnqueueOptions' bounds
+            EnqueueOptions(priority=self.priority, max_attempts=self.max_attempts,
+                           cost=self.cost, rate_cost=self.rate_cost, weight=self.weight)
         except InvalidOptionsError as exc:
             raise InvalidScheduleError(f"schedule {self.name!r}: {exc}") from None
 
@@ -1120,6 +1129,9 @@ class Schedule:
     last_run_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
 
     @property
     def definition(self) -> ScheduleDefinition:
@@ -1133,6 +1145,7 @@ class Schedule:
             kwargs=self.kwargs, queue=self.queue, tz=self.tz, catch_up=self.catch_up,
             priority=self.priority, max_attempts=self.max_attempts,
             concurrency_key=self.concurrency_key, on_failure=self.on_failure,
+            cost=self.cost, rate_cost=self.rate_cost, weight=self.weight,
         )
 
 

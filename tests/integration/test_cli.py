@@ -147,12 +147,14 @@ def test_health_json_is_queue_health_field_by_field(
         "namespace", "queue", "max_active", "max_active_per_key", "active", "available",
         "blocked_ready", "saturated_keys", "capped", "rate_limit", "rate_limit_per_key",
         "rate_limited_keys", "paused", "override", "fairness", "active_units", "on_key_full",
+        "active_jobs",
     }
     assert by_queue["active"] == {
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
         "active": 1, "available": 0, "blocked_ready": 1, "saturated_keys": 0, "capped": False,
         "rate_limit": None, "rate_limit_per_key": None, "rate_limited_keys": 0, "paused": False,
         "override": None, "fairness": "fifo", "active_units": 1, "on_key_full": "queue",
+        "active_jobs": 1,
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 

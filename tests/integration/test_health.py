@@ -66,7 +66,7 @@ def test_policy_health_in_known_states(queue: Queue) -> None:
     assert [p.queue for p in health.policies] == ["both", "per-key", "queue-only"]
     assert _policy(health, "both") == PolicyHealth(
         namespace="ns", queue="both", max_active=3, max_active_per_key=1, active=3, available=0,
-        blocked_ready=3, saturated_keys=2, capped=False, active_units=3,
+        blocked_ready=3, saturated_keys=2, capped=False, active_units=3, active_jobs=3,
     )  # the queue is full: every ready job is blocked
     assert _policy(health, "per-key") == PolicyHealth(
         namespace="ns", queue="per-key", max_active=None, max_active_per_key=2, active=0,

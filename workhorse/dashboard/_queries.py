@@ -25,6 +25,10 @@ SUGGESTIONS = 200
 # One queue's chart reads its jobs among this many newest ids (finished history has no index by
 # queue; the fleet-wide chart reads the per-minute counters instead).
 QUEUE_CHART_WINDOW = 20_000
+# A task substring is turned into the succeeded task names it matches while there are at most
+# this many distinct names (one index probe each); past it the search reads each window row by
+# row, as it did before jobs_succeeded_task_idx (migration 0008).
+TASK_NAMES_CAP = 1_000
 RATE_SAMPLE = 1000
 # What each action applies to (DESIGN.md's status table).
 RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
@@ -97,6 +101,18 @@ def names(search: Search) -> Operation[Names]:
     return Names(queues=queues[:SUGGESTIONS], matching=matching, tasks=[r[0] for r in rows])
 
 
+def succeeded_task_names(substring: str) -> Operation[list[str] | None]:
+    """The succeeded jobs' task names that contain `substring` (case-insensitively), from a skip
+    scan of jobs_succeeded_task_idx; None when there are more than TASK_NAMES_CAP names, or
+    when the substring matches every name (the names then select nothing, and reading the
+    window row by row stops at the page's first matches)."""
+    rows = yield _sql.statement("dashboard_succeeded_tasks"), {"task": substring,
+                                                                "cap": TASK_NAMES_CAP}
+    if len(rows) > TASK_NAMES_CAP or (rows and all(row[1] for row in rows)):
+        return None
+    return [str(row[0]) for row in rows if row[1]]
+
+
 def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
               window: int | None = None, count: bool = True) -> Operation[Found]:
     """The newest matches below `before` (None: the newest), at most `limit`, read as
@@ -117,13 +133,22 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     if search.queue is not None:
         _, matching = yield from known_queues(search.queue)
     params = {**search.params(), "queues": matching}
+    # With a task substring, each window's succeeded matches are read by (task, id) for the
+    # names it matches, and the other statuses through their own indexes, instead of the window
+    # row by row (DESIGN.md "The dashboard in an incident"; migration 0008).
+    window_statement, above_statement = "dashboard_jobs_window", "dashboard_jobs_above"
+    if search.task is not None:
+        tasks = yield from succeeded_task_names(search.task)
+        if tasks is not None:
+            params["tasks"] = tasks
+            window_statement = "dashboard_jobs_window_task"
+            above_statement = "dashboard_jobs_above_task"
     top = newest + 1
     hi = top if before is None else min(before, top)
     lo = max(hi - window, oldest)
     first = hi == top
     cap = COUNT_CAP + 1 if count and first else limit
-    rows = yield _sql.statement("dashboard_jobs_window"), {**params, "lo": lo, "hi": hi,
-                                                          "cap": cap}
+    rows = yield _sql.statement(window_statement), {**params, "lo": lo, "hi": hi, "cap": cap}
     jobs = yield from _by_id([int(r[0]) for r in rows[:limit]])
     unsearched = None
     if len(jobs) < limit and lo > oldest:
@@ -135,7 +160,7 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
             unsearched = lo
     newer = None
     if not first and before is not None:
-        above = yield _sql.statement("dashboard_jobs_above"), {
+        above = yield _sql.statement(above_statement), {
             **params, "lo": before, "hi": min(before + window, top), "limit": limit}
         if len(above) == limit:
             newer = int(above[-1][0]) + 1
@@ -150,7 +175,7 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
             in_window = [str(r[1]) for r in rows]
         else:
             top_lo = max(top - window, oldest)
-            top_rows = yield _sql.statement("dashboard_jobs_window"), {
+            top_rows = yield _sql.statement(window_statement), {
                 **params, "lo": top_lo, "hi": top, "cap": COUNT_CAP + 1}
             in_window = [str(r[1]) for r in top_rows]
             lo = top_lo

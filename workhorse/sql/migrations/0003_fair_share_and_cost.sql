@@ -22,6 +22,15 @@ ALTER TABLE workhorse.policies
     ADD CONSTRAINT policies_fairness_needs_max_active
         CHECK (fairness = 'fifo' OR max_active IS NOT NULL);
 
+-- A schedule's jobs get its cost, rate_cost and weight (the task's, resolved with the
+-- schedule's arguments when it is declared): stored on the schedule by sync_schedules_v2, set on
+-- each fired job by fire_schedules_v2. A 0.2.0 supervisor still fires with fire_schedules_v1,
+-- whose jobs cost 1 (it does not know costs); a 0.2.0 sync keeps a stored schedule's costs.
+ALTER TABLE workhorse.schedules
+    ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 1000000),
+    ADD COLUMN rate_cost integer NOT NULL DEFAULT 1 CHECK (rate_cost BETWEEN 1 AND 1000000),
+    ADD COLUMN weight smallint NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000);
+
 \ir ../functions/_keyed_v2.sql
 \ir ../functions/sync_concurrency_policies_v2.sql
 \ir ../functions/_choose_units_v1.sql
@@ -31,3 +40,5 @@ ALTER TABLE workhorse.policies
 \ir ../functions/retry_jobs_v2.sql
 \ir ../functions/release_v2.sql
 \ir ../functions/set_queue_control_v2.sql
+\ir ../functions/sync_schedules_v2.sql
+\ir ../functions/fire_schedules_v2.sql

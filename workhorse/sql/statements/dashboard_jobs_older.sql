@@ -62,7 +62,7 @@ WITH found AS (
 SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,
        max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
        lease_until, meta, cancel_requested_at IS NOT NULL AS cancel_requested, idempotency_key,
-       expires_at
+       expires_at, job_key, cost, rate_cost, weight
 FROM workhorse.jobs
 WHERE id IN (SELECT id FROM found ORDER BY id DESC LIMIT %(limit)s)
 ORDER BY id DESC

@@ -4,7 +4,7 @@
 -- Rate-limited keys are counted among at most %(sample)s keys that started in the window.
 -- Capacity is counted in units (DESIGN.md "Fair share and job cost"): `active` and
 -- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
--- is 1), and a key is saturated when its units reach max_active_per_key.
+-- is 1), `active_jobs` their number, and a key is saturated when its units reach max_active_per_key.
 WITH queues AS (
     SELECT p.queue FROM workhorse.policies p
     UNION
@@ -31,7 +31,8 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        s.queue_used AS rate_used,
        COALESCE(p.fairness, 'fifo') AS fairness,
        a.active AS active_units,
-       COALESCE(p.on_key_full, 'queue') AS on_key_full
+       COALESCE(p.on_key_full, 'queue') AS on_key_full,
+       a.jobs AS active_jobs
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -43,11 +44,12 @@ CROSS JOIN LATERAL (
 ) AS s
 CROSS JOIN LATERAL (
     SELECT COALESCE(sum(k.n), 0)::integer AS active,
+           COALESCE(sum(k.jobs), 0)::integer AS jobs,
            (count(*) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key))::integer
                AS saturated_keys,
            COALESCE(array_agg(k.ckey) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key),
                     '{}') AS saturated
-    FROM (SELECT j.ckey, sum(j.cost) AS n
+    FROM (SELECT j.ckey, sum(j.cost) AS n, count(*) AS jobs
           FROM workhorse.jobs j
           WHERE j.queue = q.queue AND j.status = 'active' AND j.lease_until > clock_timestamp()
           GROUP BY j.ckey) AS k
