@@ -45,6 +45,10 @@
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
 -- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
 -- go through _on_key_full_v1, under the queue's admission lock.
+--
+-- `p_budgets` (NULL: none for every job) is the named budget each job names (DESIGN.md "Named
+-- budgets"), stored on the row as it is, declared or not. A job that names one raises its
+-- queue's level to at least 2, as a cost does (see migrations/0008_budgets.sql).
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -65,7 +69,8 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_job_key_modes text[] DEFAULT NULL,
     p_costs integer[] DEFAULT NULL,
     p_rate_costs integer[] DEFAULT NULL,
-    p_weights smallint[] DEFAULT NULL
+    p_weights smallint[] DEFAULT NULL,
+    p_budgets text[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
 -- Generic plans, made once a session: the statements below take whole arrays as parameters,
@@ -151,19 +156,22 @@ BEGIN
         END IF;
     END IF;
 
-    IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL THEN
+    IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL
+       OR p_budgets IS NOT NULL THEN
         -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
-        -- the claims that do not know it away. A cost other than 1 is level 2.
+        -- the claims that do not know it away. A cost other than 1, or a budget, is level 2.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
         SELECT t.queue, max(GREATEST(COALESCE(t.level, 1),
                                      CASE WHEN COALESCE(t.cost, 1) <> 1
                                                OR COALESCE(t.rate_cost, 1) <> 1
+                                               OR t.budget IS NOT NULL
                                           THEN 2 ELSE 1 END))
-        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs)
-             AS t(queue, level, cost, rate_cost)
+        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets)
+             AS t(queue, level, cost, rate_cost, budget)
         GROUP BY t.queue
         HAVING max(GREATEST(COALESCE(t.level, 1),
                             CASE WHEN COALESCE(t.cost, 1) <> 1 OR COALESCE(t.rate_cost, 1) <> 1
+                                      OR t.budget IS NOT NULL
                                  THEN 2 ELSE 1 END)) > 1
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
@@ -181,19 +189,19 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights)
+                        p_costs, p_rate_costs, p_weights, p_budgets)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, ord)
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight)
+                 meta, feature_level, cost, rate_cost, weight, budget)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1)
+                   COALESCE(i.weight, 1), i.budget
             FROM input i
             ORDER BY i.ord
             RETURNING id, queue, ckey, status
@@ -254,6 +262,7 @@ BEGIN
                     cost = COALESCE(p_costs[v_i], 1),
                     rate_cost = COALESCE(p_rate_costs[v_i], 1),
                     weight = COALESCE(p_weights[v_i], 1),
+                    budget = p_budgets[v_i],
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -277,7 +286,7 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -285,7 +294,7 @@ BEGIN
                     p_max_attempts[v_i], p_on_failures[v_i], v_due,
                     COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
-                    COALESCE(p_weights[v_i], 1))
+                    COALESCE(p_weights[v_i], 1), p_budgets[v_i])
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -332,23 +341,23 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights)
+                        p_weights, p_budgets)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      ord)
+                      budget, ord)
             WHERE NOT t.done
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight)
+                 weight, budget)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1)
+                   COALESCE(i.weight, 1), i.budget
             FROM input i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING

@@ -1,0 +1,371 @@
+"""Named budgets, part 1 (issue #30, DESIGN.md "Named budgets ... and rate bursts"): declaration,
+sync, storage, validation, listing, overrides and health. Admission by budget comes with the
+claim's next step (docs/budgets.md); nothing here claims."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from workhorse import (
+    App,
+    AsyncQueue,
+    Budget,
+    BudgetDefinition,
+    BudgetHealth,
+    BudgetSpec,
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    InvalidOptionsError,
+    InvalidPolicyError,
+    PolicyConflictError,
+    Queue,
+    SyncReport,
+    UndeclaredBudgetWarning,
+)
+from workhorse.cli import main
+
+B = BudgetDefinition
+
+
+def _stored(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Every stored budget and budget override, as rows: what "nothing written" compares."""
+    budgets = conn.execute(
+        "SELECT namespace, name, max_active, rate_limit, rate_period, rate_burst, updated_at"
+        " FROM workhorse.budgets ORDER BY name").fetchall()
+    controls = conn.execute(
+        "SELECT name, max_active, rate_limit, rate_burst, override_set_at"
+        " FROM workhorse.budget_controls ORDER BY name").fetchall()
+    return [*budgets, ("controls", *controls)]
+
+
+# ---- validation: typed, at construction, nothing written ----------------------------------------
+
+BAD_DEFINITIONS: list[tuple[str, dict[str, Any]]] = [
+    ("empty name", {"name": "", "max_active": 1}),
+    ("name over 255", {"name": "b" * 256, "max_active": 1}),
+    ("NUL in name", {"name": "a\x00b", "max_active": 1}),
+    ("name not a str", {"name": 7, "max_active": 1}),
+    ("no limit", {"name": "b"}),
+    ("max_active 0", {"name": "b", "max_active": 0}),
+    ("max_active bool", {"name": "b", "max_active": True}),
+    ("max_active too big", {"name": "b", "max_active": 1_000_001}),
+    ("bad rate", {"name": "b", "rate_limit": "lots"}),
+    ("rate_burst above N", {"name": "b", "rate_limit": "10/s", "rate_burst": 11}),
+    ("rate_burst 0", {"name": "b", "rate_limit": "10/s", "rate_burst": 0}),
+    ("rate_burst bool", {"name": "b", "rate_limit": "10/s", "rate_burst": True}),
+    ("burst without a rate", {"name": "b", "max_active": 3, "rate_burst": 1}),
+]
+
+
+@pytest.mark.parametrize(("case", "fields"), BAD_DEFINITIONS, ids=[c for c, _ in BAD_DEFINITIONS])
+def test_bad_budget_definitions_are_typed_and_write_nothing(
+        case: str, fields: dict[str, Any], queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_budgets("ns", [B("kept", max_active=4)])
+    conn.commit()
+    before = _stored(conn)
+    with pytest.raises(InvalidPolicyError):
+        queue.sync_budgets("ns", [B(**fields)])
+    with pytest.raises(InvalidPolicyError):
+        App("ns").budget(**fields)
+    # An app's sync never reaches the database with it either.
+    app = App("ns", database_url="postgresql://invalid.invalid/none")
+    with pytest.raises(InvalidPolicyError):
+        app.budget(**fields)
+    assert _stored(conn) == before
+
+
+def test_a_good_definition_normalises_its_rate() -> None:
+    d = B("openai", max_active=50, rate_limit="3000 / 1m", rate_burst=100)
+    assert (d.rate_limit, d.rate.n, d.rate.period) == ("3000/m", 3000, 60.0)
+    assert B("partner", rate_limit="5/10s", rate_burst=5).limits == (None, "5/10s", 5)
+    assert BudgetSpec("db", max_active=8).definition() == B("db", max_active=8)
+
+
+def test_conflicting_declarations_in_one_app_raise_at_declaration() -> None:
+    app = App("billing")
+    openai = app.budget("openai", max_active=50, rate_limit="3000/m")
+    assert app.budget("openai", max_active=50, rate_limit="3000/1m") is openai  # the same
+    with pytest.raises(InvalidPolicyError, match="declared twice"):
+        app.budget("openai", max_active=40, rate_limit="3000/m")
+    with pytest.raises(InvalidPolicyError, match="declared twice"):
+
+        @app.task(name="t.embed", budget=BudgetSpec("openai", max_active=1))
+        def embed(text: str) -> None: ...
+
+    assert "t.embed" not in app.tasks
+    assert app.budget_definitions() == [B("openai", 50, "3000/m")]
+
+
+def test_sync_payload_checks_before_sending(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    before = _stored(conn)
+    with pytest.raises(InvalidPolicyError, match="defined twice"):
+        queue.sync_budgets("ns", [B("a", 1), B("a", 2)])
+    with pytest.raises(InvalidPolicyError, match="BudgetDefinition"):
+        queue.sync_budgets("ns", [ConcurrencyPolicyDefinition("a", 1)])  # type: ignore[list-item]
+    with pytest.raises(InvalidPolicyError):
+        queue.sync_budgets("", [B("a", 1)])
+    assert _stored(conn) == before
+
+
+# ---- sync, prune, list ---------------------------------------------------------------------------
+
+
+def test_sync_prune_list_round_trip(queue: Queue) -> None:
+    rows = queue.sync_budgets("billing", [B("openai", 50, "3000/m", 100), B("db", 8)])
+    assert [(b.namespace, b.name, b.max_active, b.rate_limit, b.rate_burst) for b in rows] == [
+        ("billing", "db", 8, None, None), ("billing", "openai", 50, "3000/m", 100)]
+    assert all(isinstance(b, Budget) and b.created_at.tzinfo for b in rows)
+    assert rows[1].definition == B("openai", 50, "3000/m", 100)
+    queue.sync_budgets("search", [B("es", rate_limit="5/10s")])
+    assert [b.name for b in queue.list_budgets()] == ["db", "openai", "es"]
+    assert [b.name for b in queue.list_budgets("search")] == ["es"]
+
+    report = queue.sync_budgets_report("billing", [B("openai", 50, "3000/m", 100), B("db", 4),
+                                                    B("partner", rate_limit="10/s")])
+    assert report == SyncReport(created=["partner"], updated=["db"], unchanged=["openai"])
+    report = queue.sync_budgets_report("billing", [B("db", 4)], prune=False)
+    assert report == SyncReport(unchanged=["db"])
+    report = queue.sync_budgets_report("billing", [B("db", 4)])
+    assert report == SyncReport(pruned=["openai", "partner"], unchanged=["db"])
+    assert [b.name for b in queue.list_budgets()] == ["db", "es"]  # search's is not pruned
+
+
+def test_another_namespaces_budget_conflicts_and_nothing_is_written(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_budgets("billing", [B("openai", 50)])
+    conn.commit()
+    before = _stored(conn)
+    with pytest.raises(PolicyConflictError, match="owned by namespace billing"):
+        queue.sync_budgets("search", [B("zzz-new", 3), B("openai", 10)])
+    conn.rollback()
+    assert _stored(conn) == before
+
+
+def test_async_twins(database_url: str) -> None:
+    async def run() -> tuple[list[Budget], SyncReport, list[Budget]]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
+            aq = AsyncQueue(aconn)
+            synced = await aq.sync_budgets("ns", [B("db", 8)])
+            report = await aq.sync_budgets_report("ns", [B("db", 9)])
+            await aq.override_budget("db", max_active=2)
+            listed = await aq.list_budgets()
+            await aq.clear_budget_override("db")
+            return synced, report, listed
+
+    synced, report, listed = asyncio.run(run())
+    assert [b.max_active for b in synced] == [8]
+    assert report == SyncReport(updated=["db"])
+    assert listed[0].override is not None and listed[0].override.max_active == 2
+
+
+# ---- the app: budget= on tasks and at the call site, app.sync() -------------------------------
+
+
+def _app(database_url: str, name: str = "billing") -> App:
+    return App(name, database_url=database_url)
+
+
+def test_app_sync_syncs_and_prunes_budgets_and_warns_about_undeclared(database_url: str) -> None:
+    app = _app(database_url)
+    openai = app.budget("openai", max_active=50, rate_limit="3000/m", rate_burst=100)
+
+    @app.task(name="t.summarize", queue="summaries", budget=openai)
+    def summarize(text: str) -> None: ...
+
+    @app.task(name="t.push", queue="sync", budget="partner-api")
+    def push(record: str) -> None: ...
+
+    try:
+        with pytest.warns(UndeclaredBudgetWarning, match="'partner-api'"):
+            report = app.sync()
+        assert report.budgets == SyncReport(created=["openai"])
+        assert report.schedules is None
+
+        other = _app(database_url, "partner")
+        other.budget("partner-api", rate_limit="10/s")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert other.sync().budgets == SyncReport(created=["partner-api"])
+            # Declared now, by another namespace: no warning.
+            assert app.sync().budgets == SyncReport(unchanged=["openai"])
+
+        bare = _app(database_url)  # the same namespace, no budgets any more: pruned
+
+        @bare.task(name="t.summarize", queue="summaries")
+        def summarize2(text: str) -> None: ...
+
+        assert bare.sync().budgets == SyncReport(pruned=["openai"])
+        assert bare.sync().budgets is None  # nothing declared and nothing left to prune
+        bare.close()
+        other.close()
+    finally:
+        app.close()
+
+
+def test_job_budget_round_trip_and_call_site(database_url: str, queue: Queue) -> None:
+    app = _app(database_url)
+    openai = app.budget("openai", max_active=50)
+
+    @app.task(name="t.embed", queue="embeddings", budget=openai)
+    def embed(text: str) -> None: ...
+
+    @app.task(name="t.plain", queue="plain")
+    def plain(text: str) -> None: ...
+
+    try:
+        h1 = embed.delay("a")
+        h2 = embed.apply_async(("b",), budget="partner-api")   # the call site wins
+        h3 = plain.apply_async(("c",), budget=openai)
+        h4 = plain.delay("d")
+        [h5, h6] = embed.map([("e",), ("f",)])                  # shared options
+        h7 = app.send_task("t.plain", args=["g"], budget="db")
+        assert [h.job().budget for h in (h1, h2, h3, h4, h5, h6, h7)] == [
+            "openai", "partner-api", "openai", None, "openai", "openai", "db"]
+        listed = {j.id: j.budget for j in queue.list_jobs(limit=100)}
+        assert listed[h1.id] == "openai" and listed[h4.id] is None and listed[h7.id] == "db"
+        with pytest.raises(InvalidOptionsError):
+            embed.apply_async(("x",), budget="")
+        with pytest.raises(InvalidOptionsError):
+            embed.apply_async(("x",), budget=7)
+        with pytest.raises(InvalidOptionsError, match="cannot name a budget"):
+            embed.apply_async(("x",), depends_on=[h1])
+        assert len(queue.list_jobs(limit=100)) == 7  # none of the refused ones was written
+    finally:
+        app.close()
+
+
+def test_enqueue_options_budget_bounds(queue: Queue) -> None:
+    for bad in ("", "b" * 256, "a\x00", 5):
+        with pytest.raises(InvalidOptionsError):
+            EnqueueOptions(queue="q", budget=bad)  # type: ignore[arg-type]
+    assert EnqueueOptions(budget="b" * 255).budget == "b" * 255
+    job_id = queue.enqueue("t", {}, EnqueueOptions(queue="q", budget="db"))
+    job = queue.get_job(job_id)
+    assert job is not None and job.budget == "db"
+
+
+def test_a_budget_raises_the_queue_feature_level(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    def level(name: str) -> int | None:
+        row = conn.execute("SELECT feature_level FROM workhorse.queue_levels WHERE queue = %s",
+                           (name,)).fetchone()
+        return None if row is None else int(row[0])
+
+    queue.enqueue("t", {}, EnqueueOptions(queue="plain"))
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="plain2")),
+                        ("t", {}, EnqueueOptions(queue="budgeted", budget="db"))])
+    queue.enqueue("t", {}, EnqueueOptions(queue="keyed", job_key="k", budget="db"))
+    assert (level("plain"), level("plain2"), level("budgeted"), level("keyed")) == (
+        None, None, 2, 2)
+    # The job rows themselves stay at level 1 (nothing new is needed to record them).
+    assert conn.execute("SELECT DISTINCT feature_level FROM workhorse.jobs").fetchall() == [(1,)]
+
+
+# ---- overrides ---------------------------------------------------------------------------------
+
+
+def test_budget_override_and_clear(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_budgets("ns", [B("openai", 50, "3000/m", 100)])
+    o = queue.override_budget("openai", max_active=5, expires_in=3600)
+    assert o is not None and (o.max_active, o.rate_limit, o.rate_burst) == (5, None, None)
+    assert o.expires_at is not None
+    o = queue.override_budget("openai", rate_burst=10)  # replaces only what it names
+    assert o is not None and (o.max_active, o.rate_burst, o.expires_at) == (5, 10, None)
+    [listed] = queue.list_budgets()
+    assert listed.override is not None and listed.override.rate_burst == 10
+    queue.sync_budgets("ns", [B("openai", 40, "3000/m", 100)])   # a sync keeps it
+    assert queue.list_budgets()[0].override is not None
+    conn.commit()
+    before = _stored(conn)
+    for bad in ({}, {"rate_burst": 3001}, {"rate_limit": "10/s", "rate_burst": 11},
+                {"max_active": 0}, {"rate_limit": "x"}):
+        with pytest.raises(InvalidPolicyError):
+            queue.override_budget("openai", **bad)
+        conn.rollback()
+    with pytest.raises(InvalidPolicyError, match="rate_burst"):
+        queue.override_budget("no-rate", rate_burst=1)  # no rate in force anywhere
+    conn.rollback()
+    assert _stored(conn) == before
+    queue.clear_budget_override("openai")
+    assert queue.list_budgets()[0].override is None
+
+
+# ---- health --------------------------------------------------------------------------------------
+
+
+def test_budget_health_counts_active_units_and_queues(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_budgets("ns", [B("openai", 50, "3000/m", 100), B("idle", 3)])
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="summaries", budget="openai", cost=3)),
+                        ("t", {}, EnqueueOptions(queue="summaries", budget="openai", cost=2)),
+                        ("t", {}, EnqueueOptions(queue="embeddings", budget="openai")),
+                        ("t", {}, EnqueueOptions(queue="other", budget="ghost")),
+                        ("t", {}, EnqueueOptions(queue="other"))])
+    # Two jobs active (made so by hand: the claim of this step knows no budget), one expired.
+    conn.execute("UPDATE workhorse.jobs SET status = 'active', fence = 1, attempts = 1,"
+                 " lease_until = clock_timestamp() + interval '1 minute'"
+                 " WHERE queue = 'summaries' AND cost = 3")
+    conn.execute("UPDATE workhorse.jobs SET status = 'active', fence = 2, attempts = 1,"
+                 " lease_until = clock_timestamp() - interval '1 minute'"
+                 " WHERE queue = 'summaries' AND cost = 2")
+    queue.override_budget("idle", max_active=1)
+    health = {b.name: b for b in queue.health().budgets}
+    assert set(health) == {"openai", "idle", "ghost"}
+    openai = health["openai"]
+    assert isinstance(openai, BudgetHealth)
+    assert (openai.namespace, openai.max_active, openai.rate_limit, openai.rate_burst) == (
+        "ns", 50, "3000/m", 100)
+    assert openai.active_units == 3            # the expired lease holds nothing
+    assert openai.queues == ["embeddings", "summaries"]
+    assert (openai.ready, openai.blocked_ready, openai.next_start_at) == (1, 0, None)
+    assert health["idle"].max_active == 1 and health["idle"].override is not None
+    assert health["idle"].queues == [] and health["idle"].active_units == 0
+    ghost = health["ghost"]                      # named, declared by nobody: limits nothing
+    assert (ghost.namespace, ghost.max_active, ghost.queues, ghost.ready) == (
+        None, None, ["other"], 1)
+
+
+# ---- the CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_budgets_json_override_and_clear(database_url: str, queue: Queue) -> None:
+    queue.sync_budgets("ns", [B("openai", 50, "3000/m", 100)])
+    queue.conn.commit()
+    queue.enqueue("t", {}, EnqueueOptions(queue="summaries", budget="openai"))
+    queue.conn.commit()
+    runner = CliRunner()
+    base = ["--database-url", database_url, "budgets"]
+    result = runner.invoke(main, [*base, "--json"])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert row["name"] == "openai" and row["namespace"] == "ns" and row["rate_burst"] == 100
+    assert row["queues"] == ["summaries"] and row["override"] is None
+
+    result = runner.invoke(main, [*base, "override", "openai", "--max-active", "5",
+                                  "--rate-burst", "10", "--for", "1h", "--json"])
+    assert result.exit_code == 0, result.output
+    override = json.loads(result.output)
+    assert (override["max_active"], override["rate_burst"]) == (5, 10)
+    assert override["expires_at"] is not None
+    [row] = json.loads(runner.invoke(main, [*base, "--json"]).output)
+    assert row["max_active"] == 5 and row["rate_burst"] == 10
+    assert row["override"]["max_active"] == 5
+
+    text = runner.invoke(main, base)
+    assert text.exit_code == 0 and "openai" in text.output and "override" in text.output
+
+    bad = runner.invoke(main, [*base, "override", "openai", "--rate-burst", "3001"])
+    assert bad.exit_code == 1 and "rate_burst" in bad.output
+    assert runner.invoke(main, [*base, "override", "openai"]).exit_code == 2
+
+    result = runner.invoke(main, [*base, "clear-override", "openai"])
+    assert result.exit_code == 0 and "no override" in result.output
+    [row] = json.loads(runner.invoke(main, [*base, "--json"]).output)
+    assert row["max_active"] == 50 and row["override"] is None
