@@ -854,7 +854,7 @@ def check_budget_definitions(namespace: str,
 def sync_budgets(
     namespace: str, definitions: Iterable[BudgetDefinition], prune: bool,
 ) -> Operation[tuple[SyncReport, list[Budget]]]:
-    """Desired state for `namespace`'s budgets (sync_budgets_v1): another namespace's budget is a
+    """Desired state for `namespace`'s budgets (sync_budgets.sql): another namespace's budget is a
     PolicyConflictError, and nothing is written."""
     definitions = check_budget_definitions(namespace, definitions)
     rates = [d.rate for d in definitions]
@@ -883,7 +883,7 @@ def set_budget_control(
     rate_burst: int | None = None,
     expires_in: float | None = None,
 ) -> Operation[BudgetOverride | None]:
-    """Override a budget's fields, or clear its override (set_budget_control_v1); returns the
+    """Override a budget's fields, or clear its override (set_budget_control.sql); returns the
     override in place afterwards (None after a clear)."""
     check_name("budget name", name)
     if max_active is not None and (type(max_active) is not int

@@ -669,7 +669,13 @@ def _sync_plan(
 
 class UndeclaredBudgetWarning(UserWarning):
     """`app.sync()` found budgets that the app's tasks name and no namespace declares (DESIGN.md
-    "Named budgets": such jobs are limited by their queue alone)."""
+    "Named budgets": such jobs are limited by their queue alone).
+
+    >>> with warnings.catch_warnings(record=True) as caught:  # doctest: +SKIP
+    ...     app.sync()
+    >>> caught[0].category.__name__                            # doctest: +SKIP
+    'UndeclaredBudgetWarning'
+    """
 
 
 def _with_nested(report: SyncReport, field: str, nested: SyncReport) -> SyncReport:

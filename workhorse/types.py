@@ -776,7 +776,11 @@ class BudgetSpec:
 @dataclass(frozen=True, slots=True)
 class BudgetOverride:
     """An operator's override of a budget: the fields it replaces (None: not replaced), since
-    when, and until when (None: until cleared)."""
+    when, and until when (None: until cleared).
+
+    >>> q.override_budget("openai", max_active=10, expires_in=3600)  # doctest: +SKIP
+    BudgetOverride(max_active=10, rate_limit=None, rate_burst=None, set_at=..., expires_at=...)
+    """
 
     max_active: int | None = None
     rate_limit: str | None = None

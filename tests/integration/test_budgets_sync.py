@@ -114,7 +114,7 @@ def test_sync_payload_checks_before_sending(queue: Queue, conn: psycopg.Connecti
     assert _stored(conn) == before
 
 
-# ---- sync, prune, list ---------------------------------------------------------------------------
+# ---- sync, prune, list --------------------------------------------------------------------------
 
 
 def test_sync_prune_list_round_trip(queue: Queue) -> None:
@@ -165,7 +165,7 @@ def test_async_twins(database_url: str) -> None:
     assert listed[0].override is not None and listed[0].override.max_active == 2
 
 
-# ---- the app: budget= on tasks and at the call site, app.sync() -------------------------------
+# ---- the app: budget= on tasks and at the call site, app.sync() ---------------------------------
 
 
 def _app(database_url: str, name: str = "billing") -> App:
@@ -268,7 +268,7 @@ def test_a_budget_raises_the_queue_feature_level(
     assert conn.execute("SELECT DISTINCT feature_level FROM workhorse.jobs").fetchall() == [(1,)]
 
 
-# ---- overrides ---------------------------------------------------------------------------------
+# ---- overrides ----------------------------------------------------------------------------------
 
 
 def test_budget_override_and_clear(queue: Queue, conn: psycopg.Connection[Any]) -> None:
@@ -297,7 +297,7 @@ def test_budget_override_and_clear(queue: Queue, conn: psycopg.Connection[Any]) 
     assert queue.list_budgets()[0].override is None
 
 
-# ---- health --------------------------------------------------------------------------------------
+# ---- health -------------------------------------------------------------------------------------
 
 
 def test_budget_health_counts_active_units_and_queues(
@@ -332,7 +332,7 @@ def test_budget_health_counts_active_units_and_queues(
         None, None, ["other"], 1)
 
 
-# ---- the CLI ---------------------------------------------------------------------------------------
+# ---- the CLI ------------------------------------------------------------------------------------
 
 
 def test_cli_budgets_json_override_and_clear(database_url: str, queue: Queue) -> None:
@@ -369,3 +369,133 @@ def test_cli_budgets_json_override_and_clear(database_url: str, queue: Queue) ->
     assert result.exit_code == 0 and "no override" in result.output
     [row] = json.loads(runner.invoke(main, [*base, "--json"]).output)
     assert row["max_active"] == 50 and row["override"] is None
+
+
+def test_enqueue_records_the_budgets_queues(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="a", budget="openai")),
+                        ("t", {}, EnqueueOptions(queue="b", budget="openai")),
+                        ("t", {}, EnqueueOptions(queue="a", budget="openai")),
+                        ("t", {}, EnqueueOptions(queue="c"))])
+    queue.enqueue("t", {}, EnqueueOptions(queue="a", budget="db", idempotency_key="k"))
+    rows = conn.execute("SELECT budget, queue FROM workhorse.budget_queues ORDER BY 1, 2")
+    assert rows.fetchall() == [("db", "a"), ("openai", "a"), ("openai", "b")]
+
+
+# ---- rate bursts on queue policies --------------------------------------------------------------
+
+BAD_BURSTS: list[tuple[str, dict[str, Any]]] = [
+    ("burst above N", {"rate_limit": "10/s", "rate_burst": 11}),
+    ("burst 0", {"rate_limit": "10/s", "rate_burst": 0}),
+    ("burst without a rate", {"max_active": 3, "rate_burst": 2}),
+    ("per-key burst without its rate", {"rate_limit": "10/s", "rate_burst_per_key": 2}),
+    ("per-key burst above its N", {"rate_limit_per_key": "3/s", "rate_burst_per_key": 4}),
+    ("burst not an int", {"rate_limit": "10/s", "rate_burst": 2.0}),
+]
+
+
+@pytest.mark.parametrize(("case", "fields"), BAD_BURSTS, ids=[c for c, _ in BAD_BURSTS])
+def test_bad_bursts_are_typed_and_write_nothing(
+        case: str, fields: dict[str, Any], queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(InvalidPolicyError):
+        ConcurrencyPolicyDefinition("q", **fields)
+    with pytest.raises(InvalidPolicyError):
+        App("ns").queue("q", **fields)
+    app = App("ns")
+    with pytest.raises(InvalidPolicyError):
+
+        @app.task(name="t.x", queue="q", **fields)
+        def x() -> None: ...
+
+    assert "t.x" not in app.tasks
+    assert conn.execute("SELECT count(*) FROM workhorse.policies").fetchone() == (0,)
+
+
+def test_bursts_sync_list_health_and_feature_level(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    D = ConcurrencyPolicyDefinition
+    queue.sync_concurrency_policies("ns", [
+        D("mail", rate_limit="100/m", rate_burst=10, rate_limit_per_key="10/m",
+          rate_burst_per_key=2),
+        D("plain", rate_limit="100/m")])
+    policies = {p.queue: p for p in queue.list_concurrency_policies()}
+    assert (policies["mail"].rate_burst, policies["mail"].rate_burst_per_key) == (10, 2)
+    assert (policies["plain"].rate_burst, policies["plain"].rate_burst_per_key) == (None, None)
+    levels = dict(conn.execute("SELECT queue, feature_level FROM workhorse.policies").fetchall())
+    assert levels == {"mail": 2, "plain": 1}
+    report = queue.sync_report("ns", [D("mail", rate_limit="100/m", rate_burst=10,
+                                        rate_limit_per_key="10/m", rate_burst_per_key=2),
+                                      D("plain", rate_limit="100/m", rate_burst=50)])
+    assert report == SyncReport(updated=["plain"], unchanged=["mail"])
+    health = {p.queue: p for p in queue.health().policies}
+    assert (health["mail"].rate_burst, health["mail"].rate_burst_per_key) == (10, 2)
+    assert health["plain"].rate_burst == 50
+    # Two declarations of one queue that disagree on a burst conflict.
+    app = App("ns")
+    app.queue("mail", rate_limit="100/m", rate_burst=10)
+    with pytest.raises(InvalidPolicyError, match="declared twice"):
+        app.queue("mail", rate_limit="100/m", rate_burst=20)
+
+
+def test_override_bursts(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    D = ConcurrencyPolicyDefinition
+    queue.sync_concurrency_policies("ns", [D("mail", rate_limit="100/m", rate_burst=10)])
+    control = queue.override_policy("mail", rate_burst=5)          # a burst alone
+    assert control.override is not None and control.override.rate_burst == 5
+    assert {p.queue: p.rate_burst for p in queue.health().policies}["mail"] == 5
+    control = queue.override_policy("mail", max_active=3)          # keeps the burst
+    assert control.override is not None
+    assert (control.override.max_active, control.override.rate_burst) == (3, 5)
+    conn.commit()
+
+    def stored() -> list[tuple[Any, ...]]:
+        return conn.execute("SELECT * FROM workhorse.queue_controls ORDER BY queue").fetchall()
+
+    before = stored()
+    for bad in ({"rate_burst": 101}, {"rate_limit": "4/s", "rate_burst": 5},
+                {"rate_burst_per_key": 1}, {"rate_burst": 0}):
+        with pytest.raises(InvalidPolicyError):
+            queue.override_policy("mail", **bad)
+        conn.rollback()
+    with pytest.raises(InvalidPolicyError):
+        queue.override_policy("ungoverned", rate_burst=1)            # no rate in force
+    conn.rollback()
+    assert stored() == before
+    control = queue.override_policy("mail", rate_limit="1000/m", rate_burst=500)
+    assert control.override is not None and control.override.rate_burst == 500
+    queue.clear_override("mail")
+    assert {p.queue: p.rate_burst for p in queue.health().policies}["mail"] == 10
+    assert stored() == [] or all(row is None for row in stored())
+
+
+def test_cli_policies_shows_and_overrides_bursts(database_url: str, queue: Queue) -> None:
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition(
+        "mail", rate_limit="100/m", rate_burst=10)])
+    queue.conn.commit()
+    runner = CliRunner()
+    [row] = json.loads(runner.invoke(main, ["--database-url", database_url, "policies",
+                                            "--json"]).output)
+    assert (row["rate_burst"], row["rate_burst_per_key"]) == (10, None)
+    result = runner.invoke(main, ["--database-url", database_url, "policies", "override",
+                                  "mail", "--rate-burst", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["override"]["rate_burst"] == 4
+    result = runner.invoke(main, ["--database-url", database_url, "policies", "override",
+                                  "mail", "--rate-burst", "101"])
+    assert result.exit_code == 1 and "rate_burst" in result.output
+    text = runner.invoke(main, ["--database-url", database_url, "policies"])
+    assert text.exit_code == 0 and "rate_burst" in text.output
+
+
+def test_the_nothing_written_checker_sees_writes(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    """`_stored` must see each kind of write the bad-input tests rule out, or they prove nothing:
+    the broken variants here are a sync that wrote a budget, an updated limit, and an override."""
+    before = _stored(conn)
+    queue.sync_budgets("ns", [B("new", 1)])
+    after_sync = _stored(conn)
+    assert after_sync != before
+    queue.sync_budgets("ns", [B("new", 2)])
+    assert _stored(conn) != after_sync
+    changed = _stored(conn)
+    queue.override_budget("new", max_active=1)
+    assert _stored(conn) != changed

@@ -48,7 +48,8 @@
 --
 -- `p_budgets` (NULL: none for every job) is the named budget each job names (DESIGN.md "Named
 -- budgets"), stored on the row as it is, declared or not. A job that names one raises its
--- queue's level to at least 2, as a cost does (see migrations/0008_budgets.sql).
+-- queue's level to at least 2, as a cost does (see migrations/0008_budgets.sql), and records the
+-- (budget, queue) pair in budget_queues (ON CONFLICT DO NOTHING: no existing row is locked).
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -176,6 +177,13 @@ BEGIN
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
             WHERE lv.feature_level < excluded.feature_level;
+    END IF;
+    IF p_budgets IS NOT NULL THEN
+        INSERT INTO workhorse.budget_queues (budget, queue)
+        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        WHERE t.budget IS NOT NULL
+        ORDER BY 1, 2
+        ON CONFLICT DO NOTHING;
     END IF;
 
     IF NOT EXISTS (SELECT 1 FROM unnest(p_idempotency_keys, p_unique_keys, p_job_keys)

@@ -13,7 +13,9 @@
 --
 -- For an existing database: one nullable column on jobs (no rewrite) and two partial indexes
 -- over the jobs that name a budget (none before this migration, so they build at once); new
--- columns on policies and queue_controls (small tables); three new tables.
+-- columns on policies and queue_controls (small tables); four new tables. key_heads is left
+-- as it is: the budget column and index the claim's walk needs (docs/budgets.md) come with that
+-- claim, so that today's claims do not maintain an index nothing reads.
 
 -- ---- the job's budget -------------------------------------------------------------------------
 -- The budget a job names (at most one), declared or not: a name nobody declared imposes no limit.
@@ -24,10 +26,11 @@ ALTER TABLE workhorse.jobs
 -- (the claim counts them under the budget's lock; health sums their cost).
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs (budget, lease_until) INCLUDE (cost, queue)
     WHERE status = 'active' AND budget IS NOT NULL;
--- A budget's ready work, by queue in admission order: health's "queues with ready jobs naming
--- it" (bounded per queue), blocked_ready's sample, and the claim's per-queue turn (which queue
--- gets the budget's next freed place) without reading another queue's backlog.
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
+-- A budget's ready work, by queue and key in admission order: health's "queues with ready jobs
+-- naming it" (a skip-scan, one probe per queue), and the claim's per-budget streams (a queue's
+-- keyless jobs of one budget, a key's jobs of one budget) without reading another budget's
+-- backlog.
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, ckey, rank, id)
     WHERE status = 'ready' AND budget IS NOT NULL;
 
 -- ---- rate bursts on queue policies --------------------------------------------------------------
@@ -99,6 +102,20 @@ CREATE INDEX budget_starts_end_idx ON workhorse.budget_starts (bucket_end);
 ALTER TABLE workhorse.budget_starts SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
+
+-- The queues that have used a budget, written by the enqueue of a job naming it (ON CONFLICT DO
+-- NOTHING: an existing row is not locked, so producers never queue behind each other). The
+-- claim (next step) reads it to keep such queues off the ungoverned fast path, to give the
+-- budget's freed places to its queues in turn (`last_turn`: when the queue last got one), and to
+-- wake the budget's other queues when units free. Housekeeping will prune rows of queues with no
+-- ready or active job naming the budget.
+CREATE TABLE workhorse.budget_queues (
+    budget     text        NOT NULL,
+    queue      text        NOT NULL,
+    last_turn  timestamptz,
+    PRIMARY KEY (budget, queue)
+);
+CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues (queue, budget);
 
 \ir ../functions/_budget_lock_id_v1.sql
 \ir ../functions/sync_budgets_v1.sql
