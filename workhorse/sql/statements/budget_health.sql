@@ -59,6 +59,9 @@ CROSS JOIN LATERAL (
     SELECT count(*)::integer AS ready
     FROM (SELECT 1 FROM workhorse.jobs j
           WHERE j.budget = n.name AND j.status = 'ready' AND j.budget IS NOT NULL
+          -- The index's order, so that the planner walks it (a LIMIT alone made it pick a
+          -- sequential scan it expected to stop early: it reads everything for a rare name).
+          ORDER BY j.budget, j.queue, j.ckey, j.rank, j.id
           LIMIT %(sample)s + 1) AS s
 ) AS rd
 CROSS JOIN LATERAL (
