@@ -29,6 +29,7 @@ from ._text import literal
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
 from .types import (
+    BudgetHealth,
     BudgetOverride,
     Job,
     JobStatus,
@@ -393,6 +394,8 @@ def health(ctx: click.Context, as_json: bool) -> None:
         return
     console.print(health_table(result))
     console.print(depth_table(result))
+    if result.budgets:
+        console.print(budgets_table(result.budgets))
 
 
 @main.group(invoke_without_command=True)
@@ -866,6 +869,12 @@ def budgets(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
+    console.print(budgets_table(rows))
+    if not rows:
+        console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
+
+
+def budgets_table(rows: list[BudgetHealth]) -> Table:
     table = DataTable(title="budgets")
     for column in ("budget", "namespace", "max_active", "rate_limit", "rate_burst",
                    "active_units", "ready", "queues"):
@@ -876,9 +885,7 @@ def budgets(ctx: click.Context, as_json: bool) -> None:
         table.add_row(name, b.namespace or "- (not declared)", _limit(b.max_active),
                       b.rate_limit or "-", _limit(b.rate_burst), str(b.active_units),
                       f"{b.ready}{'+' if b.capped else ''}", ", ".join(b.queues) or "-")
-    console.print(table)
-    if not rows:
-        console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
+    return table
 
 
 def _budget_line(name: str, override: BudgetOverride | None) -> str:

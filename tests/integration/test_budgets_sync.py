@@ -526,3 +526,33 @@ def test_budget_health_reads_no_backlog(queue: Queue, conn: psycopg.Connection[A
     assert _seq_scans_of_jobs(conn, broken, None) != []
     [flood] = [b for b in queue.health().budgets if b.name == "flood"]
     assert flood.queues == ["q0", "q1", "q2"] and flood.capped and flood.ready == 1000
+
+
+def test_eager_jobs_carry_their_budget() -> None:
+    from workhorse.testing import eager
+
+    app = App("eager")
+    db = app.budget("db", max_active=2)
+
+    @app.task(name="t.q", budget=db)
+    def query(n: int) -> int:
+        return n
+
+    with eager(app):
+        assert query.delay(1).job().budget == "db"
+        assert query.apply_async((2,), budget="other").job().budget == "other"
+
+
+def test_cli_health_shows_budgets(database_url: str, queue: Queue) -> None:
+    runner = CliRunner()
+    plain = runner.invoke(main, ["--database-url", database_url, "health"])
+    assert plain.exit_code == 0 and "budgets" not in plain.output  # none: no table
+    queue.sync_budgets("ns", [B("openai", 50)])
+    queue.enqueue("t", {}, EnqueueOptions(queue="summaries", budget="openai"))
+    queue.conn.commit()
+    result = runner.invoke(main, ["--database-url", database_url, "health"])
+    assert result.exit_code == 0 and "budgets" in result.output
+    assert "openai" in result.output and "summaries" in result.output
+    data = json.loads(runner.invoke(main, ["--database-url", database_url, "health",
+                                           "--json"]).stdout)
+    assert [b["name"] for b in data["budgets"]] == ["openai"]
