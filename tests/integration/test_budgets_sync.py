@@ -35,6 +35,13 @@ from workhorse.cli import main
 B = BudgetDefinition
 
 
+@pytest.fixture(autouse=True)
+def _wide_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's tables print whole off a terminal unless COLUMNS says otherwise (xdist sets
+    it): the text checks below look for whole names."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _stored(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
     """Every stored budget and budget override, as rows: what "nothing written" compares."""
     budgets = conn.execute(
@@ -556,3 +563,25 @@ def test_cli_health_shows_budgets(database_url: str, queue: Queue) -> None:
     data = json.loads(runner.invoke(main, ["--database-url", database_url, "health",
                                            "--json"]).stdout)
     assert [b["name"] for b in data["budgets"]] == ["openai"]
+
+
+def test_a_cost_that_can_never_fit_its_budget_or_burst_is_refused(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_budgets("ns", [B("gpus", 8), B("tokens", rate_limit="1000/m", rate_burst=100)])
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition(
+        "mail", rate_limit="100/m", rate_burst=10)])
+    conn.commit()
+    count = "SELECT count(*) FROM workhorse.jobs"
+    for options in (EnqueueOptions(queue="a", budget="gpus", cost=9),
+                    EnqueueOptions(queue="a", budget="tokens", rate_cost=101),   # above B
+                    EnqueueOptions(queue="mail", rate_cost=11)):                  # policy burst
+        with pytest.raises(InvalidOptionsError, match="can never start"):
+            queue.enqueue_many([("t", {}, EnqueueOptions(queue="fine")), ("t", {}, options)])
+        conn.rollback()
+        assert conn.execute(count).fetchone() == (0,)
+    # What fits is accepted, and a budget nobody declared limits nothing.
+    queue.enqueue("t", {}, EnqueueOptions(queue="a", budget="gpus", cost=8))
+    queue.enqueue("t", {}, EnqueueOptions(queue="a", budget="tokens", rate_cost=100))
+    queue.enqueue("t", {}, EnqueueOptions(queue="a", budget="nobody", cost=1_000_000))
+    queue.enqueue("t", {}, EnqueueOptions(queue="mail", rate_cost=10))
+    assert conn.execute(count).fetchone() == (4,)

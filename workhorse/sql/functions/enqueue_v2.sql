@@ -41,7 +41,9 @@
 -- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
 -- rate limit's N, can never start: the enqueue refuses it (SQLSTATE WH005, before anything is
 -- written). The stored policy is the one checked; an override that lowers a limit does not
--- refuse (the job waits for it to end). Takes each queue's enqueue gate in
+-- refuse (the job waits for it to end). The same holds for a rate burst (rate_cost above B), and
+-- for the declared budget a job names (cost above its max_active, rate cost above its N or B).
+-- Takes each queue's enqueue gate in
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
 -- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
 -- go through _on_key_full_v1, under the queue's admission lock.
@@ -134,7 +136,7 @@ BEGIN
         -- in shared mode only for enqueues: a concurrent sync may still lower it, and the claim
         -- then holds the job with CostExceedsLimitError).
         SELECT t.queue, t.cost, t.rate_cost, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key, t.ckey
+               p.rate_limit_per_key, t.ckey, p.rate_burst, p.rate_burst_per_key
         INTO v_row
         FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
              WITH ORDINALITY AS t(queue, cost, rate_cost, ckey, ord)
@@ -142,18 +144,42 @@ BEGIN
         WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
            OR (t.ckey IS NOT NULL AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
            OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
+           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst, 2147483647)
            OR (t.ckey IS NOT NULL
                AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
+           OR (t.ckey IS NOT NULL
+               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst_per_key, 2147483647))
         ORDER BY t.ord
         LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'a job of cost % and rate_cost % can never start on queue %: its '
                             'policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
-                            'rate_limit_per_key N=%',
+                            'rate_limit_per_key N=%, rate_burst=%, rate_burst_per_key=%',
                 COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.queue,
                 v_row.max_active, v_row.max_active_per_key, v_row.rate_limit,
-                v_row.rate_limit_per_key
+                v_row.rate_limit_per_key, v_row.rate_burst, v_row.rate_burst_per_key
                 USING ERRCODE = 'WH005';
+        END IF;
+        IF p_budgets IS NOT NULL THEN
+            -- The same for the declared budget a job names (DESIGN.md "Named budgets": its cost
+            -- counts against the budget's max_active, its rate cost against its rate and burst).
+            SELECT t.budget, t.cost, t.rate_cost, b.max_active, b.rate_limit, b.rate_burst
+            INTO v_row
+            FROM unnest(p_budgets, p_costs, p_rate_costs)
+                 WITH ORDINALITY AS t(budget, cost, rate_cost, ord)
+            JOIN workhorse.budgets b ON b.name = t.budget
+            WHERE COALESCE(t.cost, 1) > COALESCE(b.max_active, 2147483647)
+               OR COALESCE(t.rate_cost, 1) > COALESCE(b.rate_limit, 2147483647)
+               OR COALESCE(t.rate_cost, 1) > COALESCE(b.rate_burst, 2147483647)
+            ORDER BY t.ord
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'a job of cost % and rate_cost % can never start in budget %: '
+                                'it allows max_active=%, rate_limit N=%, rate_burst=%',
+                    COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.budget,
+                    v_row.max_active, v_row.rate_limit, v_row.rate_burst
+                    USING ERRCODE = 'WH005';
+            END IF;
         END IF;
     END IF;
 
