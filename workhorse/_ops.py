@@ -1028,8 +1028,9 @@ def list_queues() -> Operation[list[QueueSummary]]:
 
 
 def housekeeping() -> Operation[tuple[int, int]]:
-    """Clear expired overrides and prune old start buckets: (overrides cleared, rows pruned)."""
-    rows = yield _sql.statement("housekeeping"), ()
+    """Clear expired overrides (of queues and of budgets) and prune old start buckets:
+    (overrides cleared, rows pruned)."""
+    rows = yield _sql.statement("housekeeping_budgets"), ()
     return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
 

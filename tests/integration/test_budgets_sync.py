@@ -585,3 +585,23 @@ def test_a_cost_that_can_never_fit_its_budget_or_burst_is_refused(
     queue.enqueue("t", {}, EnqueueOptions(queue="a", budget="nobody", cost=1_000_000))
     queue.enqueue("t", {}, EnqueueOptions(queue="mail", rate_cost=10))
     assert conn.execute(count).fetchone() == (4,)
+
+
+def test_housekeeping_clears_expired_budget_overrides_and_old_starts(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    from workhorse import _ops
+
+    queue.sync_budgets("ns", [B("openai", 50, "10/s")])
+    queue.override_budget("openai", max_active=5, expires_in=3600)
+    queue.override_budget("db", max_active=1)                      # no expiry: kept
+    conn.execute("UPDATE workhorse.budget_controls SET override_expires_at = now() - interval"
+                 " '1 second' WHERE name = 'openai'")
+    conn.execute("INSERT INTO workhorse.budget_starts VALUES"
+                 " ('openai', 0, now() - interval '1 minute', 3),"   # past its 10 s window
+                 " ('openai', 0, now() + interval '1 second', 2),"   # live
+                 " ('gone', 1, now() - interval '1 second', 1)")     # no budget: any age goes
+    expired, pruned = _ops.execute(conn, _ops.housekeeping())
+    assert (expired, pruned) == (1, 2)
+    assert [c[0] for c in conn.execute("SELECT name FROM workhorse.budget_controls")] == ["db"]
+    assert conn.execute("SELECT budget, n FROM workhorse.budget_starts").fetchall() == [
+        ("openai", 2)]

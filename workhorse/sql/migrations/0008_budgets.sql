@@ -107,8 +107,9 @@ ALTER TABLE workhorse.budget_starts SET (
 -- NOTHING: an existing row is not locked, so producers never queue behind each other). The
 -- claim (next step) reads it to keep such queues off the ungoverned fast path, to give the
 -- budget's freed places to its queues in turn (`last_turn`: when the queue last got one), and to
--- wake the budget's other queues when units free. Housekeeping will prune rows of queues with no
--- ready or active job naming the budget.
+-- wake the budget's other queues when units free. One small row per pair ever used, kept: a
+-- pair may still have scheduled jobs (which become ready without an enqueue), so pruning it
+-- needs the claim's rules (next step).
 CREATE TABLE workhorse.budget_queues (
     budget     text        NOT NULL,
     queue      text        NOT NULL,
@@ -120,3 +121,4 @@ CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues (queue, budget);
 \ir ../functions/_budget_lock_id_v1.sql
 \ir ../functions/sync_budgets_v1.sql
 \ir ../functions/set_budget_control_v1.sql
+\ir ../functions/housekeeping_v2.sql
