@@ -1674,11 +1674,6 @@ def enqueue_workflow(
             f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members, got {len(members)}")
     payloads = [encode_json(m.payload) for m in members]
     for m in members:
-        if m.options.budget is not None:
-            # enqueue_workflow does not store a budget yet: refused rather than dropped.
-            raise InvalidOptionsError(
-                f"a workflow member (or a job with depends_on) cannot name a budget yet, got "
-                f"budget={m.options.budget!r}")
         if m.options.idempotency_key is not None or m.options.unique is not None \
                 or m.options.job_key is not None:
             raise InvalidOptionsError(
@@ -1699,6 +1694,12 @@ def enqueue_workflow(
         error_args: tuple[Any, ...] = (None,) * 7
     else:
         task, payload, options, on_failure = on_error
+        if options.budget is not None:
+            # The on_error job is made by the release from the workflow's row, which keeps no
+            # budget: refused rather than dropped.
+            raise InvalidOptionsError(
+                f"a workflow's on_error signature cannot name a budget yet, got "
+                f"budget={options.budget!r}")
         error_args = (task, options.queue, options.concurrency_key, options.priority,
                       encode_json(payload), options.max_attempts, on_failure)
     rows = yield _sql.statement("enqueue_workflow"), (
@@ -1708,7 +1709,8 @@ def enqueue_workflow(
         [m.options.delay_seconds for m in members], [m.options.max_attempts for m in members],
         [m.on_failure for m in members], [None] * len(members), [m.mode for m in members],
         edge_jobs, edge_parents, edge_ids, edge_positions, edge_passes,
-        [i + 1 for i in result_members], result_kind, *error_args)
+        [i + 1 for i in result_members], result_kind, *error_args,
+        _or_null([m.options.budget for m in members]))
     workflow_id, ids, missing = rows[0]
     if workflow_id is None:
         raise InvalidOptionsError(

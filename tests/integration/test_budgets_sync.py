@@ -242,9 +242,17 @@ def test_job_budget_round_trip_and_call_site(database_url: str, queue: Queue) ->
             embed.apply_async(("x",), budget="")
         with pytest.raises(InvalidOptionsError):
             embed.apply_async(("x",), budget=7)
-        with pytest.raises(InvalidOptionsError, match="cannot name a budget"):
-            embed.apply_async(("x",), depends_on=[h1])
         assert len(queue.list_jobs(limit=100)) == 7  # none of the refused ones was written
+        # Workflow members keep theirs: a job after another, and a chain's members.
+        after = embed.apply_async(("x",), depends_on=[h1])
+        assert after.job().budget == "openai"
+        from workhorse import chain
+
+        wf = chain(embed.s("y").set(queue="wf-embeddings"), plain.si("z")).delay()
+        assert [j.budget for j in wf.jobs()] == ["openai", None]
+        recorded = queue.conn.execute(
+            "SELECT budget FROM workhorse.budget_queues WHERE queue = 'wf-embeddings'")
+        assert recorded.fetchall() == [("openai",)]
     finally:
         app.close()
 
