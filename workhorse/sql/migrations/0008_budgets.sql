@@ -11,9 +11,11 @@
 -- releasing it needs nothing new (a budget's active units are derived from its active jobs,
 -- never stored), so the released outcome functions record it as before.
 --
--- For an existing database: one nullable column on jobs (no rewrite) and two partial indexes
--- over the jobs that name a budget (none before this migration, so they build at once); new
--- columns on policies and queue_controls (small tables); four new tables. key_heads is left
+-- For an existing database: one nullable column on jobs (no rewrite; its CHECK is validated by
+-- one scan of jobs) and two partial indexes over the jobs that name a budget (small, as none
+-- does before this migration, but each is built by one more scan of jobs, under a lock that
+-- blocks writes to it meanwhile); new columns on policies and queue_controls (small tables);
+-- four new tables. key_heads is left
 -- as it is: the budget column and index the claim's walk needs (docs/budgets.md) come with that
 -- claim, so that today's claims do not maintain an index nothing reads.
 
