@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import traceback as traceback_module
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Collection, Generator, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -1061,17 +1061,20 @@ class ClaimReply:
 def claim_as(
     queue: str, limit: int, lease: float,
     successes: Sequence[tuple[int, int, str, str]] = (),
+    tasks: Collection[str] | None = None,
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
-    once."""
+    once. With `tasks` (the names the worker's app declares), a job of any other task is passed
+    over, never claimed: another app's worker may serve the same queue."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
+    known = None if tasks is None else sorted(set(tasks))
     if successes:
         rows = yield _sql.statement("complete_and_claim_next"), (
-            queue, limit, lease, *_success_columns(successes))
+            queue, limit, lease, *_success_columns(successes), known)
     else:
-        rows = yield _sql.statement("claim_next"), (queue, limit, lease)
+        rows = yield _sql.statement("claim_next"), (queue, limit, lease, known)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
@@ -1084,25 +1087,28 @@ def claim_as(
 
 
 def claim_batch(
-    queue: str, limit: int, lease: float
+    queue: str, limit: int, lease: float, tasks: Collection[str] | None = None
 ) -> Operation[tuple[list[ClaimedJob], float | None]]:
-    """Up to `limit` jobs from `queue`, and, when a rate limit cut the claim short, the seconds
-    until its next start is allowed (else None)."""
-    reply = yield from claim_as(queue, limit, lease)
+    """Up to `limit` jobs from `queue` (of `tasks` only, when given), and, when a rate limit cut
+    the claim short, the seconds until its next start is allowed (else None)."""
+    reply = yield from claim_as(queue, limit, lease, tasks=tasks)
     return reply.jobs, reply.next_start
 
 
-def claim(queue: str, limit: int, lease: float) -> Operation[list[ClaimedJob]]:
-    jobs, _ = yield from claim_batch(queue, limit, lease)
+def claim(
+    queue: str, limit: int, lease: float, tasks: Collection[str] | None = None
+) -> Operation[list[ClaimedJob]]:
+    jobs, _ = yield from claim_batch(queue, limit, lease, tasks)
     return jobs
 
 
 def complete_and_claim(
-    queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]]
+    queue: str, limit: int, lease: float, successes: Sequence[tuple[int, int, str, str]],
+    tasks: Collection[str] | None = None,
 ) -> Operation[tuple[list[ClaimedJob], float | None, dict[tuple[int, int], JobStatus]]]:
     """`claim_as`, as a tuple: the jobs, the rate limit's next start (as `claim_batch`), and the
     (id, fence) pairs accepted with their new status."""
-    reply = yield from claim_as(queue, limit, lease, successes)
+    reply = yield from claim_as(queue, limit, lease, successes, tasks)
     return reply.jobs, reply.next_start, reply.accepted
 
 

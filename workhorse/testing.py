@@ -653,7 +653,7 @@ async def _drain(
                 if time.monotonic() >= deadline:
                     raise TimeoutError(_timed_out(timeout, counts))
                 jobs, next_start, _ = await _ops.execute_async(
-                    conn, _ops.complete_and_claim(queue, 1, lease, []))
+                    conn, _ops.complete_and_claim(queue, 1, lease, [], app.tasks))
                 if next_start is not None:
                     next_starts.append(next_start)
                 for job in jobs:

@@ -10,8 +10,14 @@ never fit the synced policy is held (CostExceedsLimitError); a key whose first j
 the key's units or starts left is passed over for the rest of the claim; a job that does not fit
 the queue's free units or starts ends the claim (no starvation). Keyless jobs are one key.
 
-The comparison is shown to fail on claims that ignore weights or costs: a deliberately broken
-copy of the choice is installed in the test's database."""
+With task lists (issue #24 item 6: a worker never claims another app's jobs), two workers of
+different apps claim in turn; a claim never takes a job of a task its app does not declare: a
+queue without heads (FIFO with no per-key limit) is one stream of the known jobs; with heads, a
+key whose first job is another app's is passed over, unless that job does not fit the free units
+(then the claim ends, as for any job).
+
+The comparison is shown to fail on claims that ignore weights, costs or task lists: a
+deliberately broken copy of the choice is installed in the test's database."""
 
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _sql
+from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops, _sql
 from workhorse.types import ClaimedJob
 
 Policy = tuple[int, int | None, int | None, int | None, str]
@@ -41,6 +47,7 @@ class Job:
     cost: int
     rate_cost: int
     weight: int
+    task: str = "t"
 
 
 @dataclass
@@ -51,8 +58,9 @@ class Model:
     held: set[int] = field(default_factory=set)
     starts: dict[str, int] = field(default_factory=dict)  # units started: "" queue, else key
 
-    def admit(self, limit: int) -> list[int]:
+    def admit(self, limit: int, tasks: set[str] | None = None) -> list[int]:
         max_active, per_key, rate, rate_key, fairness = self.policy
+        heads = per_key is not None or rate_key is not None or fairness == "key"
         units: dict[str, int] = {}
         for job in self.active.values():
             units[job.key] = units.get(job.key, 0) + job.cost
@@ -61,7 +69,8 @@ class Model:
         key_started: dict[str, int] = {}
         passed: set[str] = set()
         chosen: list[int] = []
-        remaining = dict(self.ready)
+        remaining = {i: job for i, job in self.ready.items()
+                     if tasks is None or heads or job.task in tasks}
         if rate_left is not None and rate_left <= 0:
             return []
         while len(chosen) < limit and free > 0:
@@ -78,6 +87,11 @@ class Model:
                     key=lambda c: (units.get(c[1].key, 0) / c[1].weight, c[0]))
             else:
                 job_id, job = min(firsts.values(), key=lambda c: (-c[1].priority, c[0]))
+            if tasks is not None and job.task not in tasks:
+                if job.cost > free:
+                    break
+                passed.add(job.key)
+                continue
             if (job.cost > max_active or (job.key and per_key is not None and job.cost > per_key)
                     or (rate is not None and job.rate_cost > rate)
                     or (job.key and rate_key is not None and job.rate_cost > rate_key)):
@@ -119,8 +133,14 @@ def _definition(policy: Policy) -> ConcurrencyPolicyDefinition:
         None if rate_key is None else f"{rate_key}/h", fairness=fairness)
 
 
-def _run(queue: Queue, seed: int, steps: int = 140) -> None:
-    """One random history; AssertionError at the first claim the model disagrees with."""
+OURS, THEIRS = "b.job", "a.report"
+
+
+def _run(queue: Queue, seed: int, steps: int = 140, *, apps: bool = False,
+         filtered: bool = True) -> None:
+    """One random history; AssertionError at the first claim the model disagrees with. With
+    `apps`, jobs are of two apps' tasks and each claim is one app's worker's (with its task list,
+    or, for ours, without one unless `filtered`)."""
     rng = random.Random(seed)
     model = Model(rng.choice(POLICIES))
     queue.sync_concurrency_policies("model", [_definition(model.policy)], prune=True)
@@ -140,8 +160,10 @@ def _run(queue: Queue, seed: int, steps: int = 140) -> None:
                                  min(cap, rng.choice([1, 1, 2, 3])),
                                  min(rate_cap, rng.choice([1, 1, 2, 4])),
                                  rng.choice([1, 1, 2, 3])))
+                if apps:
+                    batch[-1].task = THEIRS if rng.random() < 0.3 else OURS
             ids = queue.enqueue_many([
-                ("t", {}, EnqueueOptions(queue="q", priority=j.priority,
+                (j.task, {}, EnqueueOptions(queue="q", priority=j.priority,
                                          concurrency_key=j.key or None, cost=j.cost,
                                          rate_cost=j.rate_cost, weight=j.weight))
                 for j in batch])
@@ -157,8 +179,14 @@ def _run(queue: Queue, seed: int, steps: int = 140) -> None:
                 else:
                     del model.active[job_id]
             limit = 1 if action == "expire" else rng.randint(1, 4)
-            expected = model.admit(limit)
-            claimed = queue.claim("q", limit, 60)
+            if apps:
+                tasks = {THEIRS} if rng.random() < 0.3 else {OURS}
+                expected = model.admit(limit, tasks)
+                sent = sorted(tasks) if filtered or THEIRS in tasks else None
+                claimed = _ops.execute(queue.conn, _ops.claim_batch("q", limit, 60, sent))[0]
+            else:
+                expected = model.admit(limit)
+                claimed = queue.claim("q", limit, 60)
             assert [job.id for job in claimed] == expected, (
                 f"seed {seed} step {step}: policy {model.policy}, limit {limit}, "
                 f"starts {model.starts}")
@@ -185,6 +213,24 @@ def _run(queue: Queue, seed: int, steps: int = 140) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_claims_match_the_fair_share_and_cost_model(queue: Queue, seed: int) -> None:
     _run(queue, seed)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_claims_with_two_apps_task_lists_match_the_model(queue: Queue, seed: int) -> None:
+    _run(queue, seed, apps=True)
+
+
+def test_the_model_comparison_fails_on_a_claim_that_ignores_task_lists(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    failures = 0
+    for seed in range(1, 6):
+        conn.execute("TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, "
+                     "workhorse.rate_starts, workhorse.queue_levels")
+        try:
+            _run(queue, seed, apps=True, filtered=False)
+        except AssertionError:
+            failures += 1
+    assert failures > 0, "the comparison never noticed a claim that takes another app's jobs"
 
 
 def _broken(conn: psycopg.Connection[Any], old: str, new: str) -> None:

@@ -354,6 +354,8 @@ CREATE INDEX jobs_ready_idx ON workhorse.jobs USING btree (queue, rank, id) WHER
 
 CREATE INDEX jobs_ready_key_idx ON workhorse.jobs USING btree (queue, ckey, rank, id) WHERE (status = 'ready'::text);
 
+CREATE INDEX jobs_ready_task_idx ON workhorse.jobs USING btree (queue, task, rank, id) WHERE (status = 'ready'::text);
+
 CREATE INDEX jobs_scheduled_idx ON workhorse.jobs USING btree (queue, run_at) WHERE (status = 'scheduled'::text);
 
 CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs USING btree (queue, ckey, id) WHERE ((status = 'scheduled'::text) AND (ckey <> ''::text));
@@ -426,7 +428,7 @@ CREATE OR REPLACE FUNCTION workhorse._budget_lock_id_v1(p_budget text)
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT hashtextextended(p_budget, 7048) $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, OUT ids bigint[], OUT rate_blocked boolean)
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, OUT ids bigint[], OUT rate_blocked boolean)
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -448,6 +450,7 @@ DECLARE
     k_c_cost integer[] := '{}';
     k_c_rate integer[] := '{}';
     k_c_weight integer[] := '{}';
+    k_c_task text[] := '{}';
     v_passed text[] := '{}';
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
@@ -510,17 +513,18 @@ BEGIN
             k_c_cost := k_c_cost || NULL::integer;
             k_c_rate := k_c_rate || NULL::integer;
             k_c_weight := k_c_weight || NULL::integer;
+            k_c_task := k_c_task || NULL::text;
         END LOOP;
         -- Each tracked key's first candidate.
         FOR v_i IN 1 .. cardinality(k_key) LOOP
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
                  ORDER BY j.rank, j.id
@@ -531,7 +535,7 @@ BEGIN
             IF FOUND THEN
                 k_c_id[v_i] := v_row.id; k_c_rank[v_i] := v_row.rank;
                 k_c_cost[v_i] := v_row.cost; k_c_rate[v_i] := v_row.rate_cost;
-                k_c_weight[v_i] := v_row.weight;
+                k_c_weight[v_i] := v_row.weight; k_c_task[v_i] := v_row.task;
             END IF;
         END LOOP;
     END IF;
@@ -545,17 +549,32 @@ BEGIN
         v_from_head := false;
         IF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey INTO v_head
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task INTO v_head
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.status = 'ready'
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                 FROM workhorse.jobs j
+                 WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey FROM workhorse.jobs j
+                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task
+                 FROM unnest(CASE WHEN p_filter THEN p_tasks END) AS t(task)
+                 CROSS JOIN LATERAL (
+                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                     FROM workhorse.jobs j
+                     WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                       AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                     ORDER BY j.queue, j.task, j.rank, j.id
+                     LIMIT 1) AS k
+                 ORDER BY k.rank, k.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                 FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -613,8 +632,9 @@ BEGIN
                 k_c_cost := k_c_cost || NULL::integer;
                 k_c_rate := k_c_rate || NULL::integer;
                 k_c_weight := k_c_weight || NULL::integer;
+                k_c_task := k_c_task || NULL::text;
                 v_best := cardinality(k_key);
-                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight INTO v_row
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task INTO v_row
                 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                 ORDER BY j.queue, j.ckey, j.rank, j.id
@@ -622,14 +642,22 @@ BEGIN
                 IF FOUND THEN
                     k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                     k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
-                    k_c_weight[v_best] := v_row.weight;
+                    k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
                 END IF;
                 CONTINUE;
             END IF;
             v_key := k_key[v_best];
             v_head := NULL;
             SELECT k_c_id[v_best] AS id, k_c_rank[v_best] AS rank, k_c_cost[v_best] AS cost,
-                   k_c_rate[v_best] AS rate_cost INTO v_head;
+                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task INTO v_head;
+        END IF;
+
+        IF p_tasks IS NOT NULL AND NOT (v_head.task = ANY(p_tasks)) THEN
+            -- Another app's job: never taken here. Its key is passed over, unless it does not
+            -- fit the free units: then nothing behind it takes them (no starvation).
+            EXIT WHEN v_head.cost > v_free;
+            v_passed := v_passed || v_key;
+            CONTINUE;
         END IF;
 
         -- Never fits the synced policy: held, and the choice goes on.
@@ -673,15 +701,15 @@ BEGIN
             -- The key's next candidate, after the one just taken or held.
             k_pos_rank[v_best] := v_head.rank;
             k_pos_id[v_best] := v_head.id;
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
@@ -693,7 +721,7 @@ BEGIN
             IF FOUND THEN
                 k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                 k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
-                k_c_weight[v_best] := v_row.weight;
+                k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
             ELSE
                 k_c_id[v_best] := NULL;
             END IF;
@@ -1948,7 +1976,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[])
+CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_tasks text[] DEFAULT NULL::text[])
  RETURNS TABLE(id bigint, task text, queue text, ckey text, priority smallint, payload jsonb, attempts integer, max_attempts integer, fence bigint, lease_until timestamp with time zone, enqueued_at timestamp with time zone, run_at timestamp with time zone, meta jsonb, started_at timestamp with time zone, rank integer, next_start_in double precision, status text, scheduled_for timestamp with time zone)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -1993,6 +2021,12 @@ DECLARE
     v_fair boolean;
     v_rate_blocked boolean := false;
     v_policy record;
+    v_filter boolean := false;
+    -- Another app's expired jobs, the first of each key: a key whose head comes after one is
+    -- passed over (nothing of a key is taken past another app's job).
+    v_cut_keys text[];
+    v_cut_ranks integer[];
+    v_cut_ids bigint[];
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -2072,6 +2106,30 @@ BEGIN
         v_hinted := v_hinted OR v_due;
     END IF;
 
+    IF p_tasks IS NOT NULL THEN
+        -- Does the queue hold ready jobs of a task the worker's app does not declare? A skip
+        -- scan over the distinct ready tasks, stopping at the first such one.
+        v_filter := EXISTS (
+            WITH RECURSIVE t AS (
+                (SELECT j.task FROM workhorse.jobs j
+                 WHERE j.queue = p_queue AND j.status = 'ready'
+                 ORDER BY j.queue, j.task
+                 LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.task FROM workhorse.jobs j
+                        WHERE j.queue = p_queue AND j.status = 'ready' AND j.task > t.task
+                        ORDER BY j.queue, j.task
+                        LIMIT 1)
+                FROM t
+                WHERE t.task IS NOT NULL
+            )
+            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)))
+            OR (v_expired AND EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                  AND NOT (j.task = ANY(p_tasks))));
+    END IF;
+
     v_room := p_limit;
     IF v_governed AND v_level >= 2 THEN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
@@ -2095,7 +2153,8 @@ BEGIN
             p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
-            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired) AS c;
+            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
+            v_filter) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -2144,18 +2203,30 @@ BEGIN
         -- locked until the activation below.
         WITH ready AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
-            WHERE j.queue = p_queue AND j.status = 'ready'
+            WHERE NOT v_filter AND j.queue = p_queue AND j.status = 'ready'
             ORDER BY j.queue, j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
+        ), ready_known AS (
+            -- Another app's jobs are in the queue: one walk per task the worker knows.
+            SELECT c.id, c.rank
+            FROM unnest(p_tasks) AS t(task)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.rank FROM workhorse.jobs j
+                WHERE v_filter AND j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                ORDER BY j.queue, j.task, j.rank, j.id
+                LIMIT v_room
+                FOR UPDATE SKIP LOCKED
+            ) AS c
         ), expired AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE v_expired AND j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+              AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
             ORDER BY j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
         ), best AS (
-            SELECT * FROM ready UNION ALL SELECT * FROM expired
+            SELECT * FROM ready UNION ALL SELECT * FROM ready_known UNION ALL SELECT * FROM expired
             ORDER BY rank, id
             LIMIT v_room
         )
@@ -2169,6 +2240,16 @@ BEGIN
             )
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
+        END IF;
+
+        IF v_filter AND v_expired THEN
+            SELECT array_agg(c.ckey), array_agg(c.rank), array_agg(c.id)
+            INTO v_cut_keys, v_cut_ranks, v_cut_ids
+            FROM (SELECT DISTINCT ON (j.ckey) j.ckey, j.rank, j.id
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                    AND j.ckey <> '' AND NOT (j.task = ANY(p_tasks))
+                  ORDER BY j.ckey, j.rank, j.id) AS c;
         END IF;
 
         -- The first v_room admissible heads are enough (a job among the best v_room admissible
@@ -2187,6 +2268,14 @@ BEGIN
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
+                  AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                WHERE hj.id = h.head_id
+                                                  AND hj.task = ANY(p_tasks))
+                                        AND NOT EXISTS (
+                                            SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                 v_cut_ids) AS c(ckey, rank, id)
+                                            WHERE c.ckey = h.ckey
+                                              AND (c.rank, c.id) < (h.head_rank, h.head_id))))
                 ORDER BY h.queue, h.head_rank, h.head_id
                 LIMIT v_room
             ), keyed AS (
@@ -2213,12 +2302,33 @@ BEGIN
                            row_number() OVER (PARTITION BY j.ckey ORDER BY j.rank, j.id) AS nth
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
-                      AND j.lease_until <= v_now
+                      AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
                 ORDER BY e.rank, e.id
                 LIMIT v_room
+            ), unknown AS (
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
+                SELECT u.id, u.rank, u.ckey
+                FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
+                      UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
+                JOIN workhorse.jobs j ON j.id = u.id
+                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- Numbered per key over its ready and expired candidates: the key's room is the
                 -- same number for both.
@@ -2226,6 +2336,8 @@ BEGIN
                        row_number() OVER (PARTITION BY u.ckey ORDER BY u.rank, u.id) AS nth
                 FROM (SELECT * FROM keyed UNION ALL SELECT * FROM keyless
                       UNION ALL SELECT * FROM expired) AS u
+                WHERE NOT EXISTS (SELECT 1 FROM unknown x
+                                  WHERE x.ckey = u.ckey AND (x.rank, x.id) <= (u.rank, u.id))
             ), admitted AS (
                 SELECT c.id, c.rank FROM candidates c
                 LEFT JOIN active_keys a ON a.ckey = c.ckey
@@ -2271,6 +2383,16 @@ BEGIN
                     FROM workhorse.key_heads h
                     WHERE h.queue = p_queue
                       AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
+                      AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                    WHERE hj.id = h.head_id
+                                                      AND hj.task = ANY(p_tasks))
+                                            AND NOT EXISTS (
+                                                SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                     v_cut_ids)
+                                                    AS c(ckey, rank, id)
+                                                WHERE c.ckey = h.ckey
+                                                  AND (c.rank, c.id)
+                                                      < (h.head_rank, h.head_id))))
                     ORDER BY h.queue, h.head_rank, h.head_id
                 ) AS s
                 WHERE s.rate_left > 0
@@ -2298,7 +2420,7 @@ BEGIN
                            row_number() OVER (PARTITION BY j.ckey ORDER BY j.rank, j.id) AS nth
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
-                      AND j.lease_until <= v_now
+                      AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = ''
@@ -2307,6 +2429,27 @@ BEGIN
                                 p_queue, e.ckey, v_period_key, v_now)))
                 ORDER BY e.rank, e.id
                 LIMIT v_room
+            ), unknown AS (
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
+                SELECT u.id, u.rank, u.ckey
+                FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
+                      UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
+                JOIN workhorse.jobs j ON j.id = u.id
+                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- A key's ready jobs within its allowance, the keyless ones, and the expired ones;
                 -- a key with both ready and expired candidates is numbered again over both.
@@ -2315,6 +2458,8 @@ BEGIN
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k WHERE k.nth <= k.allowance
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l
                       UNION ALL SELECT x.id, x.rank, x.ckey FROM expired x) AS u
+                WHERE NOT EXISTS (SELECT 1 FROM unknown x
+                                  WHERE x.ckey = u.ckey AND (x.rank, x.id) <= (u.rank, u.id))
             ), key_room AS (
                 SELECT k.ckey,
                        LEAST(v_per_key - COALESCE(a.n, 0),
@@ -2384,6 +2529,7 @@ BEGIN
                 started_at = clock_timestamp()
             WHERE j.id = ANY(v_ids)
               AND j.feature_level <= c_level
+              AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
@@ -2419,7 +2565,8 @@ BEGIN
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
                 WHERE j.id = ANY(v_ids) AND j.ckey <> ''));
         ELSIF v_keyed AND v_admitted < cardinality(v_ids) THEN
-            -- A chosen job was not activated (it changed meanwhile, or needs a newer level):
+            -- A chosen job was not activated (it changed meanwhile, needs a newer level, or is
+            -- another app's, enqueued since the probe):
             -- the heads moved past it, so set its key's head again from its ready jobs.
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j

@@ -17,7 +17,7 @@ came back full, that is when there may be room left for another slot.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ class Claimer:
         saturation_poll: float = SATURATION_POLL,
         governed: Iterable[str] = (),
         pass_on: Callable[[str], None] | None = None,
+        tasks: Mapping[str, object] | None = None,
     ) -> None:
         governed = set(governed)
         self.queues = [QueueState(q, governed=q in governed) for q in queues]
@@ -74,8 +75,20 @@ class Claimer:
         self.dequeue_timeout = dequeue_timeout
         self.saturation_poll = saturation_poll
         self.pass_on = pass_on
+        # The app's task registry (read at each claim: a task module imported late still
+        # counts): a job of any other task is another app's, and the claim passes it over.
+        self._tasks = tasks
+        self._known: tuple[int, list[str]] | None = None
         self._rotation = 0
         self.statements = 0  # claims sent, so that a round that sent none can be told
+
+    def known_tasks(self) -> list[str] | None:
+        """The task names to claim (None: any), sorted once per change of the registry."""
+        if self._tasks is None:
+            return None
+        if self._known is None or self._known[0] != len(self._tasks):
+            self._known = (len(self._tasks), sorted(self._tasks))
+        return self._known[1]
 
     # ---- what the slot hears -----------------------------------------------------------------
 
@@ -222,7 +235,8 @@ class Claimer:
                     try:
                         claimed, next_start, accepted = await _ops.execute_async(
                             conn, _ops.complete_and_claim(
-                                state.name, max(need, 0), self.lease, encoded(successes)))
+                                state.name, max(need, 0), self.lease, encoded(successes),
+                                self.known_tasks()))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
@@ -232,7 +246,8 @@ class Claimer:
                         continue
                 else:
                     claimed, next_start = await _ops.execute_async(
-                        conn, _ops.claim_batch(state.name, need, self.lease))
+                        conn, _ops.claim_batch(state.name, need, self.lease,
+                                               self.known_tasks()))
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()

@@ -163,7 +163,7 @@ class Slot:
         self.claimer = Claimer(
             config.queues, lease=config.lease, dequeue_timeout=config.dequeue_timeout,
             saturation_poll=config.saturation_poll, governed=governed or (),
-            pass_on=self._pass_on,
+            pass_on=self._pass_on, tasks=app.tasks,
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started

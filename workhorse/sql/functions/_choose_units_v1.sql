@@ -7,7 +7,9 @@
 -- per-key ones NULL when not set), the synced policy's own limits (`p_policy_*`: a job whose
 -- cost can never fit them is held with CostExceedsLimitError; one that only the override keeps
 -- out waits), `p_fair` (fairness = 'key'), `p_heads` (the queue keeps key heads, refreshed by the
--- caller), `p_expired` (there are active jobs whose lease expired: claimable again).
+-- caller), `p_expired` (there are active jobs whose lease expired: claimable again), `p_tasks`
+-- (NULL, or the tasks the claiming worker's app declares: another app's jobs are never taken)
+-- and `p_filter` (the queue holds another app's ready jobs).
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
 -- counts `rate_cost` starts against both rate limits. Active units are derived here from the
@@ -27,6 +29,9 @@
 --    left passes its key over for the rest of the call, like a saturated key; one that does not
 --    fit the queue's free units or starts ends the choice: later jobs may not take the units it
 --    waits for (no starvation).
+--  * with `p_filter`: one stream merges one walk per known task, so another app's jobs are never
+--    read; a key whose candidate is another app's job is passed over for the rest of the call,
+--    unless that job does not fit the queue's free units (then the choice ends, as for any job).
 -- Cost: a probe per tracked key, then per job chosen one head probe or one key probe, each
 -- passing over at most the tracked and passed-over keys: bounded by the batch and the keys with
 -- active jobs, never by the backlog.
@@ -36,7 +41,8 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision,
     p_policy_max integer, p_policy_per_key integer, p_policy_rate integer,
     p_policy_rate_key integer,
-    p_fair boolean, p_heads boolean, p_expired boolean,
+    p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[],
+    p_filter boolean,
     OUT ids bigint[], OUT rate_blocked boolean)
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
@@ -58,6 +64,7 @@ DECLARE
     k_c_cost integer[] := '{}';
     k_c_rate integer[] := '{}';
     k_c_weight integer[] := '{}';
+    k_c_task text[] := '{}';
     v_passed text[] := '{}';
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
@@ -120,17 +127,18 @@ BEGIN
             k_c_cost := k_c_cost || NULL::integer;
             k_c_rate := k_c_rate || NULL::integer;
             k_c_weight := k_c_weight || NULL::integer;
+            k_c_task := k_c_task || NULL::text;
         END LOOP;
         -- Each tracked key's first candidate.
         FOR v_i IN 1 .. cardinality(k_key) LOOP
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
                  ORDER BY j.rank, j.id
@@ -141,7 +149,7 @@ BEGIN
             IF FOUND THEN
                 k_c_id[v_i] := v_row.id; k_c_rank[v_i] := v_row.rank;
                 k_c_cost[v_i] := v_row.cost; k_c_rate[v_i] := v_row.rate_cost;
-                k_c_weight[v_i] := v_row.weight;
+                k_c_weight[v_i] := v_row.weight; k_c_task[v_i] := v_row.task;
             END IF;
         END LOOP;
     END IF;
@@ -155,17 +163,32 @@ BEGIN
         v_from_head := false;
         IF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey INTO v_head
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task INTO v_head
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.status = 'ready'
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                 FROM workhorse.jobs j
+                 WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey FROM workhorse.jobs j
+                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task
+                 FROM unnest(CASE WHEN p_filter THEN p_tasks END) AS t(task)
+                 CROSS JOIN LATERAL (
+                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                     FROM workhorse.jobs j
+                     WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                       AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                     ORDER BY j.queue, j.task, j.rank, j.id
+                     LIMIT 1) AS k
+                 ORDER BY k.rank, k.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                 FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                   AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -223,8 +246,9 @@ BEGIN
                 k_c_cost := k_c_cost || NULL::integer;
                 k_c_rate := k_c_rate || NULL::integer;
                 k_c_weight := k_c_weight || NULL::integer;
+                k_c_task := k_c_task || NULL::text;
                 v_best := cardinality(k_key);
-                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight INTO v_row
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task INTO v_row
                 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                 ORDER BY j.queue, j.ckey, j.rank, j.id
@@ -232,14 +256,22 @@ BEGIN
                 IF FOUND THEN
                     k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                     k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
-                    k_c_weight[v_best] := v_row.weight;
+                    k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
                 END IF;
                 CONTINUE;
             END IF;
             v_key := k_key[v_best];
             v_head := NULL;
             SELECT k_c_id[v_best] AS id, k_c_rank[v_best] AS rank, k_c_cost[v_best] AS cost,
-                   k_c_rate[v_best] AS rate_cost INTO v_head;
+                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task INTO v_head;
+        END IF;
+
+        IF p_tasks IS NOT NULL AND NOT (v_head.task = ANY(p_tasks)) THEN
+            -- Another app's job: never taken here. Its key is passed over, unless it does not
+            -- fit the free units: then nothing behind it takes them (no starvation).
+            EXIT WHEN v_head.cost > v_free;
+            v_passed := v_passed || v_key;
+            CONTINUE;
         END IF;
 
         -- Never fits the synced policy: held, and the choice goes on.
@@ -283,15 +315,15 @@ BEGIN
             -- The key's next candidate, after the one just taken or held.
             k_pos_rank[v_best] := v_head.rank;
             k_pos_id[v_best] := v_head.id;
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
@@ -303,7 +335,7 @@ BEGIN
             IF FOUND THEN
                 k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                 k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
-                k_c_weight[v_best] := v_row.weight;
+                k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
             ELSE
                 k_c_id[v_best] := NULL;
             END IF;

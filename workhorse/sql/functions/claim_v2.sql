@@ -6,7 +6,8 @@
 -- Arguments: `p_queue`; `p_limit`, the most jobs to claim (NULL or below 1: none, only record);
 -- `p_lease`, in seconds; the successes to record first, as _record_successes_v1 takes them
 -- (`p_ids`, `p_fences`, `p_results` as JSON text, `p_retention_ix`, `p_retentions`; NULL arrays
--- when there are none).
+-- when there are none); `p_tasks`, the task names the claiming worker's app declares (NULL: any
+-- task).
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -36,13 +37,22 @@
 --    after the activation. Queues of level 1 keep the statements below, plans unchanged.
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
+--  * Another app's jobs (DESIGN.md "Errors", UnknownTaskError): a job whose task is not in
+--    `p_tasks` is never claimed. One probe per distinct task with ready jobs in the queue says
+--    whether the queue has any; while it has none, every path below is the one it always was.
+--    While it has some (v_filter): the row walk merges one walk per task of `p_tasks`
+--    (jobs_ready_task_idx), so it never reads the jobs it passes over; a key whose head is
+--    another app's job is passed over like a saturated key, and within a key nothing is taken
+--    past such a job (its FIFO order holds), so the cost grows with the keys passed over, never
+--    with their backlog. Their expired leases are not reclaimed here, and hold up their key as
+--    their ready jobs do.
 -- Plans are cached generic plans: every statement takes its LIMIT from a variable, and a custom
 -- plan for each call would be made under the admission lock. Sequential and bitmap scans are off
 -- so that a generic plan made on an empty table still reads the indexes.
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
-    p_retentions text[])
+    p_retentions text[], p_tasks text[] DEFAULT NULL)
 RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
@@ -91,6 +101,12 @@ DECLARE
     v_fair boolean;
     v_rate_blocked boolean := false;
     v_policy record;
+    v_filter boolean := false;
+    -- Another app's expired jobs, the first of each key: a key whose head comes after one is
+    -- passed over (nothing of a key is taken past another app's job).
+    v_cut_keys text[];
+    v_cut_ranks integer[];
+    v_cut_ids bigint[];
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -170,6 +186,30 @@ BEGIN
         v_hinted := v_hinted OR v_due;
     END IF;
 
+    IF p_tasks IS NOT NULL THEN
+        -- Does the queue hold ready jobs of a task the worker's app does not declare? A skip
+        -- scan over the distinct ready tasks, stopping at the first such one.
+        v_filter := EXISTS (
+            WITH RECURSIVE t AS (
+                (SELECT j.task FROM workhorse.jobs j
+                 WHERE j.queue = p_queue AND j.status = 'ready'
+                 ORDER BY j.queue, j.task
+                 LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.task FROM workhorse.jobs j
+                        WHERE j.queue = p_queue AND j.status = 'ready' AND j.task > t.task
+                        ORDER BY j.queue, j.task
+                        LIMIT 1)
+                FROM t
+                WHERE t.task IS NOT NULL
+            )
+            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)))
+            OR (v_expired AND EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                  AND NOT (j.task = ANY(p_tasks))));
+    END IF;
+
     v_room := p_limit;
     IF v_governed AND v_level >= 2 THEN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
@@ -193,7 +233,8 @@ BEGIN
             p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
-            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired) AS c;
+            v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
+            v_filter) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -242,18 +283,30 @@ BEGIN
         -- locked until the activation below.
         WITH ready AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
-            WHERE j.queue = p_queue AND j.status = 'ready'
+            WHERE NOT v_filter AND j.queue = p_queue AND j.status = 'ready'
             ORDER BY j.queue, j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
+        ), ready_known AS (
+            -- Another app's jobs are in the queue: one walk per task the worker knows.
+            SELECT c.id, c.rank
+            FROM unnest(p_tasks) AS t(task)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.rank FROM workhorse.jobs j
+                WHERE v_filter AND j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                ORDER BY j.queue, j.task, j.rank, j.id
+                LIMIT v_room
+                FOR UPDATE SKIP LOCKED
+            ) AS c
         ), expired AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE v_expired AND j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+              AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
             ORDER BY j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
         ), best AS (
-            SELECT * FROM ready UNION ALL SELECT * FROM expired
+            SELECT * FROM ready UNION ALL SELECT * FROM ready_known UNION ALL SELECT * FROM expired
             ORDER BY rank, id
             LIMIT v_room
         )
@@ -267,6 +320,16 @@ BEGIN
             )
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
+        END IF;
+
+        IF v_filter AND v_expired THEN
+            SELECT array_agg(c.ckey), array_agg(c.rank), array_agg(c.id)
+            INTO v_cut_keys, v_cut_ranks, v_cut_ids
+            FROM (SELECT DISTINCT ON (j.ckey) j.ckey, j.rank, j.id
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
+                    AND j.ckey <> '' AND NOT (j.task = ANY(p_tasks))
+                  ORDER BY j.ckey, j.rank, j.id) AS c;
         END IF;
 
         -- The first v_room admissible heads are enough (a job among the best v_room admissible
@@ -285,6 +348,14 @@ BEGIN
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
+                  AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                WHERE hj.id = h.head_id
+                                                  AND hj.task = ANY(p_tasks))
+                                        AND NOT EXISTS (
+                                            SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                 v_cut_ids) AS c(ckey, rank, id)
+                                            WHERE c.ckey = h.ckey
+                                              AND (c.rank, c.id) < (h.head_rank, h.head_id))))
                 ORDER BY h.queue, h.head_rank, h.head_id
                 LIMIT v_room
             ), keyed AS (
@@ -311,12 +382,33 @@ BEGIN
                            row_number() OVER (PARTITION BY j.ckey ORDER BY j.rank, j.id) AS nth
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
-                      AND j.lease_until <= v_now
+                      AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
                 ORDER BY e.rank, e.id
                 LIMIT v_room
+            ), unknown AS (
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
+                SELECT u.id, u.rank, u.ckey
+                FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
+                      UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
+                JOIN workhorse.jobs j ON j.id = u.id
+                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- Numbered per key over its ready and expired candidates: the key's room is the
                 -- same number for both.
@@ -324,6 +416,8 @@ BEGIN
                        row_number() OVER (PARTITION BY u.ckey ORDER BY u.rank, u.id) AS nth
                 FROM (SELECT * FROM keyed UNION ALL SELECT * FROM keyless
                       UNION ALL SELECT * FROM expired) AS u
+                WHERE NOT EXISTS (SELECT 1 FROM unknown x
+                                  WHERE x.ckey = u.ckey AND (x.rank, x.id) <= (u.rank, u.id))
             ), admitted AS (
                 SELECT c.id, c.rank FROM candidates c
                 LEFT JOIN active_keys a ON a.ckey = c.ckey
@@ -369,6 +463,16 @@ BEGIN
                     FROM workhorse.key_heads h
                     WHERE h.queue = p_queue
                       AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
+                      AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
+                                                    WHERE hj.id = h.head_id
+                                                      AND hj.task = ANY(p_tasks))
+                                            AND NOT EXISTS (
+                                                SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
+                                                                     v_cut_ids)
+                                                    AS c(ckey, rank, id)
+                                                WHERE c.ckey = h.ckey
+                                                  AND (c.rank, c.id)
+                                                      < (h.head_rank, h.head_id))))
                     ORDER BY h.queue, h.head_rank, h.head_id
                 ) AS s
                 WHERE s.rate_left > 0
@@ -396,7 +500,7 @@ BEGIN
                            row_number() OVER (PARTITION BY j.ckey ORDER BY j.rank, j.id) AS nth
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
-                      AND j.lease_until <= v_now
+                      AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = ''
@@ -405,6 +509,27 @@ BEGIN
                                 p_queue, e.ckey, v_period_key, v_now)))
                 ORDER BY e.rank, e.id
                 LIMIT v_room
+            ), unknown AS (
+                -- Another app's jobs (only while the queue holds any): nothing of their key is
+                -- taken from them on. Those among the rows read (the first becomes its key's
+                -- head, which the next claim passes over); its expired ones; and the heads of
+                -- the expired jobs' keys, which the heads above may have passed over.
+                SELECT u.id, u.rank, u.ckey
+                FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
+                      UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
+                JOIN workhorse.jobs j ON j.id = u.id
+                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
+                WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= v_now AND NOT (j.task = ANY(p_tasks))
+                UNION ALL
+                SELECT h.head_id, h.head_rank, h.ckey
+                FROM workhorse.key_heads h
+                JOIN workhorse.jobs hj ON hj.id = h.head_id
+                WHERE v_filter AND h.queue = p_queue
+                  AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
+                  AND NOT (hj.task = ANY(p_tasks))
             ), candidates AS (
                 -- A key's ready jobs within its allowance, the keyless ones, and the expired ones;
                 -- a key with both ready and expired candidates is numbered again over both.
@@ -413,6 +538,8 @@ BEGIN
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k WHERE k.nth <= k.allowance
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l
                       UNION ALL SELECT x.id, x.rank, x.ckey FROM expired x) AS u
+                WHERE NOT EXISTS (SELECT 1 FROM unknown x
+                                  WHERE x.ckey = u.ckey AND (x.rank, x.id) <= (u.rank, u.id))
             ), key_room AS (
                 SELECT k.ckey,
                        LEAST(v_per_key - COALESCE(a.n, 0),
@@ -482,6 +609,7 @@ BEGIN
                 started_at = clock_timestamp()
             WHERE j.id = ANY(v_ids)
               AND j.feature_level <= c_level
+              AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
@@ -517,7 +645,8 @@ BEGIN
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
                 WHERE j.id = ANY(v_ids) AND j.ckey <> ''));
         ELSIF v_keyed AND v_admitted < cardinality(v_ids) THEN
-            -- A chosen job was not activated (it changed meanwhile, or needs a newer level):
+            -- A chosen job was not activated (it changed meanwhile, needs a newer level, or is
+            -- another app's, enqueued since the probe):
             -- the heads moved past it, so set its key's head again from its ready jobs.
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j

@@ -1,5 +1,5 @@
 -- Attempt history (issue #32, DESIGN.md "The dashboard in an incident") and registered tasks
--- (issue #24 item 6, the health side).
+-- (issue #24 item 6: health counts another app's jobs; the claim never takes them).
 --
 -- Every attempt that ends other than by a clean success is appended to `attempt_history` (at
 -- most the last 20) by a row trigger, in the transaction that ends it. A trigger, not new
@@ -27,3 +27,9 @@ CREATE TRIGGER jobs_attempt_ended
 -- The task names each supervisor's app declares (NULL: a supervisor of an older release that
 -- did not say; health then counts none of its queues' jobs as unknown).
 ALTER TABLE workhorse.workers ADD COLUMN tasks text[];
+
+-- Ready jobs by task, so that a claim passes over another app's jobs without reading them
+-- (claim_v2: one walk per task the worker's app declares, and a skip scan over the distinct
+-- ready tasks of a queue that says whether it holds any).
+CREATE INDEX jobs_ready_task_idx ON workhorse.jobs (queue, task, rank, id)
+    WHERE status = 'ready';

@@ -4,4 +4,4 @@
 SELECT id, task, queue, ckey, priority, payload, attempts, max_attempts, fence, lease_until,
        enqueued_at, run_at, meta, started_at, next_start_in, status, scheduled_for
 FROM workhorse.claim_v2(%s::text, %s::integer, %s::double precision,
-                        NULL, NULL, NULL, NULL, NULL)
+                        NULL, NULL, NULL, NULL, NULL, %s::text[])

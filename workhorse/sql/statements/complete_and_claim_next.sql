@@ -3,4 +3,5 @@
 SELECT id, task, queue, ckey, priority, payload, attempts, max_attempts, fence, lease_until,
        enqueued_at, run_at, meta, started_at, next_start_in, status, scheduled_for
 FROM workhorse.claim_v2(%s::text, %s::integer, %s::double precision,
-                        %b::bigint[], %b::bigint[], %b::text[], %b::integer[], %b::text[])
+                        %b::bigint[], %b::bigint[], %b::text[], %b::integer[], %b::text[],
+                        %s::text[])
