@@ -909,11 +909,7 @@ def set_budget_control(
     rows = yield _sql.statement("set_budget_control"), (
         name, action, max_active, rate.n if rate else None, rate.period if rate else None,
         rate_burst, float(expires_in) if expires_in is not None else None)
-    if not rows:
-        return None
-    row = rows[0]
-    return BudgetOverride(max_active=row[1], rate_limit=rate_text(row[2], row[3]),
-                          rate_burst=row[4], set_at=row[5], expires_at=row[6])
+    return _budget_override(rows[0][1:7]) if rows else None
 
 
 def budget_health() -> Operation[list[BudgetHealth]]:
