@@ -18,6 +18,7 @@ batches of 1,000 (`enqueue_many`, 1,000 jobs a call, N/1,000 calls):
   u1=   unique, every job a duplicate of one existing job        u1k=  duplicates, batches
   k1    job_key (every key new: inserts)                          k1k   job_key, batches of 1,000
   k1=   job_key, one key (every enqueue updates its job)          k1k=  1,000 keys, each updated
+  b1    budget="bench-budget" (DESIGN.md "Named budgets")        b1k   budget, batches of 1,000
 and on_key_full (DESIGN.md "Job keys"), keyed jobs one per transaction on a per-key-governed
 queue:
   q1    100 keys, on_key_full="queue" (the default)
@@ -128,6 +129,8 @@ def _keyed_options(kind: str, n: int) -> list[Any]:
         return [EnqueueOptions(queue=QUEUE, job_key=f"k{i}") for i in range(n)]
     if kind == "job_key=":
         return [EnqueueOptions(queue=QUEUE, job_key="k")] * n
+    if kind == "budget":  # a named budget: the queue's level and budget_queues, once a batch
+        return [EnqueueOptions(queue=QUEUE, budget="bench-budget")] * n
     if kind == "job_key=1k":  # the same 1,000 keys in every batch: each batch updates them all
         keys = [EnqueueOptions(queue=QUEUE, job_key=f"k{i}") for i in range(BATCH)]
         return [keys[i % BATCH] for i in range(n)]
@@ -248,8 +251,10 @@ VARIANTS = [
             _key_variant("job_key", 1)),
     Variant("k1=", "job_key, one per transaction (all updates)", True, True,
             _key_variant("job_key=", 1)),
+    Variant("b1", "budget, one per transaction", True, True, _key_variant("budget", 1)),
     Variant("p1k", "plain enqueue_many, batches of 1,000", False, False,
             _key_variant("plain", BATCH)),
+    Variant("b1k", "budget, batches of 1,000", False, False, _key_variant("budget", BATCH)),
     Variant("u1k", "unique, batches of 1,000 (all new)", False, False,
             _key_variant("unique", BATCH)),
     Variant("u1k=", "unique, batches of 1,000 (all duplicates)", False, False,

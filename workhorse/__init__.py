@@ -1,6 +1,6 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
-from .app import App, load_app
+from .app import App, UndeclaredBudgetWarning, load_app
 from .canvas import Signature, WorkflowHandle, chain, chord, group
 from .context import JobContext, Retry, Snooze, current_job
 from .errors import (
@@ -31,6 +31,11 @@ from .retry import Backoff
 from .task import Task
 from .types import (
     Attempt,
+    Budget,
+    BudgetDefinition,
+    BudgetHealth,
+    BudgetOverride,
+    BudgetSpec,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
@@ -54,6 +59,11 @@ __all__ = [
     "AsyncQueue",
     "Attempt",
     "Backoff",
+    "Budget",
+    "BudgetDefinition",
+    "BudgetHealth",
+    "BudgetOverride",
+    "BudgetSpec",
     "ConcurrencyPolicy",
     "ConcurrencyPolicyDefinition",
     "CostExceedsLimitError",
@@ -90,6 +100,7 @@ __all__ = [
     "Task",
     "TaskCanceledError",
     "TaskFailedError",
+    "UndeclaredBudgetWarning",
     "Unique",
     "UnknownTaskError",
     "WorkerInfo",

@@ -36,10 +36,15 @@ from .errors import (
 )
 from .types import (
     INT_MAX,
+    MAX_BUDGET_DEFINITIONS,
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
     UNIQUE_STATES_DEFAULT,
     Attempt,
+    Budget,
+    BudgetDefinition,
+    BudgetHealth,
+    BudgetOverride,
     ClaimedJob,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -328,7 +333,7 @@ def enqueue_outcomes(
             None if unique is None else _states_text(unique), n,
             first.job_key, n, None if first.job_key is None else first.job_key_mode, n,
             _unless_one(first.cost), n, _unless_one(first.rate_cost), n,
-            _unless_one(first.weight), n)
+            _unless_one(first.weight), n, first.budget, n)
     else:
         uniques = [o.unique for o in every]
         rows = yield _sql.statement("enqueue_keyed"), (
@@ -343,7 +348,8 @@ def enqueue_outcomes(
             _or_null([None if o.job_key is None else o.job_key_mode for o in every]),
             _or_null([_unless_one(o.cost) for o in every]),
             _or_null([_unless_one(o.rate_cost) for o in every]),
-            _or_null([_unless_one(o.weight) for o in every]))
+            _or_null([_unless_one(o.weight) for o in every]),
+            _or_null([o.budget for o in every]))
     return [(row[0], bool(row[1])) for row in rows]
 
 
@@ -432,6 +438,9 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         # get_job and the workflow statements read the workflow columns too.
         workflow_id=keys[6] if len(keys) > 6 else None,
         depends_on=list(keys[7] or []) if len(keys) > 7 else [],
+        # get_job and workflow_jobs read the budget too (DESIGN.md "Named budgets"); the list
+        # statements fill it in with job_extras (with_progress).
+        budget=keys[8] if len(keys) > 8 else None,
     )
 
 
@@ -540,14 +549,24 @@ def list_jobs(
 
 
 def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
-    """The jobs with their progress filled in, in one more statement (the list statements of
-    0.2.0 are frozen and do not read it)."""
+    """The jobs with their progress and budget filled in, in one more statement (the list
+    statements of 0.2.0 are frozen and read neither)."""
     if not jobs:
         return jobs
-    found = yield from job_progress([job.id for job in jobs])
+    rows = yield _sql.statement("job_extras"), ([job.id for job in jobs],)
+    found: dict[int, dict[str, Any]] = {}
+    for job_id, document, at, budget in rows:
+        changes: dict[str, Any] = {}
+        progress = Progress.from_stored(document, at)
+        if progress is not None:
+            changes["progress"] = progress
+        if budget is not None:
+            changes["budget"] = budget
+        if changes:
+            found[job_id] = changes
     if not found:
         return jobs
-    return [replace(job, progress=found[job.id]) if job.id in found else job
+    return [replace(job, **found[job.id]) if job.id in found else job
             for job in jobs]
 
 
@@ -588,12 +607,13 @@ def browse_jobs(
     rows = yield _sql.statement("browse_jobs_recent_costs"), params
     jobs = [_job_from_row(row) for row in rows]
     if len(jobs) == limit or lo <= oldest:
-        return JobPage(jobs)
+        return JobPage((yield from with_progress(jobs)))
     if status != JobStatus.SUCCEEDED:
         older = yield _sql.statement("browse_jobs_older_costs"), {
             **params, "limit": limit - len(jobs)}
         jobs += [_job_from_row(row) for row in older]
-    return JobPage(jobs, unsearched_below=lo if status in (None, JobStatus.SUCCEEDED) else None)
+    return JobPage((yield from with_progress(jobs)),
+                   unsearched_below=lo if status in (None, JobStatus.SUCCEEDED) else None)
 
 
 def held_job_ids(queue: str | None, limit: int) -> Operation[list[int]]:
@@ -704,17 +724,19 @@ def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
             created_at=row[4], updated_at=row[5], rate_limit=rate_text(row[6], row[7]),
             rate_limit_per_key=rate_text(row[8], row[9]), fairness=row[10],
-            on_key_full=row[11],
+            on_key_full=row[11], rate_burst=row[12], rate_burst_per_key=row[13],
         )
         for row in rows
     ]
 
 
-def _override(row: Sequence[Any]) -> PolicyOverride:
-    """From (max_active, per_key, rate n, rate period, per-key n, per-key period, set, expires)."""
+def _override(row: Sequence[Any], bursts: Sequence[Any] = (None, None)) -> PolicyOverride:
+    """From (max_active, per_key, rate n, rate period, per-key n, per-key period, set, expires),
+    and the override's (rate_burst, rate_burst_per_key)."""
     return PolicyOverride(
         max_active=row[0], max_active_per_key=row[1], rate_limit=rate_text(row[2], row[3]),
         rate_limit_per_key=rate_text(row[4], row[5]), set_at=row[6], expires_at=row[7],
+        rate_burst=bursts[0], rate_burst_per_key=bursts[1],
     )
 
 
@@ -750,6 +772,8 @@ def sync_policies(
         bool(prune),
         [d.fairness for d in definitions],
         [d.on_key_full for d in definitions],
+        [d.rate_burst for d in definitions],
+        [d.rate_burst_per_key for d in definitions],
     )
     report = SyncReport()
     for action, queue in rows:
@@ -766,9 +790,9 @@ def health() -> Operation[QueueHealth]:
             active=row[4], available=row[5], blocked_ready=row[6], saturated_keys=row[7],
             capped=row[8], rate_limit=rate_text(row[9], row[10]),
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
-            paused=row[14], override=_override(row[16:24]) if row[15] else None,
-            fairness=row[25], active_units=row[26], on_key_full=row[27],
-            active_jobs=row[28],
+            paused=row[14], override=_override(row[16:24], row[30:32]) if row[15] else None,
+            fairness=row[25], active_units=row[26], on_key_full=row[27], rate_burst=row[28],
+            rate_burst_per_key=row[29], active_jobs=row[32],
         )
         for row in rows
     ]
@@ -779,8 +803,137 @@ def health() -> Operation[QueueHealth]:
     depth[JobStatus.WAITING.value] = sum(int(n) for _, n in waiting_rows)
     unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
     stalled = yield from _incident.stalled(unknown)
+    budgets = yield from budget_health()
     return QueueHealth(policies=policies, depth=depth, stalled=stalled,
-                       unknown_task_ready={queue: n for queue, (n, _) in unknown.items()})
+                       unknown_task_ready={queue: n for queue, (n, _) in unknown.items()},
+                       budgets=budgets)
+
+
+# ---- named budgets (DESIGN.md "Named budgets") -------------------------------------------------
+
+
+def _budget_override(row: Sequence[Any]) -> BudgetOverride:
+    """From (max_active, rate n, rate period, burst, set, expires)."""
+    return BudgetOverride(max_active=row[0], rate_limit=rate_text(row[1], row[2]),
+                          rate_burst=row[3], set_at=row[4], expires_at=row[5])
+
+
+def list_budgets(namespace: str | None = None) -> Operation[list[Budget]]:
+    """The declared budgets, every namespace's or one's, each with its override."""
+    check_optional_name("namespace", namespace)
+    rows = yield _sql.statement("list_budgets"), (namespace, namespace)
+    return [
+        Budget(namespace=row[0], name=row[1], max_active=row[2],
+               rate_limit=rate_text(row[3], row[4]), rate_burst=row[5], created_at=row[6],
+               updated_at=row[7],
+               override=_budget_override(row[9:15]) if row[8] else None)
+        for row in rows
+    ]
+
+
+def check_budget_definitions(namespace: str,
+                             definitions: Iterable[BudgetDefinition]) -> list[BudgetDefinition]:
+    """`definitions` as a list, checked before anything is sent (InvalidPolicyError): each a
+    BudgetDefinition, no name twice, at most MAX_BUDGET_DEFINITIONS."""
+    check_name("namespace", namespace, InvalidPolicyError)
+    if isinstance(definitions, str | bytes | BudgetDefinition):
+        raise InvalidPolicyError(f"expected a list of BudgetDefinition, got {shown(definitions)}")
+    definitions = list(definitions)
+    if len(definitions) > MAX_BUDGET_DEFINITIONS:
+        raise InvalidPolicyError(
+            f"{len(definitions)} budgets; at most {MAX_BUDGET_DEFINITIONS} in one sync")
+    seen: set[str] = set()
+    for definition in definitions:
+        if not isinstance(definition, BudgetDefinition):
+            raise InvalidPolicyError(f"expected BudgetDefinition, got {shown(definition)}")
+        if definition.name in seen:
+            raise InvalidPolicyError(f"budget {definition.name!r} is defined twice")
+        seen.add(definition.name)
+    return definitions
+
+
+def sync_budgets(
+    namespace: str, definitions: Iterable[BudgetDefinition], prune: bool,
+) -> Operation[tuple[SyncReport, list[Budget]]]:
+    """Desired state for `namespace`'s budgets (sync_budgets.sql): another namespace's budget is a
+    PolicyConflictError, and nothing is written."""
+    definitions = check_budget_definitions(namespace, definitions)
+    rates = [d.rate for d in definitions]
+    rows = yield _sql.statement("sync_budgets"), (
+        namespace,
+        [d.name for d in definitions],
+        [d.max_active for d in definitions],
+        [r.n if r else None for r in rates],
+        [r.period if r else None for r in rates],
+        [d.rate_burst for d in definitions],
+        bool(prune),
+    )
+    report = SyncReport()
+    for action, name in rows:
+        getattr(report, action).append(name)
+    budgets = yield from list_budgets(namespace)
+    return report, budgets
+
+
+def set_budget_control(
+    name: str,
+    action: str,
+    *,
+    max_active: int | None = None,
+    rate_limit: str | None = None,
+    rate_burst: int | None = None,
+    expires_in: float | None = None,
+) -> Operation[BudgetOverride | None]:
+    """Override a budget's fields, or clear its override (set_budget_control.sql); returns the
+    override in place afterwards (None after a clear)."""
+    check_name("budget name", name)
+    if max_active is not None and (type(max_active) is not int
+                                   or not 1 <= max_active <= 1_000_000):
+        raise InvalidPolicyError(f"max_active must be an int in [1, 1000000], got {max_active!r}")
+    rate = RateLimit.optional(rate_limit, "rate_limit")
+    if rate_burst is not None:
+        if type(rate_burst) is not int or not 1 <= rate_burst <= 1_000_000:
+            raise InvalidPolicyError(
+                f"rate_burst must be an int in [1, 1000000], got {rate_burst!r}")
+        if rate is not None and rate_burst > rate.n:
+            raise InvalidPolicyError(
+                f"budget {name!r}: rate_burst ({rate_burst}) must be at most the override's N "
+                f"({rate})")
+    if action == "override" and max_active is None and rate is None and rate_burst is None:
+        raise InvalidPolicyError(
+            "a budget override needs at least one of max_active, rate_limit, rate_burst")
+    if expires_in is not None and (
+        isinstance(expires_in, bool) or not isinstance(expires_in, int | float)
+        or not 0 < expires_in <= MAX_DELAY_SECONDS
+    ):
+        raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
+    rows = yield _sql.statement("set_budget_control"), (
+        name, action, max_active, rate.n if rate else None, rate.period if rate else None,
+        rate_burst, float(expires_in) if expires_in is not None else None)
+    return _budget_override(rows[0][1:7]) if rows else None
+
+
+def budget_health() -> Operation[list[BudgetHealth]]:
+    """`QueueHealth.budgets`: one row per declared, overridden or named budget (budget_health.sql,
+    bounded by HEALTH_SAMPLE)."""
+    rows = yield _sql.statement("budget_health"), {"sample": HEALTH_SAMPLE}
+    return [
+        BudgetHealth(
+            name=row[0], namespace=row[1], max_active=row[2], rate_limit=rate_text(row[3], row[4]),
+            rate_burst=row[5], override=_budget_override(row[7:13]) if row[6] else None,
+            active_units=int(row[13]), blocked_ready=0, queues=list(row[16] or []),
+            next_start_at=None, ready=min(int(row[14]), HEALTH_SAMPLE), capped=bool(row[15]),
+        )
+        for row in rows
+    ]
+
+
+def budgets_present(names: Sequence[str]) -> Operation[set[str]]:
+    """Which of these budget names some namespace has declared (app.sync's warning)."""
+    if not names:
+        return set()
+    rows = yield _sql.statement("budgets_present"), (list(names),)
+    return {row[0] for row in rows}
 
 
 # ---- operator controls ------------------------------------------------------------------------
@@ -793,7 +946,7 @@ def _control(rows: Rows, queue: str) -> QueueControl:
     overridden = row[9] is not None
     return QueueControl(
         queue=row[0], paused=row[1], paused_at=row[2],
-        override=_override(row[3:11]) if overridden else None,
+        override=_override(row[3:11], row[11:13]) if overridden else None,
     )
 
 
@@ -806,20 +959,32 @@ def set_queue_control(
     rate_limit: str | None = None,
     rate_limit_per_key: str | None = None,
     expires_in: float | None = None,
+    rate_burst: int | None = None,
+    rate_burst_per_key: int | None = None,
 ) -> Operation[QueueControl]:
-    """Pause, resume, override or clear a queue's override (set_queue_control.sql)."""
+    """Pause, resume, override or clear a queue's override (set_queue_control.sql). An
+    override's bursts must fit its own rates when it sets them; else the SQL checks them against
+    the rates in force (InvalidPolicyError, nothing written)."""
     check_name("queue", queue)
     for what, value in (("max_active", max_active), ("max_active_per_key", max_active_per_key)):
         if value is not None and (type(value) is not int or not 1 <= value <= 1_000_000):
             raise InvalidPolicyError(f"{what} must be an int in [1, 1000000], got {value!r}")
     rate = RateLimit.optional(rate_limit, "rate_limit")
     rate_key = RateLimit.optional(rate_limit_per_key, "rate_limit_per_key")
+    for what, burst, limit in (("rate_burst", rate_burst, rate),
+                               ("rate_burst_per_key", rate_burst_per_key, rate_key)):
+        if burst is not None and (type(burst) is not int or not 1 <= burst <= 1_000_000):
+            raise InvalidPolicyError(f"{what} must be an int in [1, 1000000], got {burst!r}")
+        if burst is not None and limit is not None and burst > limit.n:
+            raise InvalidPolicyError(
+                f"queue {queue!r}: {what} ({burst}) must be at most the override's N "
+                f"({limit})")
     if action == "override" and max_active is None and max_active_per_key is None and (
-        rate is None and rate_key is None
+        rate is None and rate_key is None and rate_burst is None and rate_burst_per_key is None
     ):
         raise InvalidPolicyError(
             "an override needs at least one of max_active, max_active_per_key, rate_limit, "
-            "rate_limit_per_key"
+            "rate_limit_per_key, rate_burst, rate_burst_per_key"
         )
     if expires_in is not None and (
         isinstance(expires_in, bool) or not isinstance(expires_in, int | float)
@@ -831,6 +996,8 @@ def set_queue_control(
         rate.n if rate else None, rate.period if rate else None,
         rate_key.n if rate_key else None, rate_key.period if rate_key else None,
         float(expires_in) if expires_in is not None else None,
+        rate_burst if action == "override" else None,
+        rate_burst_per_key if action == "override" else None,
     )
     return _control(rows, queue)
 
@@ -858,8 +1025,9 @@ def list_queues() -> Operation[list[QueueSummary]]:
 
 
 def housekeeping() -> Operation[tuple[int, int]]:
-    """Clear expired overrides and prune old start buckets: (overrides cleared, rows pruned)."""
-    rows = yield _sql.statement("housekeeping"), ()
+    """Clear expired overrides (of queues and of budgets) and prune old start buckets:
+    (overrides cleared, rows pruned)."""
+    rows = yield _sql.statement("housekeeping_budgets"), ()
     return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
 
@@ -1533,6 +1701,12 @@ def enqueue_workflow(
         error_args: tuple[Any, ...] = (None,) * 7
     else:
         task, payload, options, on_failure = on_error
+        if options.budget is not None:
+            # The on_error job is made by the release from the workflow's row, which keeps no
+            # budget: refused rather than dropped.
+            raise InvalidOptionsError(
+                f"a workflow's on_error signature cannot name a budget yet, got "
+                f"budget={options.budget!r}")
         error_args = (task, options.queue, options.concurrency_key, options.priority,
                       encode_json(payload), options.max_attempts, on_failure)
     rows = yield _sql.statement("enqueue_workflow"), (
@@ -1542,7 +1716,8 @@ def enqueue_workflow(
         [m.options.delay_seconds for m in members], [m.options.max_attempts for m in members],
         [m.on_failure for m in members], [None] * len(members), [m.mode for m in members],
         edge_jobs, edge_parents, edge_ids, edge_positions, edge_passes,
-        [i + 1 for i in result_members], result_kind, *error_args)
+        [i + 1 for i in result_members], result_kind, *error_args,
+        _or_null([m.options.budget for m in members]))
     workflow_id, ids, missing = rows[0]
     if workflow_id is None:
         raise InvalidOptionsError(

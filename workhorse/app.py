@@ -12,6 +12,7 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -31,12 +32,15 @@ from .task import (
     CostSpec,
     KeySpec,
     Task,
+    budget_name,
     check_retry_on,
     resolve_cost,
     resolve_key,
     timeout_seconds,
 )
 from .types import (
+    BudgetDefinition,
+    BudgetSpec,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
     QueueSpec,
@@ -113,6 +117,8 @@ class App(AppEnqueuer):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueSpec] = {}
         self.schedules: dict[str, ScheduleDefinition] = {}
+        # DESIGN.md "Named budgets": the budgets this app declares (owns, syncs, prunes).
+        self.budgets: dict[str, BudgetSpec] = {}
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)} queues={len(self.queues)}>"
@@ -128,19 +134,81 @@ class App(AppEnqueuer):
         rate_limit_per_key: str | None = None,
         fairness: str = "fifo",
         on_key_full: str = "queue",
+        *,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> QueueSpec:
         """Declare a queue that several tasks share, with one combined set of limits.
         `fairness="key"` shares `max_active` among the concurrency keys (see
         docs/fair-share.md); `on_key_full=` says what an enqueue does when its job's key is
-        full (docs/job-keys.md).
+        full (docs/job-keys.md). `rate_burst=B` beside `rate_limit="N/P"` allows at most B
+        starts in any window of P*B/N (and `rate_burst_per_key` per key; docs/budgets.md).
 
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
         return self._declare_queue(
             QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
-                      fairness, on_key_full)
+                      fairness, on_key_full, rate_burst, rate_burst_per_key)
         )
+
+    def budget(
+        self,
+        name: str,
+        max_active: int | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+    ) -> BudgetSpec:
+        """Declare a named budget: one limit shared by every queue whose jobs name it
+        (`@app.task(budget=...)`, or `budget=` at the call site). `max_active` counts cost
+        units, `rate_limit` ("N/P") rate_cost units, `rate_burst` B (1..N) at most B units in
+        any window of P*B/N. This app's namespace owns it: `app.sync()` syncs and prunes it.
+        Declaring one name twice with different limits is an InvalidPolicyError.
+
+        >>> openai = App("docs").budget("openai", max_active=50, rate_limit="3000/m",
+        ...                             rate_burst=100)
+        >>> openai.name, openai.rate_limit, openai.rate_burst
+        ('openai', '3000/m', 100)
+        """
+        return self._declare_budget(BudgetSpec(name, max_active, rate_limit, rate_burst))
+
+    def _declare_budget(self, spec: BudgetSpec) -> BudgetSpec:
+        existing = self.budgets.get(spec.name)
+        if existing is None:
+            self.budgets[spec.name] = spec
+            return spec
+        if existing.definition().limits != spec.definition().limits:
+            def described(budget: BudgetSpec) -> str:
+                return ", ".join(f"{n}={v}" for n, v in zip(
+                    ("max_active", "rate_limit", "rate_burst"), budget.definition().limits,
+                    strict=True))
+
+            raise InvalidPolicyError(
+                f"budget {spec.name!r} is declared twice with different limits: "
+                f"{described(existing)} vs {described(spec)}")
+        return existing
+
+    def budget_definitions(self) -> list[BudgetDefinition]:
+        """The budgets this app declares, to sync under its namespace.
+
+        >>> app = App("docs")
+        >>> _ = app.budget("db", max_active=8)
+        >>> app.budget_definitions()
+        [BudgetDefinition(name='db', max_active=8, rate_limit=None, rate_burst=None)]
+        """
+        return [spec.definition() for spec in self.budgets.values()]
+
+    def named_budgets(self) -> list[str]:
+        """The budget names this app's tasks name without declaring them (references).
+
+        >>> app = App("docs")
+        >>> @app.task(name="sync.partner", budget="partner-api")
+        ... def push(record): ...
+        >>> app.named_budgets()
+        ['partner-api']
+        """
+        names = {task.budget for task in self.tasks.values() if task.budget is not None}
+        return sorted(names - set(self.budgets))
 
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
         check_name("queue", spec.name, InvalidPolicyError)
@@ -149,12 +217,13 @@ class App(AppEnqueuer):
         if existing is None or not existing.governed:
             self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
             return self.queues[spec.name]
-        if spec.governed and (existing.limits, existing.rules) != (spec.limits, spec.rules):
+        if spec.governed and (existing.limits, existing.rules, existing.bursts) != (
+                spec.limits, spec.rules, spec.bursts):
             names = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key",
-                     "fairness", "on_key_full")
+                     "fairness", "on_key_full", "rate_burst", "rate_burst_per_key")
 
             def described(queue: QueueSpec) -> str:
-                values = (*queue.limits, *queue.rules)
+                values = (*queue.limits, *queue.rules, *queue.bursts)
                 return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
             raise InvalidPolicyError(
@@ -202,6 +271,9 @@ class App(AppEnqueuer):
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
+        budget: str | BudgetSpec | None = None,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
@@ -230,6 +302,9 @@ class App(AppEnqueuer):
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
+        budget: str | BudgetSpec | None = None,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
@@ -242,7 +317,9 @@ class App(AppEnqueuer):
         `fairness="key"` shares the queue's `max_active` among concurrency keys; `cost=` and
         `rate_cost=` (an int, or a callable of the task's arguments called at enqueue) are the
         units a job occupies and the starts it counts, `weight=` its key's weight
-        (docs/fair-share.md).
+        (docs/fair-share.md). `budget=` (an `app.budget(...)` spec, declared with this app, or
+        a name, a reference) is the named budget its jobs name; `rate_burst=` and
+        `rate_burst_per_key=` bound bursts within the rate limits (docs/budgets.md).
 
         >>> app = App("docs")
         >>> @app.task(name="mail.fetch", queue="mail", retry_on=(ConnectionError,), timeout="30s")
@@ -259,7 +336,8 @@ class App(AppEnqueuer):
                 priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
                 on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
                 timeout=timeout, unique=unique, fairness=fairness, on_key_full=on_key_full,
-                cost=cost, rate_cost=rate_cost, weight=weight,
+                cost=cost, rate_cost=rate_cost, weight=weight, budget=budget,
+                rate_burst=rate_burst, rate_burst_per_key=rate_burst_per_key,
             )
 
         return register(fn) if fn is not None else register
@@ -289,6 +367,9 @@ class App(AppEnqueuer):
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
+        budget: str | BudgetSpec | None = None,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> Task[Any, Any]:
         from ._durations import parse_lease
 
@@ -312,6 +393,9 @@ class App(AppEnqueuer):
                        rate_cost=1 if callable(rate_cost) else rate_cost)
         retry_on = check_retry_on(retry_on)
         timeout_limit = timeout_seconds(timeout)
+        budget_text = budget_name(budget)
+        if budget_text is not None:
+            check_name("budget", budget_text)
         lease_seconds = None
         if lease is not None:
             try:
@@ -320,20 +404,25 @@ class App(AppEnqueuer):
                 raise InvalidOptionsError(f"task {task_name!r}: {exc}") from None
 
         limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
+        bursts = (rate_burst, rate_burst_per_key)
         if isinstance(queue, QueueSpec):
-            if (any(value is not None for value in limits)
+            if (any(value is not None for value in (*limits, *bursts))
                     or (fairness, on_key_full) != ("fifo", "queue")):
-                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness, on_key_full))
+                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness, on_key_full,
+                                                     *bursts))
             else:
                 spec = self._declare_queue(queue)
         elif queue is not None:
-            spec = self._declare_queue(QueueSpec(queue, *limits, fairness, on_key_full))
+            spec = self._declare_queue(QueueSpec(queue, *limits, fairness, on_key_full, *bursts))
         else:
             default_limit = _default_limit() if max_active is None else None
             spec = self._declare_queue(QueueSpec(
                 task_name, max_active if max_active is not None else default_limit,
                 max_active_per_key, rate_limit, rate_limit_per_key, fairness, on_key_full,
+                *bursts,
             ))
+        if isinstance(budget, BudgetSpec):
+            self._declare_budget(budget)  # declared with this app (a conflict raises here)
 
         task: Task[Any, Any] = Task(
             self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,
@@ -341,6 +430,7 @@ class App(AppEnqueuer):
             on_failure=on_failure, lease=lease_seconds,
             retention=retention_seconds(retention, self.retention), retry_on=retry_on,
             timeout=timeout_limit, unique=unique, cost=cost, rate_cost=rate_cost, weight=weight,
+            budget=budget_text,
         )
         self.tasks[task_name] = task
         return task
@@ -565,23 +655,54 @@ class App(AppEnqueuer):
     def _sync(self, prune: bool) -> Plan[SyncReport]:
         # The declarations are read (and checked) now, before any connection is taken.
         return _sync_plan(self.name, self.policy_definitions(), self.schedule_definitions(),
-                          prune)
+                          prune, self.budget_definitions(), self.named_budgets())
 
 
 def _sync_plan(
     namespace: str, definitions: list[ConcurrencyPolicyDefinition],
     schedules: list[ScheduleDefinition], prune: bool,
+    budgets: list[BudgetDefinition] | None = None, named: list[str] | None = None,
 ) -> Plan[SyncReport]:
+    # Queues' locks (policies) before budgets' locks: the order every claim takes them in.
     report, _ = yield _ops.sync_policies(namespace, definitions, prune)
     scheduled, _ = yield _ops.sync_schedules(namespace, schedules, prune)
-    return _with_schedules(report, scheduled)
+    budgeted, _ = yield _ops.sync_budgets(namespace, budgets or [], prune)
+    if named:
+        declared = yield _ops.budgets_present(named)
+        missing = [name for name in named if name not in declared]
+        if missing:
+            warnings.warn(
+                f"app {namespace!r} names budget(s) {', '.join(map(repr, missing))} that no "
+                "namespace declares: their jobs are limited by their queues alone until one "
+                "syncs them (app.budget(...) in the owning app)",
+                UndeclaredBudgetWarning, stacklevel=2)
+    return _with_nested(_with_nested(report, "schedules", scheduled), "budgets", budgeted)
+
+
+class UndeclaredBudgetWarning(UserWarning):
+    """`app.sync()` found budgets that the app's tasks name and no namespace declares (DESIGN.md
+    "Named budgets": such jobs are limited by their queue alone).
+
+    >>> with warnings.catch_warnings(record=True) as caught:  # doctest: +SKIP
+    ...     app.sync()
+    >>> caught[0].category.__name__                            # doctest: +SKIP
+    'UndeclaredBudgetWarning'
+    """
+
+
+def _with_nested(report: SyncReport, field: str, nested: SyncReport) -> SyncReport:
+    """The policies' report, with a nested one (schedules', budgets') set in `field`; left None
+    when it touched nothing at all."""
+    if not (nested.created or nested.updated or nested.pruned or nested.unchanged):
+        return report
+    if field == "budgets":
+        return dataclasses.replace(report, budgets=nested)
+    return dataclasses.replace(report, schedules=nested)
 
 
 def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:
     """The policies' report, with the schedules' nested (None when there were none at all)."""
-    if not (scheduled.created or scheduled.updated or scheduled.pruned or scheduled.unchanged):
-        return report
-    return dataclasses.replace(report, schedules=scheduled)
+    return _with_nested(report, "schedules", scheduled)
 
 
 def _check_arguments(fn: Callable[..., Any], args: Sequence[Any],

@@ -29,6 +29,8 @@ from ._text import literal
 from .errors import InvalidPolicyError, WorkhorseError, first_line
 from .queue import Queue
 from .types import (
+    BudgetHealth,
+    BudgetOverride,
     Job,
     JobStatus,
     PolicyHealth,
@@ -323,11 +325,14 @@ def sync(ctx: click.Context, app_reference: str, no_prune: bool, as_json: bool) 
     console.print(table)
     if report.schedules is not None:
         console.print(_schedule_changes(report.schedules))
+    if report.budgets is not None:
+        console.print(_schedule_changes(report.budgets, "budgets", "budget"))
 
 
-def _schedule_changes(report: SyncReport) -> Table:
-    table = DataTable(title="schedules")
-    table.add_column("schedule")
+def _schedule_changes(report: SyncReport, title: str = "schedules",
+                      what: str = "schedule") -> Table:
+    table = DataTable(title=title)
+    table.add_column(what)
     table.add_column("change")
     styles = {"created": "green", "updated": "yellow", "pruned": "red", "unchanged": "dim"}
     for change in ("created", "updated", "pruned", "unchanged"):
@@ -411,6 +416,8 @@ def health(ctx: click.Context, as_json: bool) -> None:
         return
     console.print(health_table(result))
     console.print(depth_table(result))
+    if result.budgets:
+        console.print(budgets_table(result.budgets))
 
 
 @main.group(invoke_without_command=True)
@@ -429,11 +436,13 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
         return
     table = DataTable(title="policies")
     for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
-                   "rate_limit_per_key", "fairness", "updated_at"):
+                   "rate_burst", "rate_limit_per_key", "rate_burst_per_key", "fairness",
+                   "updated_at"):
         table.add_column(column)
     for p in rows:
         table.add_row(p.namespace, p.queue, _limit(p.max_active), _limit(p.max_active_per_key),
-                      p.rate_limit or "-", p.rate_limit_per_key or "-", p.fairness,
+                      p.rate_limit or "-", _limit(p.rate_burst), p.rate_limit_per_key or "-",
+                      _limit(p.rate_burst_per_key), p.fairness,
                       p.updated_at.isoformat(timespec="seconds"))
     console.print(table)
 
@@ -484,6 +493,7 @@ def _override_text(override: PolicyOverride) -> str:
     fields = [f"{name}={value}" for name, value in (
         ("max_active", override.max_active), ("max_active_per_key", override.max_active_per_key),
         ("rate_limit", override.rate_limit), ("rate_limit_per_key", override.rate_limit_per_key),
+        ("rate_burst", override.rate_burst), ("rate_burst_per_key", override.rate_burst_per_key),
     ) if value is not None]
     until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
              if override.expires_at else " until cleared")
@@ -505,6 +515,9 @@ def _rate_option(value: str | None, param: str) -> str | None:
 @click.option("--max-active-per-key", type=click.IntRange(1, 1_000_000), default=None)
 @click.option("--rate-limit", default=None, metavar="N/P", help="e.g. 100/m, 5/10s.")
 @click.option("--rate-limit-per-key", default=None, metavar="N/P")
+@click.option("--rate-burst", type=click.IntRange(1, 1_000_000), default=None,
+              help="At most B starts in any P*B/N (beside --rate-limit or the synced rate).")
+@click.option("--rate-burst-per-key", type=click.IntRange(1, 1_000_000), default=None)
 @click.option("--for", "for_", type=DURATION, default=None,
               help="Expire after this long (default: until cleared).")
 @click.option("--json", "as_json", is_flag=True)
@@ -512,21 +525,24 @@ def _rate_option(value: str | None, param: str) -> str | None:
 @handle_errors
 def policies_override(
     ctx: click.Context, queue: str, max_active: int | None, max_active_per_key: int | None,
-    rate_limit: str | None, rate_limit_per_key: str | None, for_: float | None, as_json: bool,
+    rate_limit: str | None, rate_limit_per_key: str | None, rate_burst: int | None,
+    rate_burst_per_key: int | None, for_: float | None, as_json: bool,
 ) -> None:
     """Replace the named limits of QUEUE (any queue) until cleared or expired."""
     rate = _rate_option(rate_limit, "rate_limit")
     rate_key = _rate_option(rate_limit_per_key, "rate_limit_per_key")
-    if max_active is None and max_active_per_key is None and rate is None and rate_key is None:
+    if (max_active is None and max_active_per_key is None and rate is None and rate_key is None
+            and rate_burst is None and rate_burst_per_key is None):
         raise click.UsageError(
             "give at least one of --max-active, --max-active-per-key, --rate-limit, "
-            "--rate-limit-per-key")
+            "--rate-limit-per-key, --rate-burst, --rate-burst-per-key")
     if for_ is not None and for_ <= 0:
         raise click.BadParameter("must be positive", param_hint="--for")
     with _connect(ctx) as conn:
         control = Queue(conn).override_policy(
             queue, max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
+            rate_burst=rate_burst, rate_burst_per_key=rate_burst_per_key,
         )
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)
@@ -859,6 +875,95 @@ def workers(ctx: click.Context, as_json: bool) -> None:
             Text("yes", style="green") if r.alive else Text("no", style="red"),
         )
     console.print(table)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the budgets (BudgetHealth) as JSON.")
+@click.pass_context
+@handle_errors
+def budgets(ctx: click.Context, as_json: bool) -> None:
+    """Named budgets: declared, overridden or named by jobs, with their limits in force and
+    active units; `override` and `clear-override` change the limits in force."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _connect(ctx) as conn:
+        rows = _ops.execute(conn, _ops.budget_health())
+    if as_json:
+        print_json(rows)
+        return
+    console.print(budgets_table(rows))
+    if not rows:
+        console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
+
+
+def budgets_table(rows: list[BudgetHealth]) -> Table:
+    table = DataTable(title="budgets")
+    for column in ("budget", "namespace", "max_active", "rate_limit", "rate_burst",
+                   "active_units", "ready", "queues"):
+        table.add_column(column, justify="right" if column in (
+            "max_active", "rate_burst", "active_units", "ready") else "left")
+    for b in rows:
+        name = b.name + (" (override)" if b.override else "")
+        table.add_row(name, b.namespace or "- (not declared)", _limit(b.max_active),
+                      b.rate_limit or "-", _limit(b.rate_burst), str(b.active_units),
+                      f"{b.ready}{'+' if b.capped else ''}", ", ".join(b.queues) or "-")
+    return table
+
+
+def _budget_line(name: str, override: BudgetOverride | None) -> str:
+    if override is None:
+        return f"budget {name}: no override"
+    fields = [f"{field}={value}" for field, value in (
+        ("max_active", override.max_active), ("rate_limit", override.rate_limit),
+        ("rate_burst", override.rate_burst)) if value is not None]
+    until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
+             if override.expires_at else " until cleared")
+    return f"budget {name}: override " + ", ".join(fields) + until
+
+
+@budgets.command("override")
+@click.argument("name")
+@click.option("--max-active", type=click.IntRange(1, 1_000_000), default=None)
+@click.option("--rate-limit", default=None, metavar="N/P", help="e.g. 3000/m, 5/10s.")
+@click.option("--rate-burst", type=click.IntRange(1, 1_000_000), default=None,
+              help="At most B units in any P*B/N (beside --rate-limit or the declared rate).")
+@click.option("--for", "for_", type=DURATION, default=None,
+              help="Expire after this long (default: until cleared).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def budgets_override(
+    ctx: click.Context, name: str, max_active: int | None, rate_limit: str | None,
+    rate_burst: int | None, for_: float | None, as_json: bool,
+) -> None:
+    """Replace the named limits of budget NAME (declared or not) until cleared or expired."""
+    rate = _rate_option(rate_limit, "rate_limit")
+    if max_active is None and rate is None and rate_burst is None:
+        raise click.UsageError("give at least one of --max-active, --rate-limit, --rate-burst")
+    if for_ is not None and for_ <= 0:
+        raise click.BadParameter("must be positive", param_hint="--for")
+    with _connect(ctx) as conn:
+        override = Queue(conn).override_budget(name, max_active=max_active, rate_limit=rate,
+                                               rate_burst=rate_burst, expires_in=for_)
+    if as_json:
+        print_json(override)
+    else:
+        console.print(literal(_budget_line(name, override)), soft_wrap=True)
+
+
+@budgets.command("clear-override")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Back to the declared limits for budget NAME."""
+    with _connect(ctx) as conn:
+        Queue(conn).clear_budget_override(name)
+    if as_json:
+        print_json(None)
+    else:
+        console.print(literal(_budget_line(name, None)), soft_wrap=True)
 
 
 @main.command()

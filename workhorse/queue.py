@@ -20,6 +20,9 @@ from . import _ops
 from ._ops import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
 from .errors import StaleLeaseError, WorkhorseError
 from .types import (
+    Budget,
+    BudgetDefinition,
+    BudgetOverride,
     ClaimedJob,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
@@ -130,6 +133,69 @@ class Queue:
         SyncReport(created=[], updated=['mail'], pruned=[], unchanged=[], schedules=None)
         """
         return self._run(_ops.sync_policies(namespace, definitions, prune), transaction=True)[0]
+
+    def sync_budgets(
+        self,
+        namespace: str,
+        definitions: Iterable[BudgetDefinition],
+        prune: bool = True,
+    ) -> list[Budget]:
+        """Make `namespace`'s stored budgets equal `definitions` (DESIGN.md "Named budgets");
+        returns that namespace's budgets. With `prune`, deletes its other budgets. A budget
+        another namespace owns raises PolicyConflictError and nothing is written.
+
+        >>> q.sync_budgets("billing", [BudgetDefinition("openai", max_active=50)])  # doctest: +SKIP
+        [Budget(namespace='billing', name='openai', max_active=50, ...)]
+        """
+        return self._run(_ops.sync_budgets(namespace, definitions, prune), transaction=True)[1]
+
+    def sync_budgets_report(
+        self,
+        namespace: str,
+        definitions: Iterable[BudgetDefinition],
+        prune: bool = True,
+    ) -> SyncReport:
+        """As `sync_budgets`, but returns what changed (budget names).
+
+        >>> q.sync_budgets_report("billing", []).pruned               # doctest: +SKIP
+        ['openai']
+        """
+        return self._run(_ops.sync_budgets(namespace, definitions, prune), transaction=True)[0]
+
+    def list_budgets(self, namespace: str | None = None) -> list[Budget]:
+        """Every declared budget, or one namespace's, each with its override.
+
+        >>> [b.name for b in q.list_budgets()]                        # doctest: +SKIP
+        ['openai']
+        """
+        return self._run(_ops.list_budgets(namespace))
+
+    def override_budget(
+        self,
+        name: str,
+        *,
+        max_active: int | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        expires_in: float | None = None,
+    ) -> BudgetOverride | None:
+        """Replace the named fields of budget `name` (declared or not) until
+        `clear_budget_override` or until `expires_in` seconds pass. A sync never removes it.
+
+        >>> q.override_budget("openai", max_active=10, expires_in=3600).max_active  # doctest: +SKIP
+        10
+        """
+        operation = _ops.set_budget_control(name, "override", max_active=max_active,
+                                            rate_limit=rate_limit, rate_burst=rate_burst,
+                                            expires_in=expires_in)
+        return self._run(operation, transaction=True)
+
+    def clear_budget_override(self, name: str) -> None:
+        """Remove budget `name`'s override: its declared limits apply again.
+
+        >>> q.clear_budget_override("openai")                         # doctest: +SKIP
+        """
+        self._run(_ops.set_budget_control(name, "clear_override"), transaction=True)
 
     def list_concurrency_policies(self, namespace: str | None = None) -> list[ConcurrencyPolicy]:
         """Every stored policy, or one namespace's.
@@ -281,15 +347,19 @@ class Queue:
         rate_limit: str | None = None,
         rate_limit_per_key: str | None = None,
         expires_in: float | None = None,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> QueueControl:
         """Replace the named fields of `queue`'s policy (any queue, governed or not) until
-        `clear_override` or until `expires_in` seconds pass. A sync never removes it.
+        `clear_override` or until `expires_in` seconds pass. A sync never removes it. Bursts
+        must fit the rates in force (the claim enforces them in a later step).
 
         >>> q.override_policy("openai-api", max_active=2, expires_in=3600)   # doctest: +SKIP
         """
         operation = _ops.set_queue_control(
             queue, "override", max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate_limit, rate_limit_per_key=rate_limit_per_key, expires_in=expires_in,
+            rate_burst=rate_burst, rate_burst_per_key=rate_burst_per_key,
         )
         return self._run(operation, transaction=True)
 
@@ -457,6 +527,68 @@ class AsyncQueue:
         operation = _ops.sync_policies(namespace, definitions, prune)
         return (await self._run(operation, transaction=True))[0]
 
+    async def sync_budgets(
+        self,
+        namespace: str,
+        definitions: Iterable[BudgetDefinition],
+        prune: bool = True,
+    ) -> list[Budget]:
+        """`Queue.sync_budgets`, awaitable.
+
+        >>> defs = [BudgetDefinition("db", max_active=8)]
+        >>> await aq.sync_budgets("billing", defs)                    # doctest: +SKIP
+        [Budget(namespace='billing', name='db', max_active=8, ...)]
+        """
+        operation = _ops.sync_budgets(namespace, definitions, prune)
+        return (await self._run(operation, transaction=True))[1]
+
+    async def sync_budgets_report(
+        self,
+        namespace: str,
+        definitions: Iterable[BudgetDefinition],
+        prune: bool = True,
+    ) -> SyncReport:
+        """`Queue.sync_budgets_report`, awaitable.
+
+        >>> (await aq.sync_budgets_report("billing", [])).pruned      # doctest: +SKIP
+        ['db']
+        """
+        operation = _ops.sync_budgets(namespace, definitions, prune)
+        return (await self._run(operation, transaction=True))[0]
+
+    async def list_budgets(self, namespace: str | None = None) -> list[Budget]:
+        """`Queue.list_budgets`, awaitable.
+
+        >>> [b.name for b in await aq.list_budgets()]                 # doctest: +SKIP
+        ['db']
+        """
+        return await self._run(_ops.list_budgets(namespace))
+
+    async def override_budget(
+        self,
+        name: str,
+        *,
+        max_active: int | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        expires_in: float | None = None,
+    ) -> BudgetOverride | None:
+        """`Queue.override_budget`, awaitable.
+
+        >>> await aq.override_budget("db", max_active=2)              # doctest: +SKIP
+        """
+        operation = _ops.set_budget_control(name, "override", max_active=max_active,
+                                            rate_limit=rate_limit, rate_burst=rate_burst,
+                                            expires_in=expires_in)
+        return await self._run(operation, transaction=True)
+
+    async def clear_budget_override(self, name: str) -> None:
+        """`Queue.clear_budget_override`, awaitable.
+
+        >>> await aq.clear_budget_override("db")                      # doctest: +SKIP
+        """
+        await self._run(_ops.set_budget_control(name, "clear_override"), transaction=True)
+
     async def list_concurrency_policies(
         self, namespace: str | None = None
     ) -> list[ConcurrencyPolicy]:
@@ -592,6 +724,8 @@ class AsyncQueue:
         rate_limit: str | None = None,
         rate_limit_per_key: str | None = None,
         expires_in: float | None = None,
+        rate_burst: int | None = None,
+        rate_burst_per_key: int | None = None,
     ) -> QueueControl:
         """`Queue.override_policy`, awaitable.
 
@@ -600,6 +734,7 @@ class AsyncQueue:
         operation = _ops.set_queue_control(
             queue, "override", max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate_limit, rate_limit_per_key=rate_limit_per_key, expires_in=expires_in,
+            rate_burst=rate_burst, rate_burst_per_key=rate_burst_per_key,
         )
         return await self._run(operation, transaction=True)
 

@@ -17,7 +17,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from .errors import InvalidOptionsError
 from .handle import Enqueuer, JobHandle
 from .retry import RetryBackoff
-from .types import EnqueueOptions, QueueSpec, Unique, retention_seconds
+from .types import BudgetSpec, EnqueueOptions, QueueSpec, Unique, retention_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,7 +89,22 @@ def resolve_cost(what: str, spec: Any, args: Sequence[Any], kwargs: Mapping[str,
 # and `eta` are Celery's spellings of `delay` and `run_at`.
 CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
                 "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode", "cost",
-                "rate_cost", "weight")
+                "rate_cost", "weight", "budget")
+
+
+def budget_name(budget: object) -> str | None:
+    """The name a `budget=` gives: a BudgetSpec's, or a string as it is (checked when the
+    options are built: 1-255 characters); None for none.
+
+    >>> budget_name(BudgetSpec("openai", max_active=5)), budget_name("partner-api")
+    ('openai', 'partner-api')
+    """
+    if budget is None or isinstance(budget, str):
+        return budget
+    if isinstance(budget, BudgetSpec):
+        return budget.name
+    raise InvalidOptionsError(
+        f"budget must be a budget name or an app.budget(...) spec, got {budget!r}")
 
 
 def check_call_options(options: Mapping[str, Any], where: str) -> None:
@@ -206,8 +221,11 @@ class Task(Generic[P, R]):
         cost: CostSpec = 1,
         rate_cost: CostSpec = 1,
         weight: int = 1,
+        budget: str | None = None,
     ) -> None:
         self.enqueuer = enqueuer
+        # DESIGN.md "Named budgets": the budget its jobs name unless the call site names another.
+        self.budget = budget
         # DESIGN.md "Fair share and job cost": the job's units (a value or a callable of the
         # arguments, called at enqueue), its rate units and its key's weight.
         self.cost = cost
@@ -369,6 +387,7 @@ class Task(Generic[P, R]):
         cost: CostSpec | None = None,
         rate_cost: CostSpec | None = None,
         weight: int | None = None,
+        budget: str | BudgetSpec | None = None,
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
         are Celery's spellings of `delay` and `run_at`.
@@ -429,6 +448,7 @@ class Task(Generic[P, R]):
             rate_cost=resolve_cost("rate_cost", self.rate_cost if rate_cost is None else rate_cost,
                                    args, kwargs),
             weight=self.weight if weight is None else weight,
+            budget=self.budget if budget is None else budget_name(budget),
         )
         arguments = None if unique_rule is None else self.bound_arguments(args, kwargs)
         return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure,
@@ -453,7 +473,7 @@ class Task(Generic[P, R]):
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
         max_attempts, idempotency_key, unique, job_key, job_key_mode, cost, rate_cost,
-        weight); `connection=` enqueues inside the caller's transaction. With an idempotency
+        weight, budget); `connection=` enqueues inside the caller's transaction. With an idempotency
         key, a job of this task with that key that still exists is returned instead of a new
         one; with `unique`, an equal job in the rule's states; with a `job_key`, the key's
         pending job, updated (see docs/job-keys.md).

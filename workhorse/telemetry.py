@@ -1,8 +1,8 @@
 """OpenTelemetry instruments, through `opentelemetry-api` only.
 
 With no SDK configured these are the API's no-op proxies, so they cost next to nothing. The one
-attribute is the queue: raw concurrency keys are never an attribute, because they are unbounded
-and may name customers.
+attribute is the queue (the budget's name on the budget gauges): raw concurrency keys are never an
+attribute, because they are unbounded and may name customers.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from .types import PolicyHealth, QueueHealth, RateLimit
 
 QUEUE_ATTRIBUTE = "workhorse.queue"
+# The one attribute of the budget gauges (DESIGN.md "Named budgets").
+BUDGET_ATTRIBUTE = "workhorse.budget"
 _TRACE_META_KEY = "trace"
 
 _tracer = trace.get_tracer("workhorse")
@@ -96,6 +98,32 @@ _meter.create_observable_gauge("workhorse.queue.concurrency.active", callbacks=[
 _meter.create_observable_gauge(
     "workhorse.queue.concurrency.blocked_ready", callbacks=[_observe_blocked]
 )
+
+
+def _budget_values(field: str) -> Iterable[Observation]:
+    """One observation per budget in the snapshot with a value for `field`, whose one attribute
+    is the budget's name."""
+    with _snapshot_lock:
+        snapshot = _snapshot
+    if snapshot is None:
+        return []
+    return [Observation(value, {BUDGET_ATTRIBUTE: budget.name})
+            for budget in snapshot.budgets
+            if (value := getattr(budget, field)) is not None]
+
+
+def _observe_budget_limit(options: CallbackOptions) -> Iterable[Observation]:
+    return _budget_values("max_active")
+
+
+def _observe_budget_active(options: CallbackOptions) -> Iterable[Observation]:
+    return _budget_values("active_units")
+
+
+_meter.create_observable_gauge("workhorse.budget.concurrency.limit",
+                               callbacks=[_observe_budget_limit])
+_meter.create_observable_gauge("workhorse.budget.concurrency.active",
+                               callbacks=[_observe_budget_active])
 
 
 @functools.lru_cache(maxsize=4096)

@@ -247,6 +247,8 @@ class EagerRunner:
             status=JobStatus.READY, attempts=0, max_attempts=options.max_attempts, result=None,
             error=None, run_at=run_at, enqueued_at=now, started_at=None, finished_at=None,
             on_failure=call.on_failure, idempotency_key=key, job_key=options.job_key,
+            cost=options.cost, rate_cost=options.rate_cost, weight=options.weight,
+            budget=options.budget,
         )
         self.jobs[job_id] = job
         return job, task

@@ -266,9 +266,13 @@ class EnqueueOptions:
     weight: int = 1
     # DESIGN.md "Workflows": job ids, JobHandles or WorkflowHandles it runs after (empty: none).
     depends_on: tuple[Any, ...] = ()
+    # DESIGN.md "Named budgets": the budget the job names (declared or not), or None.
+    budget: str | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
+        if self.budget is not None:
+            check_name("budget", self.budget)
         check_cost("cost", self.cost)
         check_cost("rate_cost", self.rate_cost)
         check_weight(self.weight)
@@ -451,6 +455,26 @@ def rate_text(n: int | None, period: float | None) -> str | None:
     return None if limit is None else str(limit)
 
 
+def check_rate_burst(owner: str, what: str, burst: object, rate: RateLimit | None,
+                     rate_name: str) -> int | None:
+    """A rate burst B (DESIGN.md "rate bursts"): None, or an int (not a bool) with
+    1 <= B <= N of its rate; a burst without a rate is InvalidPolicyError, as is any other value.
+
+    >>> check_rate_burst("queue 'mail'", "rate_burst", 10, RateLimit(100, 60.0), "rate_limit")
+    10
+    """
+    if burst is None:
+        return None
+    if rate is None:
+        raise InvalidPolicyError(
+            f"{owner}: {what}={shown(burst)} needs {rate_name} (a burst is a bound within a rate)")
+    if type(burst) is not int or not 1 <= burst <= rate.n:
+        raise InvalidPolicyError(
+            f"{owner}: {what} must be an int in [1, {rate.n}] (the N of {rate_name}={rate}), "
+            f"got {shown(burst)}")
+    return burst
+
+
 def check_fairness(queue: object, fairness: object, max_active: object) -> None:
     """InvalidPolicyError unless `fairness` is "fifo" or "key", and "key" comes with max_active.
 
@@ -514,6 +538,9 @@ class ConcurrencyPolicyDefinition:
     # DESIGN.md "Job keys": "queue" (wait), "cancel_in_progress" (the newest job of a full key
     # wins) or "cancel_newest" (the new job is canceled); the last two need max_active_per_key.
     on_key_full: str = "queue"
+    # DESIGN.md "rate bursts": at most B units in any window of P*B/N, beside N per P.
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue, InvalidPolicyError)
@@ -525,6 +552,10 @@ class ConcurrencyPolicyDefinition:
         for name in ("rate_limit", "rate_limit_per_key"):
             limit = RateLimit.optional(getattr(self, name), name)
             object.__setattr__(self, name, None if limit is None else str(limit))
+        owner = f"queue {self.queue!r}"
+        check_rate_burst(owner, "rate_burst", self.rate_burst, self.rate, "rate_limit")
+        check_rate_burst(owner, "rate_burst_per_key", self.rate_burst_per_key, self.rate_per_key,
+                         "rate_limit_per_key")
         if (self.max_active is None and self.max_active_per_key is None
                 and self.rate_limit is None and self.rate_limit_per_key is None):
             raise InvalidPolicyError(
@@ -576,6 +607,8 @@ class QueueSpec:
     rate_limit_per_key: str | None = None
     fairness: str = "fifo"
     on_key_full: str = "queue"
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("rate_limit", "rate_limit_per_key"):  # "100/m" however it was spelled
@@ -607,10 +640,21 @@ class QueueSpec:
         >>> QueueSpec("mail").definition() is None
         True
         """
-        if not self.governed and self.rules == ("fifo", "queue"):
+        if not self.governed and self.rules == ("fifo", "queue") and self.bursts == (None, None):
             return None
         return ConcurrencyPolicyDefinition(self.name, *self.limits, fairness=self.fairness,
-                                           on_key_full=self.on_key_full)
+                                           on_key_full=self.on_key_full,
+                                           rate_burst=self.rate_burst,
+                                           rate_burst_per_key=self.rate_burst_per_key)
+
+    @property
+    def bursts(self) -> tuple[int | None, int | None]:
+        """`(rate_burst, rate_burst_per_key)`.
+
+        >>> QueueSpec("mail", rate_limit="100/m", rate_burst=10).bursts
+        (10, None)
+        """
+        return (self.rate_burst, self.rate_burst_per_key)
 
     @property
     def rules(self) -> tuple[str, str]:
@@ -640,6 +684,165 @@ class ConcurrencyPolicy:
     rate_limit_per_key: str | None = None
     fairness: str = "fifo"
     on_key_full: str = "queue"
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
+
+
+MAX_BUDGET_DEFINITIONS = 1000
+
+
+def _budget_limits(owner: str, max_active: object, rate_limit: object,
+                   rate_burst: object) -> str | None:
+    """A budget's limits checked (InvalidPolicyError): max_active an int in [1, 1,000,000] or
+    None, a rate "N/P" or None, a burst 1..N only with a rate, and at least one limit. Returns
+    the rate in its normal spelling."""
+    _check_limit(f"{owner}: max_active", max_active, optional=True)
+    rate = RateLimit.optional(rate_limit, f"{owner}: rate_limit")
+    check_rate_burst(owner, "rate_burst", rate_burst, rate, "rate_limit")
+    if max_active is None and rate is None:
+        raise InvalidPolicyError(
+            f"{owner}: a budget needs max_active or rate_limit (a budget with no limit limits "
+            "nothing)")
+    return None if rate is None else str(rate)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDefinition:
+    """A named budget as declared (DESIGN.md "Named budgets"): one limit shared by every queue
+    whose jobs name it. `max_active` counts the cost units of its active jobs, `rate_limit`
+    ("N/P") their rate_cost units per window, `rate_burst` B (1 <= B <= N, only with a rate)
+    at most B units in any window of P*B/N. Validated when constructed (InvalidPolicyError).
+
+    >>> BudgetDefinition(name="openai", max_active=50, rate_limit="3000/m", rate_burst=100).rate
+    RateLimit(n=3000, period=60.0)
+    """
+
+    name: str
+    max_active: int | None = None
+    rate_limit: str | None = None
+    rate_burst: int | None = None
+
+    def __post_init__(self) -> None:
+        check_name("budget name", self.name, InvalidPolicyError)
+        rate = _budget_limits(f"budget {self.name!r}", self.max_active, self.rate_limit,
+                              self.rate_burst)
+        object.__setattr__(self, "rate_limit", rate)
+
+    @property
+    def rate(self) -> RateLimit | None:
+        """`rate_limit` parsed.
+
+        >>> BudgetDefinition("partner", rate_limit="5/10s").rate.period
+        10.0
+        """
+        return RateLimit.optional(self.rate_limit, "rate_limit")
+
+    @property
+    def limits(self) -> tuple[int | None, str | None, int | None]:
+        """`(max_active, rate_limit, rate_burst)`.
+
+        >>> BudgetDefinition("db", max_active=8).limits
+        (8, None, None)
+        """
+        return (self.max_active, self.rate_limit, self.rate_burst)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """What `app.budget(...)` returns: a declared budget, to pass as `budget=` to tasks (or to
+    name by its string). Validated when constructed, as its `BudgetDefinition` is.
+
+    >>> BudgetSpec("openai", max_active=50).definition()
+    BudgetDefinition(name='openai', max_active=50, rate_limit=None, rate_burst=None)
+    """
+
+    name: str
+    max_active: int | None = None
+    rate_limit: str | None = None
+    rate_burst: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate_limit", self.definition().rate_limit)
+
+    def definition(self) -> BudgetDefinition:
+        """The definition to sync.
+
+        >>> BudgetSpec("db", max_active=8).definition().max_active
+        8
+        """
+        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOverride:
+    """An operator's override of a budget: the fields it replaces (None: not replaced), since
+    when, and until when (None: until cleared).
+
+    >>> q.override_budget("openai", max_active=10, expires_in=3600)  # doctest: +SKIP
+    BudgetOverride(max_active=10, rate_limit=None, rate_burst=None, set_at=..., expires_at=...)
+    """
+
+    max_active: int | None = None
+    rate_limit: str | None = None
+    rate_burst: int | None = None
+    set_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A named budget as stored: its definition, the namespace that owns it, and its override.
+
+    >>> [(b.name, b.max_active) for b in q.list_budgets()]  # doctest: +SKIP
+    [('openai', 50)]
+    """
+
+    namespace: str
+    name: str
+    max_active: int | None
+    rate_limit: str | None
+    rate_burst: int | None
+    created_at: datetime
+    updated_at: datetime
+    override: BudgetOverride | None = None
+
+    @property
+    def definition(self) -> BudgetDefinition:
+        """The stored budget as a `BudgetDefinition` (what a sync compares).
+
+        >>> q.list_budgets()[0].definition  # doctest: +SKIP
+        BudgetDefinition(name='openai', max_active=50, rate_limit='3000/m', rate_burst=100)
+        """
+        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHealth:
+    """One budget in `QueueHealth.budgets`: declared (`namespace` set), overridden, or only named
+    by ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are
+    those in force (a live override's fields over the declared ones); `active_units` is the cost
+    of its unexpired active jobs; `queues` the queues with ready or active jobs naming it;
+    `ready` its ready jobs, counted up to the health sample (`capped` beyond).
+
+    Until the claim admits by budget (next release step, docs/budgets.md), `blocked_ready` is 0
+    and `next_start_at` None.
+
+    >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
+    [('openai', 12, ['embeddings', 'summaries'])]
+    """
+
+    name: str
+    namespace: str | None
+    max_active: int | None
+    rate_limit: str | None
+    rate_burst: int | None
+    override: BudgetOverride | None
+    active_units: int
+    blocked_ready: int
+    queues: list[str]
+    next_start_at: datetime | None = None
+    ready: int = 0
+    capped: bool = False
 
 
 # A progress message is for a bar's caption, not a log: at most this many characters.
@@ -800,6 +1003,8 @@ class Job:
     # The workflow it is a member of (DESIGN.md "Workflows"), and the ids it runs after.
     workflow_id: int | None = None
     depends_on: list[int] = field(default_factory=list)
+    # The named budget it names (DESIGN.md "Named budgets"), or None.
+    budget: str | None = None
 
     @property
     def resting(self) -> bool:
@@ -857,6 +1062,8 @@ class PolicyOverride:
     rate_limit_per_key: str | None = None
     set_at: datetime | None = None
     expires_at: datetime | None = None
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -899,6 +1106,9 @@ class PolicyHealth:
     active_units: int = 0
     # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
     on_key_full: str = "queue"
+    # DESIGN.md "rate bursts": the bursts in force (an override's where it sets them).
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
     # The number of active jobs (beside `active_units`, their cost): they differ where costs
     # differ from 1, and `workhorse top` then shows units.
     active_jobs: int = 0
@@ -924,6 +1134,8 @@ class QueueHealth:
     # queue -> ready jobs (within the bounded sample) whose task no live supervisor serving
     # the queue declares; only queues some live supervisor serves, and only those with any.
     unknown_task_ready: dict[str, int] = field(default_factory=dict)
+    # DESIGN.md "Named budgets": one row per declared, overridden or named budget.
+    budgets: list[BudgetHealth] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -979,6 +1191,8 @@ class SyncReport:
     unchanged: list[str] = field(default_factory=list)
     # The app's schedules, by name, when it declares any (App.sync only).
     schedules: SyncReport | None = None
+    # The app's named budgets, by name, when it declares any or had some to prune (App.sync).
+    budgets: SyncReport | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from starlette.testclient import TestClient
 from workhorse import (
     App,
     AsyncQueue,
+    BudgetDefinition,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
     Queue,
@@ -133,6 +134,31 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
         add(f"EnqueueOptions key {label}", lambda bad=bad: EnqueueOptions(concurrency_key=bad))
         add(f"list_jobs queue {label}", lambda bad=bad: q.list_jobs(queue=bad))
         add(f"pause {label}", lambda bad=bad: q.pause(bad))
+        # Named budgets (issue #30).
+        add(f"EnqueueOptions budget {label}", lambda bad=bad: EnqueueOptions(budget=bad))
+        add(f"BudgetDefinition name {label}",
+            lambda bad=bad: BudgetDefinition(bad, max_active=1))
+        add(f"sync_budgets namespace {label}",
+            lambda bad=bad: q.sync_budgets(bad, [BudgetDefinition("b", max_active=1)]))
+        add(f"override_budget {label}", lambda bad=bad: q.override_budget(bad, max_active=1))
+        add(f"app.budget {label}", lambda bad=bad: app.budget(bad, max_active=1))
+        add(f"apply_async budget {label}",
+            lambda bad=bad: task.apply_async((1,), budget=bad))
+    add("BudgetDefinition no limit", lambda: BudgetDefinition("b"))
+    add("BudgetDefinition burst above N",
+        lambda: BudgetDefinition("b", rate_limit="5/s", rate_burst=6))
+    add("BudgetDefinition burst without a rate",
+        lambda: BudgetDefinition("b", max_active=1, rate_burst=1))
+    add("BudgetDefinition max_active NaN",
+        lambda: BudgetDefinition("b", max_active=NAN))  # type: ignore[arg-type]
+    add("override_budget burst with no rate in force",
+        lambda: q.override_budget("nobody", rate_burst=1))
+    add("override_budget expires NaN", lambda: q.override_budget("b", max_active=1,
+                                                                 expires_in=NAN))
+    add("override_policy burst above N", lambda: q.override_policy("api", rate_limit="5/s",
+                                                                   rate_burst=6))
+    add("policy burst 2**70", lambda: ConcurrencyPolicyDefinition(
+        "api", rate_limit="5/s", rate_burst=BIG))
     add("EnqueueOptions idempotency NUL", lambda: EnqueueOptions(idempotency_key=NUL))
     add("EnqueueOptions priority huge", lambda: EnqueueOptions(priority=BIG))
     add("EnqueueOptions priority NaN", lambda: EnqueueOptions(priority=NAN))  # type: ignore[arg-type]
@@ -312,6 +338,15 @@ _CLI_CASES: list[tuple[str, list[str]]] = [
                                              str(BIG)]),
     ("policies clear-override surrogate", ["policies", "clear-override", SURROGATE]),
     ("policies --namespace NUL", ["policies", "--namespace", NUL]),
+    ("policies override --rate-burst huge", ["policies", "override", "api", "--rate-burst",
+                                             str(BIG)]),
+    ("budgets override 10k", ["budgets", "override", HUGE, "--max-active", "1"]),
+    ("budgets override surrogate", ["budgets", "override", SURROGATE, "--max-active", "1"]),
+    ("budgets override --rate-limit nan/m", ["budgets", "override", "b", "--rate-limit",
+                                             "nan/m"]),
+    ("budgets override --rate-burst 0", ["budgets", "override", "b", "--rate-burst", "0"]),
+    ("budgets override burst, no rate", ["budgets", "override", "b", "--rate-burst", "1"]),
+    ("budgets clear-override NUL", ["budgets", "clear-override", NUL]),
     ("schedules --namespace 10k", ["schedules", "--namespace", HUGE]),
     ("jobs retry --held --queue 10k", ["jobs", "retry", "--held", "--queue", HUGE]),
     ("jobs prune --older-than nan", ["jobs", "prune", "--older-than", "nan"]),

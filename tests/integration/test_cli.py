@@ -137,7 +137,7 @@ def test_health_json_is_queue_health_field_by_field(
     queue.enqueue("t.more", None, EnqueueOptions(queue="active"))
     data = ok_json(database_url, "health")
     assert data == json.loads(json.dumps(dataclasses.asdict(queue.health())))
-    assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready"}
+    assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready", "budgets"}
     assert data["depth"] == {
         "scheduled": 1, "ready": 2, "active": 1, "succeeded": 1, "failed": 1, "held": 2,
         "canceled": 1, "waiting": 0,
@@ -147,6 +147,7 @@ def test_health_json_is_queue_health_field_by_field(
         "namespace", "queue", "max_active", "max_active_per_key", "active", "available",
         "blocked_ready", "saturated_keys", "capped", "rate_limit", "rate_limit_per_key",
         "rate_limited_keys", "paused", "override", "fairness", "active_units", "on_key_full",
+        "rate_burst", "rate_burst_per_key",
         "active_jobs",
     }
     assert by_queue["active"] == {
@@ -154,6 +155,7 @@ def test_health_json_is_queue_health_field_by_field(
         "active": 1, "available": 0, "blocked_ready": 1, "saturated_keys": 0, "capped": False,
         "rate_limit": None, "rate_limit_per_key": None, "rate_limited_keys": 0, "paused": False,
         "override": None, "fairness": "fifo", "active_units": 1, "on_key_full": "queue",
+        "rate_burst": None, "rate_burst_per_key": None,
         "active_jobs": 1,
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
@@ -188,7 +190,7 @@ def test_policies(database_url: str, queue: Queue) -> None:
     ]
     assert set(rows[0]) == {"namespace", "queue", "max_active", "max_active_per_key",
                             "created_at", "updated_at", "rate_limit", "rate_limit_per_key",
-                            "fairness", "on_key_full"}
+                            "fairness", "on_key_full", "rate_burst", "rate_burst_per_key"}
     only = ok_json(database_url, "policies", "--namespace", "search")
     assert [r["queue"] for r in only] == ["index"]
     table = cli(database_url, "policies")
@@ -354,13 +356,15 @@ def test_sync_app(database_url: str, queue: Queue, app_module: str) -> None:
     queue.sync_concurrency_policies("cliapp", [ConcurrencyPolicyDefinition("old", 1)])
     kept = ok_json(database_url, "sync", f"{app_module}:app", "--no-prune")
     assert kept == {"created": ["mail", "migrate_db"], "updated": [], "pruned": [],
-                    "unchanged": [], "schedules": None}
+                    "unchanged": [], "schedules": None,
+                    "budgets": None}
     assert {p.queue for p in queue.list_concurrency_policies("cliapp")} == {
         "mail", "migrate_db", "old",
     }
     pruned = ok_json(database_url, "sync", f"{app_module}:app")
     assert pruned == {"created": [], "updated": [], "pruned": ["old"],
-                      "unchanged": ["mail", "migrate_db"], "schedules": None}
+                      "unchanged": ["mail", "migrate_db"], "schedules": None,
+                    "budgets": None}
     stored = {(p.queue, p.max_active, p.max_active_per_key)
               for p in queue.list_concurrency_policies()}
     assert stored == {("mail", 20, 3), ("migrate_db", 1, None)}

@@ -41,10 +41,17 @@
 -- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
 -- rate limit's N, can never start: the enqueue refuses it (SQLSTATE WH005, before anything is
 -- written). The stored policy is the one checked; an override that lowers a limit does not
--- refuse (the job waits for it to end). Takes each queue's enqueue gate in
+-- refuse (the job waits for it to end). The same holds for a rate burst (rate_cost above B), and
+-- for the declared budget a job names (cost above its max_active, rate cost above its N or B).
+-- Takes each queue's enqueue gate in
 -- shared mode (sorted), hints the keys of ready keyed jobs it made or changed, and wakes the
 -- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
 -- go through _on_key_full_v1, under the queue's admission lock.
+--
+-- `p_budgets` (NULL: none for every job) is the named budget each job names (DESIGN.md "Named
+-- budgets"), stored on the row as it is, declared or not. A job that names one raises its
+-- queue's level to at least 2, as a cost does (see migrations/0009_budgets.sql), and records the
+-- (budget, queue) pair in budget_queues (ON CONFLICT DO NOTHING: no existing row is locked).
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -65,7 +72,8 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_job_key_modes text[] DEFAULT NULL,
     p_costs integer[] DEFAULT NULL,
     p_rate_costs integer[] DEFAULT NULL,
-    p_weights smallint[] DEFAULT NULL
+    p_weights smallint[] DEFAULT NULL,
+    p_budgets text[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
 -- Generic plans, made once a session: the statements below take whole arrays as parameters,
@@ -128,7 +136,7 @@ BEGIN
         -- in shared mode only for enqueues: a concurrent sync may still lower it, and the claim
         -- then holds the job with CostExceedsLimitError).
         SELECT t.queue, t.cost, t.rate_cost, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key, t.ckey
+               p.rate_limit_per_key, t.ckey, p.rate_burst, p.rate_burst_per_key
         INTO v_row
         FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
              WITH ORDINALITY AS t(queue, cost, rate_cost, ckey, ord)
@@ -136,38 +144,72 @@ BEGIN
         WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
            OR (t.ckey IS NOT NULL AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
            OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
+           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst, 2147483647)
            OR (t.ckey IS NOT NULL
                AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
+           OR (t.ckey IS NOT NULL
+               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst_per_key, 2147483647))
         ORDER BY t.ord
         LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'a job of cost % and rate_cost % can never start on queue %: its '
                             'policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
-                            'rate_limit_per_key N=%',
+                            'rate_limit_per_key N=%, rate_burst=%, rate_burst_per_key=%',
                 COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.queue,
                 v_row.max_active, v_row.max_active_per_key, v_row.rate_limit,
-                v_row.rate_limit_per_key
+                v_row.rate_limit_per_key, v_row.rate_burst, v_row.rate_burst_per_key
                 USING ERRCODE = 'WH005';
+        END IF;
+        IF p_budgets IS NOT NULL THEN
+            -- The same for the declared budget a job names (DESIGN.md "Named budgets": its cost
+            -- counts against the budget's max_active, its rate cost against its rate and burst).
+            SELECT t.budget, t.cost, t.rate_cost, b.max_active, b.rate_limit, b.rate_burst
+            INTO v_row
+            FROM unnest(p_budgets, p_costs, p_rate_costs)
+                 WITH ORDINALITY AS t(budget, cost, rate_cost, ord)
+            JOIN workhorse.budgets b ON b.name = t.budget
+            WHERE COALESCE(t.cost, 1) > COALESCE(b.max_active, 2147483647)
+               OR COALESCE(t.rate_cost, 1) > COALESCE(b.rate_limit, 2147483647)
+               OR COALESCE(t.rate_cost, 1) > COALESCE(b.rate_burst, 2147483647)
+            ORDER BY t.ord
+            LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'a job of cost % and rate_cost % can never start in budget %: '
+                                'it allows max_active=%, rate_limit N=%, rate_burst=%',
+                    COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.budget,
+                    v_row.max_active, v_row.rate_limit, v_row.rate_burst
+                    USING ERRCODE = 'WH005';
+            END IF;
         END IF;
     END IF;
 
-    IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL THEN
+    IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL
+       OR p_budgets IS NOT NULL THEN
         -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
-        -- the claims that do not know it away. A cost other than 1 is level 2.
+        -- the claims that do not know it away. A cost other than 1, or a budget, is level 2.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
         SELECT t.queue, max(GREATEST(COALESCE(t.level, 1),
                                      CASE WHEN COALESCE(t.cost, 1) <> 1
                                                OR COALESCE(t.rate_cost, 1) <> 1
+                                               OR t.budget IS NOT NULL
                                           THEN 2 ELSE 1 END))
-        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs)
-             AS t(queue, level, cost, rate_cost)
+        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets)
+             AS t(queue, level, cost, rate_cost, budget)
         GROUP BY t.queue
         HAVING max(GREATEST(COALESCE(t.level, 1),
                             CASE WHEN COALESCE(t.cost, 1) <> 1 OR COALESCE(t.rate_cost, 1) <> 1
+                                      OR t.budget IS NOT NULL
                                  THEN 2 ELSE 1 END)) > 1
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
             WHERE lv.feature_level < excluded.feature_level;
+    END IF;
+    IF p_budgets IS NOT NULL THEN
+        INSERT INTO workhorse.budget_queues (budget, queue)
+        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        WHERE t.budget IS NOT NULL
+        ORDER BY 1, 2
+        ON CONFLICT DO NOTHING;
     END IF;
 
     IF NOT EXISTS (SELECT 1 FROM unnest(p_idempotency_keys, p_unique_keys, p_job_keys)
@@ -181,19 +223,19 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights)
+                        p_costs, p_rate_costs, p_weights, p_budgets)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, ord)
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight)
+                 meta, feature_level, cost, rate_cost, weight, budget)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1)
+                   COALESCE(i.weight, 1), i.budget
             FROM input i
             ORDER BY i.ord
             RETURNING id, queue, ckey, status
@@ -254,6 +296,7 @@ BEGIN
                     cost = COALESCE(p_costs[v_i], 1),
                     rate_cost = COALESCE(p_rate_costs[v_i], 1),
                     weight = COALESCE(p_weights[v_i], 1),
+                    budget = p_budgets[v_i],
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -277,7 +320,7 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -285,7 +328,7 @@ BEGIN
                     p_max_attempts[v_i], p_on_failures[v_i], v_due,
                     COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
-                    COALESCE(p_weights[v_i], 1))
+                    COALESCE(p_weights[v_i], 1), p_budgets[v_i])
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -332,23 +375,23 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights)
+                        p_weights, p_budgets)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      ord)
+                      budget, ord)
             WHERE NOT t.done
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight)
+                 weight, budget)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1)
+                   COALESCE(i.weight, 1), i.budget
             FROM input i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING

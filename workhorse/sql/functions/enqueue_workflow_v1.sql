@@ -39,7 +39,8 @@ CREATE FUNCTION workhorse.enqueue_workflow_v1(
     p_on_error_priority smallint DEFAULT NULL,
     p_on_error_payload text DEFAULT NULL,
     p_on_error_max_attempts integer DEFAULT NULL,
-    p_on_error_on_failure text DEFAULT NULL
+    p_on_error_on_failure text DEFAULT NULL,
+    p_budgets text[] DEFAULT NULL
 ) RETURNS TABLE (workflow_id bigint, ids bigint[], missing bigint[])
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -69,6 +70,14 @@ BEGIN
     SELECT DISTINCT q, 2::smallint FROM unnest(p_queues) AS q ORDER BY 1
     ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
         WHERE lv.feature_level < excluded.feature_level;
+    -- The named budget of each member (NULL: none), recorded as enqueue_v2 records it.
+    IF p_budgets IS NOT NULL THEN
+        INSERT INTO workhorse.budget_queues (budget, queue)
+        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        WHERE t.budget IS NOT NULL
+        ORDER BY 1, 2
+        ON CONFLICT DO NOTHING;
+    END IF;
 
     -- Existing parents, locked in (queue, id) order (see above), and marked so that the
     -- workflow trigger fires on their ends (a job outside any workflow has no trigger work).
@@ -105,10 +114,10 @@ BEGIN
         SELECT t.*, COALESCE(pd.n, 0) AS pending,
                COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
         FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
-                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes)
+                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes, p_budgets)
              WITH ORDINALITY
              AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                  on_failure, meta, mode, ord)
+                  on_failure, meta, mode, budget, ord)
         LEFT JOIN pending pd ON pd.job = t.ord
     ), members AS (
         INSERT INTO workhorse.workflow_members (job_id, workflow_id, pending, mode, delay, run_at)
@@ -116,13 +125,14 @@ BEGIN
     ), inserted AS (
         INSERT INTO workhorse.jobs
             (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-             run_at, meta, feature_level, workflow_id)
+             run_at, meta, feature_level, workflow_id, budget)
         OVERRIDING SYSTEM VALUE
         SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
                i.payload::jsonb,
                CASE WHEN i.pending > 0 THEN 'waiting'
                     WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
-               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf
+               i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf,
+               i.budget
         FROM input i
         ORDER BY i.ord
         RETURNING id, queue, ckey, status

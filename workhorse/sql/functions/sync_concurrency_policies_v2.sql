@@ -5,7 +5,9 @@
 -- `p_fairness` is 'fifo' or 'key' per queue (NULL: 'fifo'); a 'key'
 -- policy is stored at feature level 2, so that a claim of level 1 admits nothing there, and its
 -- queue keeps per-key heads (_keyed_v2). Pauses and overrides live in queue_controls and are
--- never touched here.
+-- never touched here. `p_rate_bursts` / `p_rate_bursts_per_key` (NULL: none) are each rate's
+-- burst B (1 <= B <= N, DESIGN.md "Named budgets ... and rate bursts"); a policy with a burst is
+-- stored at feature level 2 too (the claim of level 1 cannot enforce it).
 CREATE FUNCTION workhorse.sync_concurrency_policies_v2(
     p_namespace text,
     p_queues text[],
@@ -17,7 +19,9 @@ CREATE FUNCTION workhorse.sync_concurrency_policies_v2(
     p_rate_periods_per_key double precision[],
     p_prune boolean,
     p_fairness text[] DEFAULT NULL,
-    p_on_key_full text[] DEFAULT NULL
+    p_on_key_full text[] DEFAULT NULL,
+    p_rate_bursts integer[] DEFAULT NULL,
+    p_rate_bursts_per_key integer[] DEFAULT NULL
 ) RETURNS TABLE (sync_action text, sync_queue text)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -33,6 +37,8 @@ DECLARE
     v_period_key double precision;
     v_fair text;
     v_full text;
+    v_burst integer;
+    v_burst_key integer;
     v_level smallint;
     v_was_keyed boolean;
     v_keyed boolean;
@@ -59,16 +65,19 @@ BEGIN
             USING ERRCODE = 'WH001';
     END IF;
 
-    FOR v_queue, v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key, v_fair, v_full IN
-        SELECT u.q, u.m, u.k, u.r, u.p, u.rk, u.pk, COALESCE(u.f, 'fifo'), COALESCE(u.o, 'queue')
+    FOR v_queue, v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key, v_fair, v_full,
+        v_burst, v_burst_key IN
+        SELECT u.q, u.m, u.k, u.r, u.p, u.rk, u.pk, COALESCE(u.f, 'fifo'), COALESCE(u.o, 'queue'),
+               u.b, u.bk
         FROM unnest(p_queues, p_max_active, p_max_active_per_key, p_rate_limits,
                     p_rate_periods, p_rate_limits_per_key, p_rate_periods_per_key, p_fairness,
-                    p_on_key_full)
-             AS u(q, m, k, r, p, rk, pk, f, o)
+                    p_on_key_full, p_rate_bursts, p_rate_bursts_per_key)
+             AS u(q, m, k, r, p, rk, pk, f, o, b, bk)
         WHERE u.q IS NOT NULL
         ORDER BY 1
     LOOP
-        v_level := CASE WHEN v_fair = 'key' THEN 2 ELSE 1 END;
+        v_level := CASE WHEN v_fair = 'key' OR v_burst IS NOT NULL OR v_burst_key IS NOT NULL
+                        THEN 2 ELSE 1 END;
         SELECT * INTO v_old FROM workhorse.policies p WHERE p.queue = v_queue;
         v_was_keyed := workhorse._keyed_v2(v_queue);
         v_keyed := v_per_key IS NOT NULL OR v_rate_key IS NOT NULL OR v_fair = 'key'
@@ -83,15 +92,15 @@ BEGIN
             INSERT INTO workhorse.policies (queue, namespace, max_active, max_active_per_key,
                                             rate_limit, rate_period, rate_limit_per_key,
                                             rate_period_per_key, fairness, on_key_full,
-                                            feature_level)
+                                            feature_level, rate_burst, rate_burst_per_key)
             VALUES (v_queue, p_namespace, v_max, v_per_key, v_rate, v_period, v_rate_key,
-                    v_period_key, v_fair, v_full, v_level);
+                    v_period_key, v_fair, v_full, v_level, v_burst, v_burst_key);
             sync_action := 'created';
         ELSIF (v_old.max_active, v_old.max_active_per_key, v_old.rate_limit, v_old.rate_period,
                v_old.rate_limit_per_key, v_old.rate_period_per_key, v_old.fairness,
-               v_old.on_key_full, v_old.feature_level)
+               v_old.on_key_full, v_old.feature_level, v_old.rate_burst, v_old.rate_burst_per_key)
               IS NOT DISTINCT FROM (v_max, v_per_key, v_rate, v_period, v_rate_key, v_period_key,
-                                    v_fair, v_full, v_level)
+                                    v_fair, v_full, v_level, v_burst, v_burst_key)
         THEN
             sync_action := 'unchanged';
         ELSE
@@ -99,7 +108,8 @@ BEGIN
             SET max_active = v_max, max_active_per_key = v_per_key, rate_limit = v_rate,
                 rate_period = v_period, rate_limit_per_key = v_rate_key,
                 rate_period_per_key = v_period_key, fairness = v_fair, on_key_full = v_full,
-                feature_level = v_level, updated_at = now()
+                feature_level = v_level, rate_burst = v_burst,
+                rate_burst_per_key = v_burst_key, updated_at = now()
             WHERE p.queue = v_queue;
             sync_action := 'updated';
         END IF;

@@ -6,6 +6,7 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        workflow_id,
        CASE WHEN workflow_id IS NULL THEN '{}'::bigint[]
             ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
-                       ORDER BY d.position, d.parent_id) END AS depends_on
+                       ORDER BY d.position, d.parent_id) END AS depends_on,
+       budget
 FROM workhorse.jobs j
 WHERE id = %s

@@ -32,6 +32,14 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        COALESCE(p.fairness, 'fifo') AS fairness,
        a.active AS active_units,
        COALESCE(p.on_key_full, 'queue') AS on_key_full,
+       -- The bursts in force: a live override's, else the policy's (DESIGN.md "rate bursts").
+       CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
+                 AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+            THEN c.rate_burst ELSE p.rate_burst END AS rate_burst,
+       CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst_per_key IS NOT NULL
+                 AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+            THEN c.rate_burst_per_key ELSE p.rate_burst_per_key END AS rate_burst_per_key,
+       c.rate_burst AS override_rate_burst, c.rate_burst_per_key AS override_rate_burst_per_key,
        a.jobs AS active_jobs
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue

@@ -5,7 +5,8 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        CASE WHEN (progress ->> 'fence')::bigint = fence THEN progress END AS progress, progress_at,
        workflow_id,
        ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
-             ORDER BY d.position, d.parent_id) AS depends_on
+             ORDER BY d.position, d.parent_id) AS depends_on,
+       budget
 FROM workhorse.jobs j
 WHERE workflow_id = %s
 ORDER BY id

@@ -1,0 +1,82 @@
+-- One row per budget that is declared, overridden, or named by a ready or active job (a name
+-- nobody declared: namespace and limits NULL, it limits nothing): the limits in force (a live
+-- override's fields over the declared ones), the cost units of its unexpired active jobs, its
+-- ready jobs (counted up to %(sample)s, `capped` beyond), and the queues with ready or active
+-- jobs naming it. Bounded: the names of undeclared budgets and each budget's queues are found by
+-- skip-scans of the partial budget indexes (one probe per distinct value, at most %(sample)s),
+-- the active jobs through jobs_budget_active_idx; no read grows with a backlog.
+WITH RECURSIVE ready_names AS (
+    (SELECT j.budget, 1 AS n FROM workhorse.jobs j
+     WHERE j.status = 'ready' AND j.budget IS NOT NULL
+     ORDER BY j.budget LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.budget FROM workhorse.jobs j
+            WHERE j.status = 'ready' AND j.budget IS NOT NULL AND j.budget > r.budget
+            ORDER BY j.budget LIMIT 1), r.n + 1
+    FROM ready_names r
+    WHERE r.budget IS NOT NULL AND r.n < %(sample)s
+), names AS (
+    SELECT b.name FROM workhorse.budgets b
+    UNION SELECT c.name FROM workhorse.budget_controls c
+    UNION SELECT r.budget FROM ready_names r WHERE r.budget IS NOT NULL
+    UNION SELECT DISTINCT j.budget FROM workhorse.jobs j
+          WHERE j.status = 'active' AND j.budget IS NOT NULL
+)
+SELECT n.name, b.namespace,
+       CASE WHEN o.live AND c.max_active IS NOT NULL THEN c.max_active ELSE b.max_active END
+           AS max_active,
+       CASE WHEN o.live AND c.rate_limit IS NOT NULL THEN c.rate_limit ELSE b.rate_limit END
+           AS rate_limit,
+       CASE WHEN o.live AND c.rate_limit IS NOT NULL THEN c.rate_period ELSE b.rate_period END
+           AS rate_period,
+       CASE WHEN o.live AND c.rate_burst IS NOT NULL THEN c.rate_burst ELSE b.rate_burst END
+           AS rate_burst,
+       o.live AS overridden,
+       c.max_active, c.rate_limit, c.rate_period, c.rate_burst, c.override_set_at,
+       c.override_expires_at,
+       a.units AS active_units,
+       rd.ready,
+       rd.ready > %(sample)s AS capped,
+       ARRAY(SELECT DISTINCT u.q
+             FROM unnest(COALESCE(a.queues, '{}') || COALESCE(rw.queues, '{}')) AS u(q)
+             WHERE u.q IS NOT NULL ORDER BY u.q) AS queues
+FROM names n
+LEFT JOIN workhorse.budgets b ON b.name = n.name
+LEFT JOIN workhorse.budget_controls c ON c.name = n.name
+CROSS JOIN LATERAL (
+    SELECT c.name IS NOT NULL
+           AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+           AS live
+) AS o
+CROSS JOIN LATERAL (
+    SELECT COALESCE(sum(j.cost), 0)::bigint AS units,
+           array_agg(DISTINCT j.queue) AS queues
+    FROM workhorse.jobs j
+    WHERE j.budget = n.name AND j.status = 'active' AND j.budget IS NOT NULL
+      AND j.lease_until > clock_timestamp()
+) AS a
+CROSS JOIN LATERAL (
+    SELECT count(*)::integer AS ready
+    FROM (SELECT 1 FROM workhorse.jobs j
+          WHERE j.budget = n.name AND j.status = 'ready' AND j.budget IS NOT NULL
+          -- The index's order, so that the planner walks it (a LIMIT alone made it pick a
+          -- sequential scan it expected to stop early: it reads everything for a rare name).
+          ORDER BY j.budget, j.queue, j.ckey, j.rank, j.id
+          LIMIT %(sample)s + 1) AS s
+) AS rd
+CROSS JOIN LATERAL (
+    WITH RECURSIVE walk AS (
+        (SELECT j.queue, 1 AS k FROM workhorse.jobs j
+         WHERE j.budget = n.name AND j.status = 'ready' AND j.budget IS NOT NULL
+         ORDER BY j.budget, j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM workhorse.jobs j
+                WHERE j.budget = n.name AND j.status = 'ready' AND j.budget IS NOT NULL
+                  AND j.queue > w.queue
+                ORDER BY j.budget, j.queue LIMIT 1), w.k + 1
+        FROM walk w
+        WHERE w.queue IS NOT NULL AND w.k < %(sample)s
+    )
+    SELECT array_agg(w.queue) AS queues FROM walk w
+) AS rw
+ORDER BY b.namespace NULLS LAST, n.name
