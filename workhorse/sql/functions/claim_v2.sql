@@ -290,7 +290,7 @@ BEGIN
         ), ready_known AS (
             -- Another app's jobs are in the queue: one walk per task the worker knows.
             SELECT c.id, c.rank
-            FROM unnest(p_tasks) AS t(task)
+            FROM unnest(CASE WHEN v_filter THEN p_tasks END) AS t(task)
             CROSS JOIN LATERAL (
                 SELECT j.id, j.rank FROM workhorse.jobs j
                 WHERE v_filter AND j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
