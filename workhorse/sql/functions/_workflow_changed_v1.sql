@@ -9,7 +9,8 @@
 --   one, sees 0. Filled-in arguments above the payload limit fail the dependent with
 --   PayloadError instead (which cancels its own dependents, through this trigger).
 -- * `failed`, `canceled`: every waiting member downstream becomes `canceled` with
---   DependencyFailedError naming this member (locked in (queue, id) order); `failed` or `held`
+--   DependencyFailedError naming this member (locked in (queue, id) order), its expiry fixed
+--   from its own task's retention (workflow_members.retention); `failed` or `held`
 --   also enqueues the workflow's on_error signature, once per workflow.
 -- * back to `ready` or `scheduled` from `failed` or `canceled` (a retry): the members downstream
 --   that were canceled for this member go back to `waiting`, their pending counts recounted; one
@@ -30,6 +31,7 @@ DECLARE
     v_wf record;
     v_error jsonb;
     v_other record;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     IF NEW.status = 'succeeded' THEN
         FOR v_child IN
@@ -72,14 +74,16 @@ BEGIN
             WHERE m.job_id = v_job.id;
             IF octet_length(v_payload::text) > 1048576 THEN
                 UPDATE workhorse.jobs j
-                SET status = 'failed', finished_at = clock_timestamp(),
+                SET status = 'failed', finished_at = v_at,
+                    expires_at = workhorse._expiry_v1('failed', m.retention, v_at),
                     error = jsonb_build_object(
                         'type', 'PayloadError',
                         'message', format('the arguments filled in at release are %s bytes, '
                                           'above the payload limit of 1048576',
                                           octet_length(v_payload::text)),
                         'traceback', NULL)
-                WHERE j.id = v_job.id;
+                FROM workhorse.workflow_members m
+                WHERE j.id = v_job.id AND m.job_id = j.id;
                 PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
                 CONTINUE;
             END IF;
@@ -122,8 +126,10 @@ BEGIN
         SELECT array_agg(id) INTO v_ids FROM locked;
         IF v_ids IS NOT NULL THEN
             UPDATE workhorse.jobs j
-            SET status = 'canceled', finished_at = clock_timestamp(), error = v_error
-            WHERE j.id = ANY(v_ids) AND j.status = 'waiting';
+            SET status = 'canceled', finished_at = v_at, error = v_error,
+                expires_at = workhorse._expiry_v1('canceled', m.retention, v_at)
+            FROM workhorse.workflow_members m
+            WHERE j.id = ANY(v_ids) AND j.status = 'waiting' AND m.job_id = j.id;
             PERFORM workhorse._ended_v1(v_ids);
         END IF;
     END IF;
@@ -136,13 +142,14 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level)
+                 feature_level, cost, rate_cost, weight)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
                               jsonb_build_array(NEW.id)
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
-                    'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1)
+                    'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
+                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight)
             RETURNING id, queue, ckey INTO v_job;
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
@@ -190,13 +197,15 @@ BEGIN
                 ORDER BY d.job_id, p.id
             LOOP
                 UPDATE workhorse.jobs j
-                SET status = 'canceled', finished_at = clock_timestamp(),
+                SET status = 'canceled', finished_at = v_at,
+                    expires_at = workhorse._expiry_v1('canceled', m.retention, v_at),
                     error = jsonb_build_object(
                         'type', 'DependencyFailedError',
                         'message', format('job %s (%s), which it depends on, ended %s',
                                           v_other.parent, v_other.task, v_other.status),
                         'traceback', NULL, 'dependency', v_other.parent)
-                WHERE j.id = v_other.job_id AND j.status = 'waiting';
+                FROM workhorse.workflow_members m
+                WHERE j.id = v_other.job_id AND j.status = 'waiting' AND m.job_id = j.id;
             END LOOP;
         END IF;
     END IF;

@@ -1,11 +1,14 @@
 -- cancel_jobs_v1, and a waiting workflow member becomes `canceled` at once too (its dependents
--- with it, through the workflow trigger). Returns the ids canceled or asked to cancel.
+-- with it, through the workflow trigger), its expiry fixed from `p_retention` as cancel_jobs_v1
+-- fixes the others' (its dependents' from their own tasks' retention, in the trigger). Returns
+-- the ids canceled or asked to cancel.
 CREATE FUNCTION workhorse.cancel_jobs_v2(p_ids bigint[], p_retention text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_ids bigint[];
+    v_at timestamptz := clock_timestamp();
 BEGIN
     WITH locked AS (
         SELECT j.id FROM workhorse.jobs j
@@ -14,7 +17,8 @@ BEGIN
         FOR UPDATE
     ), canceled AS (
         UPDATE workhorse.jobs j
-        SET status = 'canceled', finished_at = clock_timestamp()
+        SET status = 'canceled', finished_at = v_at,
+            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
         WHERE j.id IN (SELECT id FROM locked) AND j.status = 'waiting'
         RETURNING j.id
     )

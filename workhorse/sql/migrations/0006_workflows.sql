@@ -26,11 +26,16 @@ ALTER TABLE workhorse.jobs ADD COLUMN has_dependents boolean NOT NULL DEFAULT fa
 -- Waiting members, counted by queue wherever statuses are counted.
 CREATE INDEX jobs_waiting_idx ON workhorse.jobs (queue) WHERE status = 'waiting';
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+-- A workflow's latest expiry, NULL first (a member unfinished, held or kept for ever): one probe
+-- tells the pruner whether the workflow may go (prune_jobs_v2).
+CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs (workflow_id, expires_at DESC NULLS FIRST)
+    WHERE workflow_id IS NOT NULL;
 
 -- One row per canvas. `result_ids`: the members whose results make the canvas's result (a
 -- chain's last member, a group's members in order), `result_kind` 'one' or 'list'. `on_error_*`:
 -- the signature to enqueue once, at the first failure of a member, with the failed member's id
--- as its first argument; `on_error_job` the job it became.
+-- as its first argument; `on_error_job` the job it became; `on_error_cost`, `_rate_cost` and
+-- `_weight` its units (DESIGN.md "Fair share and job cost").
 CREATE TABLE workhorse.workflows (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     created_at       timestamptz NOT NULL DEFAULT now(),
@@ -43,14 +48,19 @@ CREATE TABLE workhorse.workflows (
     on_error_payload jsonb,
     on_error_max_attempts integer,
     on_error_on_failure text,
+    on_error_cost    integer     NOT NULL DEFAULT 1,
+    on_error_rate_cost integer   NOT NULL DEFAULT 1,
+    on_error_weight  smallint    NOT NULL DEFAULT 1,
     on_error_job     bigint
 );
 
 -- A member's release state: how many of its dependencies have not succeeded yet (the release
 -- is the update that brings it to 0), how a parent's result reaches it ('none'; 'one': the
 -- passing parent's result as first argument; 'list': the passing parents' results in position
--- order, as one list), its delay or time once released, and how often it was released (1 at
--- most: what the tests count).
+-- order, as one list), its delay or time once released, how often it was released (1 at
+-- most: what the tests count), and its task's retention (JSON: status -> seconds kept), which
+-- fixes the expiry of a member that the database ends itself (canceled for a failed
+-- dependency, failed with PayloadError at release), as the worker's outcome would.
 CREATE TABLE workhorse.workflow_members (
     job_id       bigint           PRIMARY KEY,
     workflow_id  bigint           NOT NULL,
@@ -58,7 +68,8 @@ CREATE TABLE workhorse.workflow_members (
     mode         text             NOT NULL CHECK (mode IN ('none', 'one', 'list')),
     delay        double precision,
     run_at       timestamptz,
-    releases     integer          NOT NULL DEFAULT 0
+    releases     integer          NOT NULL DEFAULT 0,
+    retention    jsonb            NOT NULL DEFAULT '{}'
 );
 CREATE INDEX workflow_members_workflow_idx ON workhorse.workflow_members (workflow_id);
 
