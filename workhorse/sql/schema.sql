@@ -1156,13 +1156,7 @@ CREATE OR REPLACE FUNCTION workhorse._workflow_changed_v1()
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_child record;
-    v_pending integer;
     v_job record;
-    v_filled jsonb;
-    v_payload jsonb;
-    v_due timestamptz;
-    v_status text;
     v_ids bigint[];
     v_wf record;
     v_error jsonb;
@@ -1170,71 +1164,16 @@ DECLARE
     v_at timestamptz := clock_timestamp();
 BEGIN
     IF NEW.status = 'succeeded' THEN
-        FOR v_child IN
-            SELECT d.job_id, j.queue
-            FROM workhorse.job_deps d
-            JOIN workhorse.jobs j ON j.id = d.job_id
-            WHERE d.parent_id = NEW.id
-            ORDER BY j.queue, d.job_id
-        LOOP
-            UPDATE workhorse.workflow_members m SET pending = m.pending - 1
-            WHERE m.job_id = v_child.job_id AND m.pending > 0
-            RETURNING m.pending INTO v_pending;
-            CONTINUE WHEN NOT FOUND OR v_pending <> 0;
-            SELECT j.id, j.status, j.queue, j.ckey, j.payload, m.mode, m.delay, m.run_at
-            INTO v_job
-            FROM workhorse.jobs j JOIN workhorse.workflow_members m ON m.job_id = j.id
-            WHERE j.id = v_child.job_id
-            FOR UPDATE OF j;
-            CONTINUE WHEN v_job.status IS DISTINCT FROM 'waiting';
-            v_payload := v_job.payload;
-            IF v_job.mode <> 'none' THEN
-                SELECT CASE WHEN v_job.mode = 'one'
-                            THEN (array_agg(COALESCE(CASE WHEN p.id = NEW.id THEN NEW.result
-                                                          ELSE p.result END, 'null'::jsonb)
-                                            ORDER BY d.position))[1]
-                            ELSE COALESCE(jsonb_agg(COALESCE(CASE WHEN p.id = NEW.id
-                                                                  THEN NEW.result
-                                                                  ELSE p.result END,
-                                                             'null'::jsonb)
-                                                    ORDER BY d.position), '[]'::jsonb)
-                       END
-                INTO v_filled
-                FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
-                WHERE d.job_id = v_job.id AND d.passes;
-                v_payload := jsonb_set(v_payload, '{args}',
-                                       jsonb_build_array(v_filled)
-                                       || COALESCE(v_payload -> 'args', '[]'::jsonb));
-            END IF;
-            UPDATE workhorse.workflow_members m SET releases = m.releases + 1
-            WHERE m.job_id = v_job.id;
-            IF octet_length(v_payload::text) > 1048576 THEN
-                UPDATE workhorse.jobs j
-                SET status = 'failed', finished_at = v_at,
-                    expires_at = workhorse._expiry_v1('failed', m.retention, v_at),
-                    error = jsonb_build_object(
-                        'type', 'PayloadError',
-                        'message', format('the arguments filled in at release are %s bytes, '
-                                          'above the payload limit of 1048576',
-                                          octet_length(v_payload::text)),
-                        'traceback', NULL)
-                FROM workhorse.workflow_members m
-                WHERE j.id = v_job.id AND m.job_id = j.id;
-                PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
-                CONTINUE;
-            END IF;
-            v_due := COALESCE(v_job.run_at,
-                              now() + make_interval(secs => COALESCE(v_job.delay, 0)));
-            UPDATE workhorse.jobs j
-            SET payload = v_payload, run_at = v_due,
-                status = CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END
-            WHERE j.id = v_job.id
-            RETURNING j.status INTO v_status;
-            IF v_status = 'ready' AND v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
-                INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
-            END IF;
-            PERFORM workhorse._wake_v1(v_job.queue);
-        END LOOP;
+        -- Released at commit, with every success of the transaction (_workflow_release_v1):
+        -- here the member is only noted, when it has dependents (one probe), in a
+        -- transaction-local setting.
+        IF EXISTS (SELECT 1 FROM workhorse.job_deps d WHERE d.parent_id = NEW.id) THEN
+            PERFORM set_config(
+                'workhorse.workflow_successes',
+                COALESCE(current_setting('workhorse.workflow_successes', true), '')
+                    || NEW.id::text || ',',
+                true);
+        END IF;
         RETURN NULL;
     END IF;
 
@@ -1345,6 +1284,104 @@ BEGIN
             END LOOP;
         END IF;
     END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._workflow_release_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_noted text := current_setting('workhorse.workflow_successes', true);
+    v_parents bigint[];
+    v_children bigint[];
+    v_child record;
+    v_pending integer;
+    v_job record;
+    v_filled jsonb;
+    v_payload jsonb;
+    v_due timestamptz;
+    v_status text;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    IF v_noted IS NULL OR v_noted = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('workhorse.workflow_successes', '', true);
+    v_parents := ARRAY(
+        SELECT DISTINCT n.id::bigint
+        FROM unnest(string_to_array(rtrim(v_noted, ','), ',')) AS n(id));
+
+    -- Every dependent, locked in (queue, id) order before anything else is done.
+    v_children := ARRAY(
+        SELECT j.id FROM workhorse.jobs j
+        WHERE j.id IN (SELECT d.job_id FROM workhorse.job_deps d
+                       WHERE d.parent_id = ANY(v_parents))
+        ORDER BY j.queue, j.id
+        FOR UPDATE);
+
+    FOR v_child IN
+        SELECT d.job_id, count(*)::integer AS n
+        FROM workhorse.job_deps d
+        JOIN workhorse.jobs p ON p.id = d.parent_id AND p.status = 'succeeded'
+        JOIN workhorse.jobs j ON j.id = d.job_id
+        WHERE d.parent_id = ANY(v_parents) AND d.job_id = ANY(v_children)
+        GROUP BY d.job_id, j.queue
+        ORDER BY j.queue, d.job_id
+    LOOP
+        UPDATE workhorse.workflow_members m SET pending = GREATEST(m.pending - v_child.n, 0)
+        WHERE m.job_id = v_child.job_id AND m.pending > 0
+        RETURNING m.pending INTO v_pending;
+        CONTINUE WHEN NOT FOUND OR v_pending <> 0;
+        SELECT j.id, j.status, j.queue, j.ckey, j.payload, m.mode, m.delay, m.run_at,
+               m.retention
+        INTO v_job
+        FROM workhorse.jobs j JOIN workhorse.workflow_members m ON m.job_id = j.id
+        WHERE j.id = v_child.job_id;
+        CONTINUE WHEN v_job.status IS DISTINCT FROM 'waiting';
+        v_payload := v_job.payload;
+        IF v_job.mode <> 'none' THEN
+            SELECT CASE WHEN v_job.mode = 'one'
+                        THEN (array_agg(COALESCE(p.result, 'null'::jsonb)
+                                        ORDER BY d.position))[1]
+                        ELSE COALESCE(jsonb_agg(COALESCE(p.result, 'null'::jsonb)
+                                                ORDER BY d.position), '[]'::jsonb)
+                   END
+            INTO v_filled
+            FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
+            WHERE d.job_id = v_job.id AND d.passes;
+            v_payload := jsonb_set(v_payload, '{args}',
+                                   jsonb_build_array(v_filled)
+                                   || COALESCE(v_payload -> 'args', '[]'::jsonb));
+        END IF;
+        UPDATE workhorse.workflow_members m SET releases = m.releases + 1
+        WHERE m.job_id = v_job.id;
+        IF octet_length(v_payload::text) > 1048576 THEN
+            UPDATE workhorse.jobs j
+            SET status = 'failed', finished_at = v_at,
+                expires_at = workhorse._expiry_v1('failed', v_job.retention, v_at),
+                error = jsonb_build_object(
+                    'type', 'PayloadError',
+                    'message', format('the arguments filled in at release are %s bytes, '
+                                      'above the payload limit of 1048576',
+                                      octet_length(v_payload::text)),
+                    'traceback', NULL)
+            WHERE j.id = v_job.id;
+            PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
+            CONTINUE;
+        END IF;
+        v_due := COALESCE(v_job.run_at, now() + make_interval(secs => COALESCE(v_job.delay, 0)));
+        UPDATE workhorse.jobs j
+        SET payload = v_payload, run_at = v_due,
+            status = CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END
+        WHERE j.id = v_job.id
+        RETURNING j.status INTO v_status;
+        IF v_status = 'ready' AND v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
+            INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
+        END IF;
+        PERFORM workhorse._wake_v1(v_job.queue);
+    END LOOP;
     RETURN NULL;
 END
 $function$;
@@ -3931,3 +3968,5 @@ $function$;
 CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
 
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
+
+CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();

@@ -3,12 +3,15 @@
 --
 -- A member whose dependencies have not all succeeded is `waiting`: it holds no capacity and no
 -- claim sees it (claim_v1 and claim_v2 take `ready` rows only). Release and failure propagation
--- happen in the database, in a row trigger on workhorse.jobs, so that they run in the very
+-- happen in the database, in triggers on workhorse.jobs, so that they run in the very
 -- transaction that records a member's end, whichever function records it (complete_v1,
 -- fail_v1, snooze_v1, _record_successes_v1 riding on a claim, cancel_jobs_v1, retry_jobs_v1):
--- a release is an update of the dependent's `workflow_members` row under its row lock, so it
+-- failures, cancels and retries in a row trigger, at once; releases in a deferred constraint
+-- trigger, at commit, for all the transaction's successes together, their dependents locked in
+-- (queue, id) order (so two completions never deadlock on shared dependents). A release is an
+-- update of the dependent's `workflow_members` row under the dependent's row lock, so it
 -- happens exactly once, and a crash before the commit undoes the success and the release
--- together. A job outside any workflow pays only the trigger's WHEN test.
+-- together. A job outside any workflow pays only the triggers' WHEN tests.
 --
 -- A member raises its queue's level to 2 (0.3.0's): a 0.2.0 worker claims nothing there, and
 -- knows nothing of `waiting`. The member rows themselves stay level 1, because the completion
@@ -86,6 +89,7 @@ CREATE TABLE workhorse.job_deps (
 CREATE INDEX job_deps_parent_idx ON workhorse.job_deps (parent_id);
 
 \ir ../functions/_workflow_changed_v1.sql
+\ir ../functions/_workflow_release_v1.sql
 \ir ../functions/enqueue_workflow_v1.sql
 \ir ../functions/cancel_jobs_v2.sql
 \ir ../functions/prune_jobs_v2.sql
@@ -96,3 +100,16 @@ CREATE TRIGGER jobs_workflow_trg
     WHEN ((NEW.workflow_id IS NOT NULL OR NEW.has_dependents)
           AND NEW.status IS DISTINCT FROM OLD.status)
     EXECUTE FUNCTION workhorse._workflow_changed_v1();
+
+-- The release, at commit (see _workflow_release_v1.sql): deferred, so that it sees every success
+-- of the transaction and locks their dependents in one order. Named after jobs_workflow_trg on
+-- purpose: the triggers of one event fire in name order, so a transaction that sets it
+-- IMMEDIATE still has each success noted before the release that takes it (it then releases at
+-- the end of each statement, and loses the one lock order across its statements).
+CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release
+    AFTER UPDATE OF status ON workhorse.jobs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.status = 'succeeded' AND OLD.status IS DISTINCT FROM 'succeeded'
+          AND (NEW.workflow_id IS NOT NULL OR NEW.has_dependents))
+    EXECUTE FUNCTION workhorse._workflow_release_v1();
