@@ -130,5 +130,5 @@ def test_the_checker_fails_on_a_release_at_each_statement(app: App, database_url
     """The broken variant: each statement's successes released at its end, dependents locked as
     they come (the row trigger's old way): the opposite orders deadlock, PostgreSQL aborts one
     transaction (its completions lost unless resent), and the checker fails."""
-    with pytest.raises(AssertionError, match="[Dd]eadlock"):
+    with pytest.raises(AssertionError, match=r"[Dd]eadlock"):
         check_no_deadlock(app, database_url, rounds=1, immediate=True, one_statement=False)
