@@ -1,6 +1,7 @@
 """Completions of parents of shared dependents never deadlock (issue #28, DESIGN.md "Locks"):
 two transactions on two connections complete the parents of two multi-parent dependents in
 opposite orders, concurrently, many rounds; both commit, and each dependent is released once.
+Nor does canceling a workflow while one of its members completes.
 
 The release runs at commit, for all of a transaction's successes together, its dependents
 locked in (queue, id) order (sql/functions/_workflow_release_v1.sql). The broken variant is the
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import App, JobStatus, Queue, _ops
+from workhorse import App, JobStatus, Queue, _ops, _sql, chain
 from workhorse._enqueue import _single
 
 RELEASE_TRIGGER = "workhorse.jobs_workflow_trg_release"
@@ -132,3 +133,61 @@ def test_the_checker_fails_on_a_release_at_each_statement(app: App, database_url
     transaction (its completions lost unless resent), and the checker fails."""
     with pytest.raises(AssertionError, match=r"[Dd]eadlock"):
         check_no_deadlock(app, database_url, rounds=1, immediate=True, one_statement=False)
+
+
+def _cancel_while_completing(app: App, database_url: str, waiting_first: bool
+                             ) -> tuple[list[BaseException], int, int]:
+    """T1 records the success of p (the parent of waiting c) and commits a moment later; T2
+    cancels the workflow meanwhile (`WorkflowHandle.cancel`: p and c). `waiting_first`: the
+    broken variant, T2 locks the waiting member before the cancel waits for p's row."""
+    add = app.t["add"]  # type: ignore[attr-defined]
+    h = chain(add.si(1), add.s(2).set(queue="wfl-c")).delay()
+    p, c = (job.id for job in h.jobs())
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        [claimed] = Queue(conn).claim("wfl", 1, 60.0)
+    assert claimed.id == p
+    errors: list[BaseException] = []
+    t1 = psycopg.connect(database_url)
+    t2 = psycopg.connect(database_url)
+    try:
+        _complete(t1, (p, claimed.fence))
+
+        def cancel() -> None:
+            try:
+                if waiting_first:
+                    t2.execute("SELECT 1 FROM workhorse.jobs WHERE id = %s FOR UPDATE", (c,))
+                t2.execute(_sql.statement("cancel_jobs_waiting"),
+                           ([p, c], _ops.DEFAULT_RETENTION_JSON))
+                t2.commit()
+            except psycopg.Error as exc:
+                errors.append(exc)
+                t2.rollback()
+
+        thread = threading.Thread(target=cancel)
+        thread.start()
+        time.sleep(0.3)  # the cancel waits for p's row
+        try:
+            t1.commit()  # the release locks c
+        except psycopg.Error as exc:
+            errors.append(exc)
+        thread.join(timeout=30)
+    finally:
+        t1.close()
+        t2.close()
+    return errors, p, c
+
+
+def test_canceling_a_workflow_while_a_member_completes_never_deadlocks(
+        app: App, database_url: str) -> None:
+    for _ in range(5):
+        errors, p, c = _cancel_while_completing(app, database_url, waiting_first=False)
+        assert not errors, errors
+        # The success committed first and released c; the cancel then canceled c, ready.
+        assert app.get_job(p).status is JobStatus.SUCCEEDED  # type: ignore[union-attr]
+        assert app.get_job(c).status is JobStatus.CANCELED  # type: ignore[union-attr]
+
+
+def test_the_cancel_check_fails_when_the_waiting_member_is_locked_first(
+        app: App, database_url: str) -> None:
+    errors, _, _ = _cancel_while_completing(app, database_url, waiting_first=True)
+    assert any(isinstance(e, psycopg.errors.DeadlockDetected) for e in errors), errors

@@ -1429,6 +1429,10 @@ DECLARE
     v_ids bigint[];
     v_at timestamptz := clock_timestamp();
 BEGIN
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held')
+    ORDER BY j.queue, j.id
+    FOR UPDATE;
     WITH locked AS (
         SELECT j.id FROM workhorse.jobs j
         WHERE j.id = ANY(p_ids) AND j.status = 'waiting'

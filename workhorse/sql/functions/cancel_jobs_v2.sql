@@ -2,6 +2,13 @@
 -- with it, through the workflow trigger), its expiry fixed from `p_retention` as cancel_jobs_v1
 -- fixes the others' (its dependents' from their own tasks' retention, in the trigger). Returns
 -- the ids canceled or asked to cancel.
+--
+-- Locks (DESIGN.md "Locks"): the targets a worker may be completing (scheduled, ready, active,
+-- held) first, in (queue, id) order, then the waiting ones, in (queue, id) order. A completion
+-- holds its own jobs' rows and locks their waiting dependents at commit (_workflow_release_v1),
+-- so a cancel that took a waiting dependent first and then waited for its parent's row would
+-- deadlock with it (canceling a workflow while its members complete); this way the cancel waits
+-- for the completion to commit before it touches any waiting member.
 CREATE FUNCTION workhorse.cancel_jobs_v2(p_ids bigint[], p_retention text)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -10,6 +17,10 @@ DECLARE
     v_ids bigint[];
     v_at timestamptz := clock_timestamp();
 BEGIN
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held')
+    ORDER BY j.queue, j.id
+    FOR UPDATE;
     WITH locked AS (
         SELECT j.id FROM workhorse.jobs j
         WHERE j.id = ANY(p_ids) AND j.status = 'waiting'
