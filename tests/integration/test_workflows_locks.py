@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import App, JobStatus, Queue, _ops, _sql, chain
+from workhorse import App, JobStatus, Queue, _ops, _sql, chain, group
 from workhorse._enqueue import _single
 
 RELEASE_TRIGGER = "workhorse.jobs_workflow_trg_release"
@@ -191,3 +191,45 @@ def test_the_cancel_check_fails_when_the_waiting_member_is_locked_first(
         app: App, database_url: str) -> None:
     errors, _, _ = _cancel_while_completing(app, database_url, waiting_first=True)
     assert any(isinstance(e, psycopg.errors.DeadlockDetected) for e in errors), errors
+
+
+def _immediate_round(app: App, database_url: str) -> list[int]:
+    """A chord of two whose members' successes are recorded by two statements of one
+    transaction that set every constraint IMMEDIATE (as Django's constraint checks do): the
+    callback's release counts."""
+    add = app.t["add"]  # type: ignore[attr-defined]
+    h = chain(group(add.si(1), add.si(2)), add.s().set(queue="wfl-c")).delay()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        claimed = Queue(conn).claim("wfl", 2, 60.0)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        for job in claimed:
+            _complete(conn, (job.id, job.fence))
+        conn.commit()
+    return [n for _, n, _ in app._run(_single(_ops.workflow_releases(h.id)))]
+
+
+def check_released_once_when_immediate(app: App, database_url: str) -> None:
+    assert _immediate_round(app, database_url) == [0, 0, 1]
+
+
+def test_releases_stay_exact_under_set_constraints_immediate(app: App,
+                                                             database_url: str) -> None:
+    check_released_once_when_immediate(app, database_url)
+
+
+def test_the_immediate_check_fails_when_the_release_fires_before_the_note(
+        app: App, database_url: str) -> None:
+    """The broken variant: the release trigger renamed to sort before the row trigger (the
+    triggers of one event fire in name order), so, made immediate, it runs before the success
+    is noted: the callback is never released, and the checker fails."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"ALTER TRIGGER {RELEASE_TRIGGER.split('.')[1]} ON workhorse.jobs "
+                     "RENAME TO jobs_workflow_a_release")
+    try:
+        with pytest.raises(AssertionError):
+            check_released_once_when_immediate(app, database_url)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("ALTER TRIGGER jobs_workflow_a_release ON workhorse.jobs "
+                         f"RENAME TO {RELEASE_TRIGGER.split('.')[1]}")
