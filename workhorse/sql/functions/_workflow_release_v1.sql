@@ -5,8 +5,8 @@
 -- the later calls of the same commit find it empty and return at once.
 --
 -- Locks, in one order (DESIGN.md "Locks": by queue name, then job id): the dependents of all the
--- transaction's successes are locked FOR UPDATE in (queue, id) order, in one statement, before
--- any of them is read or changed; their workflow_members rows are changed only under that lock.
+-- transaction's successes are locked FOR UPDATE in (queue, id) order, each before it is read
+-- or changed; their workflow_members rows are changed only under that lock.
 -- A dependent is taken at commit, after every queue lock the transaction took (a claim's), so two
 -- transactions that complete parents of shared dependents in opposite orders (a worker's batch
 -- of successes, or one statement at a time) wait for each other at most, and never deadlock.
@@ -21,11 +21,13 @@
 -- expiry from its task's retention), which cancels its own dependents through the row trigger.
 CREATE FUNCTION workhorse._workflow_release_v1() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
+-- Generic plans, made once a session (as enqueue_v2's): the statements take arrays the planner
+-- cannot see into, and planning them again at every call cost more than running them.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_noted text := current_setting('workhorse.workflow_successes', true);
     v_parents bigint[];
-    v_children bigint[];
     v_child record;
     v_pending integer;
     v_job record;
@@ -39,27 +41,24 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM set_config('workhorse.workflow_successes', '', true);
-    v_parents := ARRAY(
-        SELECT DISTINCT n.id::bigint
-        FROM unnest(string_to_array(rtrim(v_noted, ','), ',')) AS n(id));
+    -- A parent noted twice (it succeeded, was retried and succeeded again in this transaction)
+    -- counts once: the statements below take the ids through `= ANY`.
+    v_parents := string_to_array(rtrim(v_noted, ','), ',')::bigint[];
 
-    -- Every dependent, locked in (queue, id) order before anything else is done.
-    v_children := ARRAY(
-        SELECT j.id FROM workhorse.jobs j
-        WHERE j.id IN (SELECT d.job_id FROM workhorse.job_deps d
-                       WHERE d.parent_id = ANY(v_parents))
-        ORDER BY j.queue, j.id
-        FOR UPDATE);
-
+    -- Every dependent, locked in (queue, id) order (the rows are sorted first, then locked one
+    -- by one as the loop takes them), with the number of its parents among these successes.
     FOR v_child IN
-        SELECT d.job_id, count(*)::integer AS n
-        FROM workhorse.job_deps d
-        JOIN workhorse.jobs p ON p.id = d.parent_id AND p.status = 'succeeded'
-        JOIN workhorse.jobs j ON j.id = d.job_id
-        WHERE d.parent_id = ANY(v_parents) AND d.job_id = ANY(v_children)
-        GROUP BY d.job_id, j.queue
-        ORDER BY j.queue, d.job_id
+        SELECT j.id AS job_id,
+               (SELECT count(*) FROM workhorse.job_deps d
+                JOIN workhorse.jobs p ON p.id = d.parent_id AND p.status = 'succeeded'
+                WHERE d.job_id = j.id AND d.parent_id = ANY(v_parents))::integer AS n
+        FROM workhorse.jobs j
+        WHERE j.id = ANY(ARRAY(SELECT d.job_id FROM workhorse.job_deps d
+                               WHERE d.parent_id = ANY(v_parents)))
+        ORDER BY j.queue, j.id
+        FOR UPDATE OF j
     LOOP
+        CONTINUE WHEN v_child.n = 0;
         UPDATE workhorse.workflow_members m SET pending = GREATEST(m.pending - v_child.n, 0)
         WHERE m.job_id = v_child.job_id AND m.pending > 0
         RETURNING m.pending INTO v_pending;
