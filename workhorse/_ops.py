@@ -1656,7 +1656,9 @@ WORKFLOW_MEMBERS_MAX = 10_000
 class WorkflowMember:
     """One member of a canvas, resolved: its job, how parents' results reach it ('none',
     'one', 'list'), and its dependencies: (member index or None, existing id or None,
-    position, passes the result)."""
+    position, passes the result). Its units (cost, rate_cost, weight) are its options';
+    `retention` (JSON, status -> seconds kept; its task's) fixes its expiry when the database
+    ends it itself (canceled for a failed dependency, failed with PayloadError at release)."""
 
     task: str
     payload: dict[str, Any]
@@ -1664,6 +1666,7 @@ class WorkflowMember:
     on_failure: str
     mode: str
     parents: tuple[tuple[int | None, int | None, int, bool], ...]
+    retention: str = DEFAULT_RETENTION_JSON
 
 
 def enqueue_workflow(
@@ -1699,6 +1702,7 @@ def enqueue_workflow(
             edge_passes.append(passes)
     if on_error is None:
         error_args: tuple[Any, ...] = (None,) * 7
+        error_units: tuple[int, int, int] = (1, 1, 1)
     else:
         task, payload, options, on_failure = on_error
         if options.budget is not None:
@@ -1709,6 +1713,7 @@ def enqueue_workflow(
                 f"budget={options.budget!r}")
         error_args = (task, options.queue, options.concurrency_key, options.priority,
                       encode_json(payload), options.max_attempts, on_failure)
+        error_units = (options.cost, options.rate_cost, options.weight)
     rows = yield _sql.statement("enqueue_workflow"), (
         [m.task for m in members], [m.options.queue for m in members],
         [m.options.concurrency_key for m in members], [m.options.priority for m in members],
@@ -1717,6 +1722,10 @@ def enqueue_workflow(
         [m.on_failure for m in members], [None] * len(members), [m.mode for m in members],
         edge_jobs, edge_parents, edge_ids, edge_positions, edge_passes,
         [i + 1 for i in result_members], result_kind, *error_args,
+        _or_null([_unless_one(m.options.cost) for m in members]),
+        _or_null([_unless_one(m.options.rate_cost) for m in members]),
+        _or_null([_unless_one(m.options.weight) for m in members]),
+        [m.retention for m in members], *error_units,
         _or_null([m.options.budget for m in members]))
     workflow_id, ids, missing = rows[0]
     if workflow_id is None:

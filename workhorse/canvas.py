@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import inspect
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
 
 # The options `.set()` takes (Celery's names too: countdown, eta).
 SET_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "eta", "run_at",
-               "max_attempts", "cost", "weight")
+               "max_attempts", "cost", "rate_cost", "weight")
 
 # Incoming results of a node: the members whose results feed it, and how ('one': the single
 # parent's result; 'list': the list of the parents' results in order). None: nothing incoming.
@@ -145,9 +144,12 @@ class Signature(Canvas):
 
     def set(self, **options: Any) -> Signature:
         """A copy with these options (queue, concurrency_key, priority, delay, countdown, eta,
-        run_at, max_attempts, cost, weight).
+        run_at, max_attempts, cost, rate_cost, weight). `cost` and `rate_cost` may be callables
+        of the member's arguments, called at enqueue as apply_async calls them (a parent's
+        result is not known then: a member that receives one passes a placeholder in its
+        place, so give such a member a value); unset, the task's own defaults apply.
 
-        >>> add.s(2).set(queue="math", countdown=10)                 # doctest: +SKIP
+        >>> add.s(2).set(queue="math", countdown=10, cost=4, weight=2)  # doctest: +SKIP
         """
         _check_set(options)
         other = copy.copy(self)
@@ -159,16 +161,10 @@ class Signature(Canvas):
 
         >>> add.s(2).call(incoming=True).payload                      # doctest: +SKIP
         """
-        options = dict(self.options)
-        cost = options.pop("cost", None)
-        weight = options.pop("weight", None)
-        accepted = inspect.signature(self.task.call).parameters
-        if cost is not None and "cost" in accepted:
-            options["cost"] = cost
-        if weight is not None and "weight" in accepted:
-            options["weight"] = weight
         args = ((_PARENT,) if incoming else ()) + self.args
-        call = self.task.call(args, self.kwargs, **options)
+        # Every option, the units too, resolved as apply_async resolves them (the call site's,
+        # else the task's default value or callable).
+        call = self.task.call(args, self.kwargs, **self.options)
         if incoming:
             payload = dict(call.payload)
             payload["args"] = list(payload["args"])[1:]
@@ -217,12 +213,15 @@ def _check_set(options: dict[str, Any]) -> None:
         raise InvalidOptionsError(
             f"set() got unknown option(s) {', '.join(map(repr, unknown))}; valid options are "
             f"{', '.join(SET_OPTIONS)}")
-    for name in ("cost", "weight"):
+    for name in ("cost", "rate_cost", "weight"):
         value = options.get(name)
-        high = 1_000_000 if name == "cost" else 1_000
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 1 <= value <= high):
-            raise InvalidOptionsError(f"{name} must be an int in [1, {high}], got {value!r}")
+        high = 1_000 if name == "weight" else 1_000_000
+        if value is None or (name != "weight" and callable(value)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise InvalidOptionsError(
+                f"{name} must be an int in [1, {high}]"
+                f"{'' if name == 'weight' else ' or a callable'}, got {value!r}")
 
 
 def _canvas(item: object, where: str) -> Canvas:
@@ -378,7 +377,8 @@ class Plan:
                 parents.append((None, existing, len(parents), False))
             mode = incoming[1] if passes and incoming is not None else "none"
             self.members.append(_ops.WorkflowMember(
-                call.task, call.payload, call.options, call.on_failure, mode, tuple(parents)))
+                call.task, call.payload, call.options, call.on_failure, mode, tuple(parents),
+                node.task.retention_json))
             return ([len(self.members) - 1], "one")
         if isinstance(node, Chain):
             current = incoming

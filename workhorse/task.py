@@ -513,7 +513,7 @@ class Task(Generic[P, R]):
             return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)],
                                                connection)[0]
         call = self.call(args, kwargs, **options)
-        member = _ops_member(call, parents)
+        member = _ops_member(call, parents, self.retention_json)
         plan = Plan(members=[member], result=[0], kind="one")
         handle = self.enqueuer.enqueue_workflow(  # type: ignore[attr-defined]
             plan.members, plan.result, plan.kind, None, connection)
@@ -573,8 +573,9 @@ class Task(Generic[P, R]):
         return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]
 
 
-def _ops_member(call: Call, parents: Sequence[int]) -> Any:
+def _ops_member(call: Call, parents: Sequence[int], retention: str) -> Any:
     from . import _ops
 
     return _ops.WorkflowMember(call.task, call.payload, call.options, call.on_failure, "none",
-                               tuple((None, p, i, False) for i, p in enumerate(parents)))
+                               tuple((None, p, i, False) for i, p in enumerate(parents)),
+                               retention)

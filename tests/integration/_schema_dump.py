@@ -82,10 +82,11 @@ def _tables(conn: psycopg.Connection[Any]) -> list[str]:
             if not_null:
                 line += " NOT NULL"
             lines.append(line)
-        # contype 'n' (NOT NULL as a constraint, PostgreSQL 18) prints with its column above.
+        # contype 'n' (NOT NULL as a constraint, PostgreSQL 18) prints with its column above;
+        # 't' (a constraint trigger's own row) prints with the triggers below.
         constraints = _rows(conn, f"""
             SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
-            WHERE conrelid = {int(oid)} AND contype <> 'n'
+            WHERE conrelid = {int(oid)} AND contype NOT IN ('n', 't')
             ORDER BY conname""")
         lines += [f"    CONSTRAINT {con} {definition}" for con, definition in constraints]
         out.append(f"CREATE TABLE workhorse.{name} (\n" + ",\n".join(lines) + "\n);")

@@ -299,11 +299,12 @@ def _install_first_success_trigger(database_url: str) -> str:
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT pg_get_functiondef(p.oid) FROM pg_proc p"
-            " WHERE p.proname ~ '^_workflow_changed_v' ORDER BY p.proname DESC LIMIT 1"
+            " WHERE p.proname ~ '^_workflow_release_v' ORDER BY p.proname DESC LIMIT 1"
         ).fetchone()
         assert row is not None
         original = str(row[0])
-        broken = original.replace("SET pending = m.pending - 1", "SET pending = 0")
+        broken = original.replace("SET pending = GREATEST(m.pending - v_child.n, 0)",
+                                  "SET pending = 0")
         broken = re.sub(r"AND m\.pending > 0\s*\n", "\n", broken, count=1)
         assert broken != original
         conn.execute(broken)

@@ -312,6 +312,7 @@ CREATE TABLE workhorse.workflow_members (
     delay double precision,
     run_at timestamp with time zone,
     releases integer DEFAULT 0 NOT NULL,
+    retention jsonb DEFAULT '{}'::jsonb NOT NULL,
     CONSTRAINT workflow_members_mode_check CHECK ((mode = ANY (ARRAY['none'::text, 'one'::text, 'list'::text]))),
     CONSTRAINT workflow_members_pending_check CHECK ((pending >= 0)),
     CONSTRAINT workflow_members_pkey PRIMARY KEY (job_id)
@@ -329,6 +330,9 @@ CREATE TABLE workhorse.workflows (
     on_error_payload jsonb,
     on_error_max_attempts integer,
     on_error_on_failure text,
+    on_error_cost integer DEFAULT 1 NOT NULL,
+    on_error_rate_cost integer DEFAULT 1 NOT NULL,
+    on_error_weight smallint DEFAULT 1 NOT NULL,
     on_error_job bigint,
     CONSTRAINT workflows_pkey PRIMARY KEY (id),
     CONSTRAINT workflows_result_kind_check CHECK ((result_kind = ANY (ARRAY['one'::text, 'list'::text])))
@@ -371,6 +375,8 @@ CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs USING btree (task, id) IN
 CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs USING btree (task, unique_key) WHERE (unique_key IS NOT NULL);
 
 CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (status = 'waiting'::text);
+
+CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs USING btree (workflow_id, expires_at DESC) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
 
@@ -1268,82 +1274,24 @@ CREATE OR REPLACE FUNCTION workhorse._workflow_changed_v1()
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_child record;
-    v_pending integer;
     v_job record;
-    v_filled jsonb;
-    v_payload jsonb;
-    v_due timestamptz;
-    v_status text;
     v_ids bigint[];
     v_wf record;
     v_error jsonb;
     v_other record;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     IF NEW.status = 'succeeded' THEN
-        FOR v_child IN
-            SELECT d.job_id, j.queue
-            FROM workhorse.job_deps d
-            JOIN workhorse.jobs j ON j.id = d.job_id
-            WHERE d.parent_id = NEW.id
-            ORDER BY j.queue, d.job_id
-        LOOP
-            UPDATE workhorse.workflow_members m SET pending = m.pending - 1
-            WHERE m.job_id = v_child.job_id AND m.pending > 0
-            RETURNING m.pending INTO v_pending;
-            CONTINUE WHEN NOT FOUND OR v_pending <> 0;
-            SELECT j.id, j.status, j.queue, j.ckey, j.payload, m.mode, m.delay, m.run_at
-            INTO v_job
-            FROM workhorse.jobs j JOIN workhorse.workflow_members m ON m.job_id = j.id
-            WHERE j.id = v_child.job_id
-            FOR UPDATE OF j;
-            CONTINUE WHEN v_job.status IS DISTINCT FROM 'waiting';
-            v_payload := v_job.payload;
-            IF v_job.mode <> 'none' THEN
-                SELECT CASE WHEN v_job.mode = 'one'
-                            THEN (array_agg(COALESCE(CASE WHEN p.id = NEW.id THEN NEW.result
-                                                          ELSE p.result END, 'null'::jsonb)
-                                            ORDER BY d.position))[1]
-                            ELSE COALESCE(jsonb_agg(COALESCE(CASE WHEN p.id = NEW.id
-                                                                  THEN NEW.result
-                                                                  ELSE p.result END,
-                                                             'null'::jsonb)
-                                                    ORDER BY d.position), '[]'::jsonb)
-                       END
-                INTO v_filled
-                FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
-                WHERE d.job_id = v_job.id AND d.passes;
-                v_payload := jsonb_set(v_payload, '{args}',
-                                       jsonb_build_array(v_filled)
-                                       || COALESCE(v_payload -> 'args', '[]'::jsonb));
-            END IF;
-            UPDATE workhorse.workflow_members m SET releases = m.releases + 1
-            WHERE m.job_id = v_job.id;
-            IF octet_length(v_payload::text) > 1048576 THEN
-                UPDATE workhorse.jobs j
-                SET status = 'failed', finished_at = clock_timestamp(),
-                    error = jsonb_build_object(
-                        'type', 'PayloadError',
-                        'message', format('the arguments filled in at release are %s bytes, '
-                                          'above the payload limit of 1048576',
-                                          octet_length(v_payload::text)),
-                        'traceback', NULL)
-                WHERE j.id = v_job.id;
-                PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
-                CONTINUE;
-            END IF;
-            v_due := COALESCE(v_job.run_at,
-                              now() + make_interval(secs => COALESCE(v_job.delay, 0)));
-            UPDATE workhorse.jobs j
-            SET payload = v_payload, run_at = v_due,
-                status = CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END
-            WHERE j.id = v_job.id
-            RETURNING j.status INTO v_status;
-            IF v_status = 'ready' AND v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
-                INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
-            END IF;
-            PERFORM workhorse._wake_v1(v_job.queue);
-        END LOOP;
+        -- Released at commit, with every success of the transaction (_workflow_release_v1):
+        -- here the member is only noted, when it has dependents (one probe), in a
+        -- transaction-local setting.
+        IF EXISTS (SELECT 1 FROM workhorse.job_deps d WHERE d.parent_id = NEW.id) THEN
+            PERFORM set_config(
+                'workhorse.workflow_successes',
+                COALESCE(current_setting('workhorse.workflow_successes', true), '')
+                    || NEW.id::text || ',',
+                true);
+        END IF;
         RETURN NULL;
     END IF;
 
@@ -1371,8 +1319,10 @@ BEGIN
         SELECT array_agg(id) INTO v_ids FROM locked;
         IF v_ids IS NOT NULL THEN
             UPDATE workhorse.jobs j
-            SET status = 'canceled', finished_at = clock_timestamp(), error = v_error
-            WHERE j.id = ANY(v_ids) AND j.status = 'waiting';
+            SET status = 'canceled', finished_at = v_at, error = v_error,
+                expires_at = workhorse._expiry_v1('canceled', m.retention, v_at)
+            FROM workhorse.workflow_members m
+            WHERE j.id = ANY(v_ids) AND j.status = 'waiting' AND m.job_id = j.id;
             PERFORM workhorse._ended_v1(v_ids);
         END IF;
     END IF;
@@ -1385,13 +1335,14 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level)
+                 feature_level, cost, rate_cost, weight)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
                               jsonb_build_array(NEW.id)
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
-                    'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1)
+                    'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
+                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight)
             RETURNING id, queue, ckey INTO v_job;
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
@@ -1439,16 +1390,113 @@ BEGIN
                 ORDER BY d.job_id, p.id
             LOOP
                 UPDATE workhorse.jobs j
-                SET status = 'canceled', finished_at = clock_timestamp(),
+                SET status = 'canceled', finished_at = v_at,
+                    expires_at = workhorse._expiry_v1('canceled', m.retention, v_at),
                     error = jsonb_build_object(
                         'type', 'DependencyFailedError',
                         'message', format('job %s (%s), which it depends on, ended %s',
                                           v_other.parent, v_other.task, v_other.status),
                         'traceback', NULL, 'dependency', v_other.parent)
-                WHERE j.id = v_other.job_id AND j.status = 'waiting';
+                FROM workhorse.workflow_members m
+                WHERE j.id = v_other.job_id AND j.status = 'waiting' AND m.job_id = j.id;
             END LOOP;
         END IF;
     END IF;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._workflow_release_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    v_noted text := current_setting('workhorse.workflow_successes', true);
+    v_parents bigint[];
+    v_child record;
+    v_pending integer;
+    v_job record;
+    v_filled jsonb;
+    v_payload jsonb;
+    v_due timestamptz;
+    v_status text;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    IF v_noted IS NULL OR v_noted = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('workhorse.workflow_successes', '', true);
+    -- A parent noted twice (it succeeded, was retried and succeeded again in this transaction)
+    -- counts once: the statements below take the ids through `= ANY`.
+    v_parents := string_to_array(rtrim(v_noted, ','), ',')::bigint[];
+
+    -- Every dependent, locked in (queue, id) order (the rows are sorted first, then locked one
+    -- by one as the loop takes them), with the number of its parents among these successes.
+    FOR v_child IN
+        SELECT j.id AS job_id,
+               (SELECT count(*) FROM workhorse.job_deps d
+                JOIN workhorse.jobs p ON p.id = d.parent_id AND p.status = 'succeeded'
+                WHERE d.job_id = j.id AND d.parent_id = ANY(v_parents))::integer AS n
+        FROM workhorse.jobs j
+        WHERE j.id = ANY(ARRAY(SELECT d.job_id FROM workhorse.job_deps d
+                               WHERE d.parent_id = ANY(v_parents)))
+        ORDER BY j.queue, j.id
+        FOR UPDATE OF j
+    LOOP
+        CONTINUE WHEN v_child.n = 0;
+        UPDATE workhorse.workflow_members m SET pending = GREATEST(m.pending - v_child.n, 0)
+        WHERE m.job_id = v_child.job_id AND m.pending > 0
+        RETURNING m.pending INTO v_pending;
+        CONTINUE WHEN NOT FOUND OR v_pending <> 0;
+        SELECT j.id, j.status, j.queue, j.ckey, j.payload, m.mode, m.delay, m.run_at,
+               m.retention
+        INTO v_job
+        FROM workhorse.jobs j JOIN workhorse.workflow_members m ON m.job_id = j.id
+        WHERE j.id = v_child.job_id;
+        CONTINUE WHEN v_job.status IS DISTINCT FROM 'waiting';
+        v_payload := v_job.payload;
+        IF v_job.mode <> 'none' THEN
+            SELECT CASE WHEN v_job.mode = 'one'
+                        THEN (array_agg(COALESCE(p.result, 'null'::jsonb)
+                                        ORDER BY d.position))[1]
+                        ELSE COALESCE(jsonb_agg(COALESCE(p.result, 'null'::jsonb)
+                                                ORDER BY d.position), '[]'::jsonb)
+                   END
+            INTO v_filled
+            FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
+            WHERE d.job_id = v_job.id AND d.passes;
+            v_payload := jsonb_set(v_payload, '{args}',
+                                   jsonb_build_array(v_filled)
+                                   || COALESCE(v_payload -> 'args', '[]'::jsonb));
+        END IF;
+        UPDATE workhorse.workflow_members m SET releases = m.releases + 1
+        WHERE m.job_id = v_job.id;
+        IF octet_length(v_payload::text) > 1048576 THEN
+            UPDATE workhorse.jobs j
+            SET status = 'failed', finished_at = v_at,
+                expires_at = workhorse._expiry_v1('failed', v_job.retention, v_at),
+                error = jsonb_build_object(
+                    'type', 'PayloadError',
+                    'message', format('the arguments filled in at release are %s bytes, '
+                                      'above the payload limit of 1048576',
+                                      octet_length(v_payload::text)),
+                    'traceback', NULL)
+            WHERE j.id = v_job.id;
+            PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
+            CONTINUE;
+        END IF;
+        v_due := COALESCE(v_job.run_at, now() + make_interval(secs => COALESCE(v_job.delay, 0)));
+        UPDATE workhorse.jobs j
+        SET payload = v_payload, run_at = v_due,
+            status = CASE WHEN v_due > now() THEN 'scheduled' ELSE 'ready' END
+        WHERE j.id = v_job.id
+        RETURNING j.status INTO v_status;
+        IF v_status = 'ready' AND v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
+            INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
+        END IF;
+        PERFORM workhorse._wake_v1(v_job.queue);
+    END LOOP;
     RETURN NULL;
 END
 $function$;
@@ -1494,7 +1542,12 @@ CREATE OR REPLACE FUNCTION workhorse.cancel_jobs_v2(p_ids bigint[], p_retention 
 AS $function$
 DECLARE
     v_ids bigint[];
+    v_at timestamptz := clock_timestamp();
 BEGIN
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held')
+    ORDER BY j.queue, j.id
+    FOR UPDATE;
     WITH locked AS (
         SELECT j.id FROM workhorse.jobs j
         WHERE j.id = ANY(p_ids) AND j.status = 'waiting'
@@ -1502,7 +1555,8 @@ BEGIN
         FOR UPDATE
     ), canceled AS (
         UPDATE workhorse.jobs j
-        SET status = 'canceled', finished_at = clock_timestamp()
+        SET status = 'canceled', finished_at = v_at,
+            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
         WHERE j.id IN (SELECT id FROM locked) AND j.status = 'waiting'
         RETURNING j.id
     )
@@ -3113,7 +3167,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_budgets text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[])
  RETURNS TABLE(workflow_id bigint, ids bigint[], missing bigint[])
  LANGUAGE plpgsql
 AS $function$
@@ -3126,6 +3180,8 @@ DECLARE
     v_wf bigint;
     v_sequence regclass;
     v_failed record;
+    v_row record;
+    v_at timestamptz := clock_timestamp();
 BEGIN
     -- Unknown (or pruned) existing parents: refused before anything is written.
     SELECT array_agg(DISTINCT e.id ORDER BY e.id) INTO v_missing
@@ -3139,8 +3195,52 @@ BEGIN
     FOR v_queue IN SELECT DISTINCT q FROM unnest(p_queues) AS q ORDER BY 1 LOOP
         PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_queue));
     END LOOP;
+
+    -- A cost that can never fit its queue's synced policy: refused before anything is written
+    -- (enqueue_v2's rule and message). The on_error signature is checked as a member.
+    IF p_costs IS NOT NULL OR p_rate_costs IS NOT NULL
+       OR COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1 THEN
+        SELECT t.queue, t.cost, t.rate_cost, p.max_active, p.max_active_per_key, p.rate_limit,
+               p.rate_limit_per_key
+        INTO v_row
+        FROM (SELECT u.queue, u.cost, u.rate_cost, u.ckey, u.ord
+              FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
+                   WITH ORDINALITY AS u(queue, cost, rate_cost, ckey, ord)
+              UNION ALL
+              SELECT p_on_error_queue, p_on_error_cost, p_on_error_rate_cost, p_on_error_ckey,
+                     v_n + 1
+              WHERE p_on_error_task IS NOT NULL) AS t
+        JOIN workhorse.policies p ON p.queue = t.queue
+        WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
+           OR (t.ckey IS NOT NULL
+               AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
+           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
+           OR (t.ckey IS NOT NULL
+               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
+        ORDER BY t.ord
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a job of cost % and rate_cost % can never start on queue %: its '
+                            'policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
+                            'rate_limit_per_key N=%',
+                COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.queue,
+                v_row.max_active, v_row.max_active_per_key, v_row.rate_limit,
+                v_row.rate_limit_per_key
+                USING ERRCODE = 'WH005';
+        END IF;
+    END IF;
+
+    -- Every member's queue at level 2; the on_error signature's too when its units are not 1
+    -- (a claim of level 1 cannot count them).
     INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
-    SELECT DISTINCT q, 2::smallint FROM unnest(p_queues) AS q ORDER BY 1
+    SELECT DISTINCT q, 2::smallint
+    FROM (SELECT unnest(p_queues) AS q
+          UNION ALL
+          SELECT p_on_error_queue
+          WHERE p_on_error_task IS NOT NULL
+            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1))
+         AS qs
+    ORDER BY 1
     ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
         WHERE lv.feature_level < excluded.feature_level;
     -- The named budget of each member (NULL: none), recorded as enqueue_v2 records it.
@@ -3166,12 +3266,14 @@ BEGIN
     v_cand := ARRAY(SELECT nextval(v_sequence) FROM generate_series(1, v_n) ORDER BY 1);
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
-         on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure)
+         on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
+         on_error_cost, on_error_rate_cost, on_error_weight)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
-            p_on_error_on_failure)
+            p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
+            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1))
     RETURNING id INTO v_wf;
 
     WITH edges AS (
@@ -3187,25 +3289,29 @@ BEGIN
         SELECT t.*, COALESCE(pd.n, 0) AS pending,
                COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
         FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
-                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes, p_budgets)
+                    p_delays, p_max_attempts, p_on_failures, p_metas, p_modes, p_costs,
+                    p_rate_costs, p_weights, p_retentions, p_budgets)
              WITH ORDINALITY
              AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                  on_failure, meta, mode, budget, ord)
+                  on_failure, meta, mode, cost, rate_cost, weight, retention, budget, ord)
         LEFT JOIN pending pd ON pd.job = t.ord
     ), members AS (
-        INSERT INTO workhorse.workflow_members (job_id, workflow_id, pending, mode, delay, run_at)
-        SELECT v_cand[i.ord], v_wf, i.pending, i.mode, i.delay, i.run_at FROM input i
+        INSERT INTO workhorse.workflow_members
+            (job_id, workflow_id, pending, mode, delay, run_at, retention)
+        SELECT v_cand[i.ord], v_wf, i.pending, i.mode, i.delay, i.run_at,
+               COALESCE(i.retention, '{}')::jsonb
+        FROM input i
     ), inserted AS (
         INSERT INTO workhorse.jobs
             (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-             run_at, meta, feature_level, workflow_id, budget)
+             run_at, meta, feature_level, workflow_id, cost, rate_cost, weight, budget)
         OVERRIDING SYSTEM VALUE
         SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
                i.payload::jsonb,
                CASE WHEN i.pending > 0 THEN 'waiting'
                     WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf,
-               i.budget
+               COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1), COALESCE(i.weight, 1), i.budget
         FROM input i
         ORDER BY i.ord
         RETURNING id, queue, ckey, status
@@ -3229,7 +3335,9 @@ BEGIN
         ORDER BY e.job, p.id
     LOOP
         UPDATE workhorse.jobs j
-        SET status = 'canceled', finished_at = clock_timestamp(),
+        SET status = 'canceled', finished_at = v_at,
+            expires_at = workhorse._expiry_v1(
+                'canceled', COALESCE(p_retentions[v_failed.job], '{}')::jsonb, v_at),
             error = jsonb_build_object(
                 'type', 'DependencyFailedError',
                 'message', format('job %s (%s), which it depends on, ended %s',
@@ -3617,6 +3725,9 @@ AS $function$
 DECLARE
     v_ids bigint[];
     v_workflows bigint[];
+    v_left integer;
+    v_members integer := 0;
+    v_cutoff timestamptz;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
         RETURN -1;
@@ -3624,39 +3735,64 @@ BEGIN
     IF p_older_than IS NULL THEN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
-            WHERE e.expires_at IS NOT NULL AND e.expires_at <= now()
-              AND (e.workflow_id IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM workhorse.jobs x
-                    WHERE x.workflow_id = e.workflow_id
-                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+            WHERE e.expires_at IS NOT NULL AND e.expires_at <= now() AND e.workflow_id IS NULL
             ORDER BY e.expires_at
             LIMIT p_limit);
+        v_left := p_limit - cardinality(v_ids);
+        IF v_left > 0 THEN
+            -- Expired members whose workflow's latest expiry (NULL first) has passed too; at
+            -- most v_left of them, so that a full batch deletes at least v_left members.
+            v_workflows := ARRAY(
+                SELECT DISTINCT c.workflow_id FROM (
+                    SELECT e.workflow_id FROM workhorse.jobs e
+                    WHERE e.expires_at IS NOT NULL AND e.expires_at <= now()
+                      AND e.workflow_id IS NOT NULL
+                      AND (SELECT x.expires_at FROM workhorse.jobs x
+                           WHERE x.workflow_id = e.workflow_id
+                           ORDER BY x.expires_at DESC NULLS FIRST
+                           LIMIT 1) <= now()
+                    ORDER BY e.expires_at
+                    LIMIT v_left) AS c);
+        END IF;
     ELSE
+        v_cutoff := now() - make_interval(secs => p_older_than);
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.status = ANY(p_statuses)
               AND e.status IN ('succeeded', 'failed', 'held', 'canceled')
-              AND e.finished_at <= now() - make_interval(secs => p_older_than)
-              AND (e.workflow_id IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM workhorse.jobs x
-                    WHERE x.workflow_id = e.workflow_id
-                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+              AND e.finished_at <= v_cutoff
+              AND e.workflow_id IS NULL
             LIMIT p_limit);
+        v_left := p_limit - cardinality(v_ids);
+        IF v_left > 0 THEN
+            v_workflows := ARRAY(
+                SELECT w.id FROM workhorse.workflows w
+                WHERE EXISTS (SELECT 1 FROM workhorse.jobs e WHERE e.workflow_id = w.id)
+                  AND NOT EXISTS (
+                      SELECT 1 FROM workhorse.jobs x
+                      WHERE x.workflow_id = w.id
+                        AND NOT (x.status = ANY(p_statuses)
+                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled')
+                                 AND x.finished_at <= v_cutoff))
+                ORDER BY w.id
+                LIMIT v_left);
+        END IF;
     END IF;
-    WITH gone AS (
-        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids)
-        RETURNING j.id, j.workflow_id
-    )
-    SELECT array_agg(DISTINCT g.workflow_id) FILTER (WHERE g.workflow_id IS NOT NULL)
-    INTO v_workflows FROM gone g;
-    IF v_workflows IS NOT NULL THEN
-        DELETE FROM workhorse.workflow_members m WHERE m.job_id = ANY(v_ids);
-        DELETE FROM workhorse.job_deps d WHERE d.job_id = ANY(v_ids);
-        DELETE FROM workhorse.workflows w
-        WHERE w.id = ANY(v_workflows)
-          AND NOT EXISTS (SELECT 1 FROM workhorse.workflow_members m WHERE m.workflow_id = w.id);
+    DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids);
+    IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
+        WITH gone AS (
+            DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
+            RETURNING j.id
+        ), members AS (
+            DELETE FROM workhorse.workflow_members m WHERE m.workflow_id = ANY(v_workflows)
+        ), deps AS (
+            DELETE FROM workhorse.job_deps d WHERE d.job_id IN (SELECT g.id FROM gone g)
+        ), rows AS (
+            DELETE FROM workhorse.workflows w WHERE w.id = ANY(v_workflows)
+        )
+        SELECT count(*) INTO v_members FROM gone;
     END IF;
-    RETURN cardinality(v_ids);
+    RETURN cardinality(v_ids) + v_members;
 END
 $function$;
 
@@ -4526,3 +4662,5 @@ $function$;
 CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
 
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
+
+CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();

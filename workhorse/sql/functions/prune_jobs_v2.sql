@@ -1,7 +1,19 @@
--- prune_jobs_v1, but a member of a workflow that has an unfinished member (waiting, scheduled,
--- ready, active or held) is skipped, so a workflow is pruned only once all of its members have
--- finished; the pruned members' workflow rows (release state, dependencies, and the workflow
--- once it has no member left) go with them. Returns how many jobs went, or -1 (another pruner).
+-- prune_jobs_v1, with workflows pruned whole (DESIGN.md "Workflows", "Bounds"): a workflow's
+-- members go together, in one transaction, once every member has finished and
+--
+-- * (retention, `p_older_than` NULL) the last one's expiry has passed: the workflow's latest
+--   expires_at, NULLs first, is one probe of jobs_workflow_expires_idx; a NULL there (a member
+--   waiting, scheduled, ready, active or held, or one its retention keeps for ever) keeps the
+--   whole workflow;
+-- * (`workhorse jobs prune --older-than`) every member is of `p_statuses` and finished more
+--   than `p_older_than` seconds ago: a member of an unfinished workflow (or of one with a member
+--   that does not qualify) is skipped, with all of its workflow.
+--
+-- Jobs outside workflows go as in prune_jobs_v1, up to `p_limit`; the rest of the batch is
+-- filled with whole workflows (their release state, dependencies and workflow row go with
+-- them), so a batch may exceed `p_limit` by one workflow's members, and returns fewer than
+-- `p_limit` only when nothing is left to prune. Returns how many jobs went, or -1 (another
+-- pruner holds the try-lock).
 CREATE FUNCTION workhorse.prune_jobs_v2(
     p_limit integer, p_older_than double precision, p_statuses text[])
 RETURNS integer
@@ -10,6 +22,9 @@ AS $$
 DECLARE
     v_ids bigint[];
     v_workflows bigint[];
+    v_left integer;
+    v_members integer := 0;
+    v_cutoff timestamptz;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
         RETURN -1;
@@ -17,38 +32,63 @@ BEGIN
     IF p_older_than IS NULL THEN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
-            WHERE e.expires_at IS NOT NULL AND e.expires_at <= now()
-              AND (e.workflow_id IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM workhorse.jobs x
-                    WHERE x.workflow_id = e.workflow_id
-                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+            WHERE e.expires_at IS NOT NULL AND e.expires_at <= now() AND e.workflow_id IS NULL
             ORDER BY e.expires_at
             LIMIT p_limit);
+        v_left := p_limit - cardinality(v_ids);
+        IF v_left > 0 THEN
+            -- Expired members whose workflow's latest expiry (NULL first) has passed too; at
+            -- most v_left of them, so that a full batch deletes at least v_left members.
+            v_workflows := ARRAY(
+                SELECT DISTINCT c.workflow_id FROM (
+                    SELECT e.workflow_id FROM workhorse.jobs e
+                    WHERE e.expires_at IS NOT NULL AND e.expires_at <= now()
+                      AND e.workflow_id IS NOT NULL
+                      AND (SELECT x.expires_at FROM workhorse.jobs x
+                           WHERE x.workflow_id = e.workflow_id
+                           ORDER BY x.expires_at DESC NULLS FIRST
+                           LIMIT 1) <= now()
+                    ORDER BY e.expires_at
+                    LIMIT v_left) AS c);
+        END IF;
     ELSE
+        v_cutoff := now() - make_interval(secs => p_older_than);
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.status = ANY(p_statuses)
               AND e.status IN ('succeeded', 'failed', 'held', 'canceled')
-              AND e.finished_at <= now() - make_interval(secs => p_older_than)
-              AND (e.workflow_id IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM workhorse.jobs x
-                    WHERE x.workflow_id = e.workflow_id
-                      AND x.status IN ('waiting', 'scheduled', 'ready', 'active', 'held')))
+              AND e.finished_at <= v_cutoff
+              AND e.workflow_id IS NULL
             LIMIT p_limit);
+        v_left := p_limit - cardinality(v_ids);
+        IF v_left > 0 THEN
+            v_workflows := ARRAY(
+                SELECT w.id FROM workhorse.workflows w
+                WHERE EXISTS (SELECT 1 FROM workhorse.jobs e WHERE e.workflow_id = w.id)
+                  AND NOT EXISTS (
+                      SELECT 1 FROM workhorse.jobs x
+                      WHERE x.workflow_id = w.id
+                        AND NOT (x.status = ANY(p_statuses)
+                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled')
+                                 AND x.finished_at <= v_cutoff))
+                ORDER BY w.id
+                LIMIT v_left);
+        END IF;
     END IF;
-    WITH gone AS (
-        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids)
-        RETURNING j.id, j.workflow_id
-    )
-    SELECT array_agg(DISTINCT g.workflow_id) FILTER (WHERE g.workflow_id IS NOT NULL)
-    INTO v_workflows FROM gone g;
-    IF v_workflows IS NOT NULL THEN
-        DELETE FROM workhorse.workflow_members m WHERE m.job_id = ANY(v_ids);
-        DELETE FROM workhorse.job_deps d WHERE d.job_id = ANY(v_ids);
-        DELETE FROM workhorse.workflows w
-        WHERE w.id = ANY(v_workflows)
-          AND NOT EXISTS (SELECT 1 FROM workhorse.workflow_members m WHERE m.workflow_id = w.id);
+    DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids);
+    IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
+        WITH gone AS (
+            DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
+            RETURNING j.id
+        ), members AS (
+            DELETE FROM workhorse.workflow_members m WHERE m.workflow_id = ANY(v_workflows)
+        ), deps AS (
+            DELETE FROM workhorse.job_deps d WHERE d.job_id IN (SELECT g.id FROM gone g)
+        ), rows AS (
+            DELETE FROM workhorse.workflows w WHERE w.id = ANY(v_workflows)
+        )
+        SELECT count(*) INTO v_members FROM gone;
     END IF;
-    RETURN cardinality(v_ids);
+    RETURN cardinality(v_ids) + v_members;
 END
 $$;
