@@ -419,3 +419,25 @@ def test_fair_and_costed_claim_plans_use_indexes(explained: Any) -> None:
     ):
         texts = plans(lambda queue=queue: q.claim(queue, 10, 30))
         _check(texts, expect=expect)
+
+
+def test_claims_that_pass_over_another_apps_jobs_use_indexes(explained: Any) -> None:
+    """With another app's jobs in the queue the claim takes its filtered paths (issue #24 item
+    6); PostgreSQL 18 once planned the head's task test, written as EXISTS, as a hash over every
+    row of jobs. Expired leases of both apps are there too."""
+    q, plans = explained
+    _fill(q)
+    for queue, keys in (("per-key", 5), ("queue-only", 0), ("free", 0)):
+        q.enqueue_many([("other.app", {}, EnqueueOptions(
+            queue=queue, priority=3, concurrency_key=f"k{i % keys}" if keys else None))
+            for i in range(300)])
+        mine = _ops.execute(q.conn, _ops.claim_batch(queue, 2, 0.05, ["other.app"]))[0]
+        assert mine, "no lease of the other app to expire: vacuous"
+    q.conn.execute("ANALYZE workhorse.jobs")
+    time.sleep(0.1)
+    for queue in ("per-key", "queue-only", "free"):
+        texts = plans(lambda queue=queue: _ops.execute(
+            q.conn, _ops.claim_batch(queue, 10, 30, ["t"])))
+        _check(texts)
+        assert any("jobs_ready_task_idx" in text for text in texts) or queue == "per-key", \
+            "\n".join(texts)

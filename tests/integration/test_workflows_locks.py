@@ -4,7 +4,7 @@ opposite orders, concurrently, many rounds; both commit, and each dependent is r
 Nor does canceling a workflow while one of its members completes.
 
 The release runs at commit, for all of a transaction's successes together, its dependents
-locked in (queue, id) order (sql/functions/_workflow_release_v1.sql). The broken variant is the
+locked in (queue, id) order (the release function in sql/functions/). The broken variant is the
 release run at the end of each statement instead (`SET CONSTRAINTS ... IMMEDIATE`, which is how
 the row trigger released before): the same rounds then deadlock, and the checker fails."""
 
@@ -123,7 +123,7 @@ def test_opposite_orders_across_statements_never_deadlock(app: App, database_url
 
 
 def test_opposite_orders_in_one_statement_never_deadlock(app: App, database_url: str) -> None:
-    # A worker's batch of successes is one statement (complete_v1, claim_v2's recording).
+    # A worker's batch of successes is one statement (a completion, or the claim recording them).
     check_no_deadlock(app, database_url, rounds=100, immediate=False, one_statement=True)
 
 

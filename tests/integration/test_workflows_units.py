@@ -242,7 +242,7 @@ def test_jobs_prune_skips_unfinished_workflows_and_takes_finished_ones_whole(
 
 def test_the_whole_checker_fails_on_a_prune_of_members_one_by_one(app: App,
                                                                   database_url: str) -> None:
-    """The broken variant: 0.2.0's prune (prune_jobs_v1) takes each member by its own expiry,
+    """The broken variant: 0.2.0's prune function takes each member by its own expiry,
     and leaves a workflow in part; check_whole fails on it."""
     t = app.t  # type: ignore[attr-defined]
     slow = chain(t["add"].si(1), t["kept"].s()).delay()

@@ -348,9 +348,8 @@ BEGIN
                 FROM workhorse.key_heads h
                 WHERE h.queue = p_queue
                   AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                  AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                                WHERE hj.id = h.head_id
-                                                  AND hj.task = ANY(p_tasks))
+                  AND (NOT v_filter OR ((SELECT hj.task FROM workhorse.jobs hj
+                                         WHERE hj.id = h.head_id) = ANY(p_tasks)
                                         AND NOT EXISTS (
                                             SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
                                                                  v_cut_ids) AS c(ckey, rank, id)
@@ -393,11 +392,13 @@ BEGIN
                 -- taken from them on. Those among the rows read (the first becomes its key's
                 -- head, which the next claim passes over); its expired ones; and the heads of
                 -- the expired jobs' keys, which the heads above may have passed over.
+                -- (Tasks are read by scalar subqueries on the primary key: an EXISTS or a
+                -- join may be planned as a hash over every row of jobs.)
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
-                JOIN workhorse.jobs j ON j.id = u.id
-                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                WHERE v_filter
+                  AND NOT ((SELECT j.task FROM workhorse.jobs j WHERE j.id = u.id) = ANY(p_tasks))
                 UNION ALL
                 SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
                 WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
@@ -405,10 +406,10 @@ BEGIN
                 UNION ALL
                 SELECT h.head_id, h.head_rank, h.ckey
                 FROM workhorse.key_heads h
-                JOIN workhorse.jobs hj ON hj.id = h.head_id
                 WHERE v_filter AND h.queue = p_queue
                   AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
-                  AND NOT (hj.task = ANY(p_tasks))
+                  AND NOT ((SELECT hj.task FROM workhorse.jobs hj WHERE hj.id = h.head_id)
+                           = ANY(p_tasks))
             ), candidates AS (
                 -- Numbered per key over its ready and expired candidates: the key's room is the
                 -- same number for both.
@@ -463,9 +464,8 @@ BEGIN
                     FROM workhorse.key_heads h
                     WHERE h.queue = p_queue
                       AND NOT (h.ckey = ANY(SELECT unnest(v_saturated)))
-                      AND (NOT v_filter OR (EXISTS (SELECT 1 FROM workhorse.jobs hj
-                                                    WHERE hj.id = h.head_id
-                                                      AND hj.task = ANY(p_tasks))
+                      AND (NOT v_filter OR ((SELECT hj.task FROM workhorse.jobs hj
+                                             WHERE hj.id = h.head_id) = ANY(p_tasks)
                                             AND NOT EXISTS (
                                                 SELECT 1 FROM unnest(v_cut_keys, v_cut_ranks,
                                                                      v_cut_ids)
@@ -514,11 +514,13 @@ BEGIN
                 -- taken from them on. Those among the rows read (the first becomes its key's
                 -- head, which the next claim passes over); its expired ones; and the heads of
                 -- the expired jobs' keys, which the heads above may have passed over.
+                -- (Tasks are read by scalar subqueries on the primary key: an EXISTS or a
+                -- join may be planned as a hash over every row of jobs.)
                 SELECT u.id, u.rank, u.ckey
                 FROM (SELECT k.id, k.rank, k.ckey FROM keyed k
                       UNION ALL SELECT l.id, l.rank, l.ckey FROM keyless l) AS u
-                JOIN workhorse.jobs j ON j.id = u.id
-                WHERE v_filter AND NOT (j.task = ANY(p_tasks))
+                WHERE v_filter
+                  AND NOT ((SELECT j.task FROM workhorse.jobs j WHERE j.id = u.id) = ANY(p_tasks))
                 UNION ALL
                 SELECT j.id, j.rank, j.ckey FROM workhorse.jobs j
                 WHERE v_filter AND v_expired AND j.queue = p_queue AND j.status = 'active'
@@ -526,10 +528,10 @@ BEGIN
                 UNION ALL
                 SELECT h.head_id, h.head_rank, h.ckey
                 FROM workhorse.key_heads h
-                JOIN workhorse.jobs hj ON hj.id = h.head_id
                 WHERE v_filter AND h.queue = p_queue
                   AND h.ckey = ANY(ARRAY(SELECT e.ckey FROM expired e WHERE e.ckey <> ''))
-                  AND NOT (hj.task = ANY(p_tasks))
+                  AND NOT ((SELECT hj.task FROM workhorse.jobs hj WHERE hj.id = h.head_id)
+                           = ANY(p_tasks))
             ), candidates AS (
                 -- A key's ready jobs within its allowance, the keyless ones, and the expired ones;
                 -- a key with both ready and expired candidates is numbered again over both.
