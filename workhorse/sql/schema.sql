@@ -65,6 +65,16 @@ CREATE TABLE workhorse.budgets (
     CONSTRAINT budgets_some_limit CHECK (((max_active IS NOT NULL) OR (rate_limit IS NOT NULL)))
 );
 
+CREATE TABLE workhorse.burst_starts (
+    queue text NOT NULL,
+    ckey text NOT NULL,
+    bucket_end timestamp with time zone NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT burst_starts_pkey PRIMARY KEY (queue, ckey, bucket_end)
+);
+
+ALTER TABLE workhorse.burst_starts SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
+
 CREATE TABLE workhorse.job_deps (
     job_id bigint NOT NULL,
     parent_id bigint NOT NULL,
@@ -349,6 +359,8 @@ CREATE INDEX budget_starts_end_idx ON workhorse.budget_starts USING btree (bucke
 
 CREATE INDEX budgets_namespace_idx ON workhorse.budgets USING btree (namespace);
 
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts USING btree (bucket_end);
+
 CREATE INDEX job_deps_parent_idx ON workhorse.job_deps USING btree (parent_id);
 
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
@@ -477,7 +489,37 @@ AS $function$
       AND s.bucket_end > p_now - make_interval(secs => p_window)
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
+CREATE OR REPLACE FUNCTION workhorse._burst_next_start_v1(p_queue text, p_ckey text, p_burst integer, p_window double precision, p_now timestamp with time zone)
+ RETURNS double precision
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(GREATEST(EXTRACT(epoch FROM (
+               min(b.bucket_end) + make_interval(secs => p_window) - p_now))::double precision,
+               0.0), 0.0)
+    FROM (
+        SELECT s.bucket_end,
+               COALESCE(sum(s.n) OVER (ORDER BY s.bucket_end DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   AS newer
+        FROM workhorse.burst_starts s
+        WHERE s.queue = p_queue AND s.ckey = p_ckey
+          AND s.bucket_end > p_now - make_interval(secs => p_window)
+    ) AS b
+    WHERE b.newer <= p_burst - 1
+      AND workhorse._burst_used_v1(p_queue, p_ckey, p_window, p_now) >= p_burst
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._burst_used_v1(p_queue text, p_ckey text, p_window double precision, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(sum(s.n), 0)::bigint
+    FROM workhorse.burst_starts s
+    WHERE s.queue = p_queue AND s.ckey = p_ckey
+      AND s.bucket_end > p_now - make_interval(secs => p_window)
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -636,6 +678,10 @@ BEGIN
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -831,7 +877,9 @@ BEGIN
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -844,6 +892,11 @@ BEGIN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -937,9 +990,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
@@ -2321,6 +2375,10 @@ DECLARE
     v_budget_rates integer[];
     v_budget_bursts integer[];
     v_budget_stopped boolean[];
+    v_burst integer;
+    v_burst_key integer;
+    v_burst_window double precision;
+    v_burst_window_key double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -2432,10 +2490,25 @@ BEGIN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
         v_units := true;
+        -- The bursts in force (a live override's over the policy's, at most the N in force) and
+        -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key
+               p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
+               CASE WHEN v_rate IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
+               CASE WHEN v_rate_key IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
+               END AS burst_key
         INTO v_policy
-        FROM workhorse.policies p WHERE p.queue = p_queue;
+        FROM (SELECT p_queue AS queue) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls o
+            ON o.queue = q.queue AND o.override_set_at IS NOT NULL
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        v_burst := v_policy.burst;
+        v_burst_key := v_policy.burst_key;
+        v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
+        v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
         v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
         IF v_hinted AND v_keyed THEN
@@ -2454,7 +2527,8 @@ BEGIN
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
-            v_filter, v_budgeted) AS c;
+            v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
+            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -2854,6 +2928,25 @@ BEGIN
                    s.n
             FROM scopes s
             ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), burst_scopes AS (
+            SELECT '' AS ckey, max(a.started_at) AS at, sum(a.rate_cost)::integer AS n,
+                   v_burst_window AS len
+            FROM activated a
+            WHERE v_burst_window IS NOT NULL
+            HAVING count(*) > 0
+            UNION ALL
+            SELECT a.ckey, max(a.started_at), sum(a.rate_cost)::integer, v_burst_window_key
+            FROM activated a
+            WHERE v_burst_window_key IS NOT NULL AND a.ckey <> ''
+            GROUP BY a.ckey
+        ), burst_recorded AS (
+            INSERT INTO workhorse.burst_starts AS r (queue, ckey, bucket_end, n)
+            SELECT p_queue, s.ckey,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM burst_scopes s
+            ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
         ), budget_scopes AS (
             -- The budgets' starts: span 0 in buckets of 1/100 of the rate's period, span 1 in
             -- buckets of 1/100 of the burst's window.
@@ -2901,7 +2994,11 @@ BEGIN
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
     IF v_units AND v_rate_blocked THEN
-        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+        v_next := GREATEST(
+            CASE WHEN v_rate IS NULL THEN 0 ELSE workhorse._rate_next_start_v1(
+                p_queue, '', v_rate, v_period, clock_timestamp()) END,
+            CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+                p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
     ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
         -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
         -- may start (both its windows allow one more unit).
@@ -3933,6 +4030,20 @@ BEGIN
     DELETE FROM workhorse.budget_starts s
     USING longest l
     WHERE s.budget = l.budget AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    pruned_starts := pruned_starts + v_count;
+
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.burst_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.burst_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
 END

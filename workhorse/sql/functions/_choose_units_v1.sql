@@ -12,7 +12,8 @@
 -- and `p_filter` (the queue holds another app's ready jobs).
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
--- counts `rate_cost` starts against both rate limits. Active units are derived here from the
+-- counts `rate_cost` starts against both rate limits, and against their bursts (`p_burst` B in
+-- force in its window `p_burst_window` = P*B/N, the same per key; NULL: none; burst_starts). Active units are derived here from the
 -- active jobs (at most max_active of them), never stored.
 --
 -- The choice is one job at a time, at most p_limit of them:
@@ -62,6 +63,9 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_policy_rate_key integer,
     p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[],
     p_filter boolean, p_budgeted boolean,
+    p_burst integer, p_burst_window double precision,
+    p_burst_key integer, p_burst_window_key double precision,
+    p_policy_burst integer, p_policy_burst_key integer,
     OUT ids bigint[], OUT rate_blocked boolean,
     OUT budget_names text[], OUT budget_periods double precision[],
     OUT budget_windows double precision[], OUT budget_rates integer[],
@@ -223,6 +227,10 @@ BEGIN
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -418,7 +426,9 @@ BEGIN
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -431,6 +441,11 @@ BEGIN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -524,9 +539,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
