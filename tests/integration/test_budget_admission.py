@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import psycopg
-import pytest
+from sql_names import called_function
 
 from workhorse import (
     BudgetDefinition,
@@ -25,7 +25,6 @@ from workhorse import (
     Queue,
     _sql,
 )
-from sql_names import called_function
 
 CLAIM = _sql.function_name("claim")
 
@@ -211,7 +210,7 @@ def test_claims_of_queues_sharing_budgets_never_deadlock_nor_overshoot(
                         for budget in peaks:
                             peaks[budget] = max(peaks[budget], int(units.get(budget, 0)))
                         q.complete(job.id, job.fence)
-                except BaseException as exc:  # noqa: BLE001 - reported below
+                except BaseException as exc:
                     errors.append(exc)
                     return
 
