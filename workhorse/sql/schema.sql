@@ -141,6 +141,7 @@ CREATE TABLE workhorse.key_heads (
     ckey text NOT NULL,
     head_rank integer NOT NULL,
     head_id bigint NOT NULL,
+    budget text,
     CONSTRAINT key_heads_pkey PRIMARY KEY (queue, ckey)
 );
 
@@ -396,6 +397,8 @@ CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (statu
 CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs USING btree (workflow_id, expires_at DESC) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
+
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads USING btree (queue, budget, head_rank, head_id);
 
 CREATE INDEX key_heads_order_idx ON workhorse.key_heads USING btree (queue, head_rank, head_id);
 
@@ -881,10 +884,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;
@@ -1222,6 +1249,16 @@ BEGIN
     SELECT p_queue, k
     FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
     WHERE workhorse._keyed_v2(p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._key_head_budget_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    NEW.budget := (SELECT j.budget FROM workhorse.jobs j WHERE j.id = NEW.head_id);
+    RETURN NEW;
 END
 $function$;
 
@@ -5154,3 +5191,5 @@ CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WH
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
 
 CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();
+
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();

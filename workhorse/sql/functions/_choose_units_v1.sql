@@ -53,8 +53,10 @@
 -- passing over at most the tracked and passed-over keys: bounded by the batch and the keys with
 -- active jobs, never by the backlog. Budgets add per budget of the queue one read of its active
 -- jobs (at most its max_active rows), of its start buckets (~101 per window) and of the queues
--- waiting for it; a queue without key heads walks past a full budget's ready rows (read and
--- filtered: its backlog ahead of the next other job; docs/budgets.md, open points).
+-- waiting for it, and per job chosen one probe per budget of the queue: the heads of a budget
+-- passed over are skipped as a range of key_heads_budget_idx, a queue without heads reads each
+-- budget's ready jobs through jobs_budget_ready_idx. Only the jobs that name no budget are read
+-- past a full budget's (the one stream's and the keyless ones: at most c_look rows).
 CREATE FUNCTION workhorse._choose_units_v1(
     p_queue text, p_limit integer, p_now timestamptz,
     p_max integer, p_per_key integer,
@@ -430,10 +432,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;

@@ -143,6 +143,17 @@ ALTER TABLE workhorse.budget_queues SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
 
+-- ---- key heads by budget ----------------------------------------------------------------------
+-- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
+-- heads of a full budget as one range (DESIGN.md: a key whose head names a full budget is passed
+-- over like a saturated key, its cost never growing with them). Every head of a database that
+-- predates this migration heads a job without a budget: nothing to fill.
+ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
+\ir ../functions/_key_head_budget_v1.sql
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads
+    FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
+
 \ir ../functions/_budget_lock_id_v1.sql
 \ir ../functions/_budget_starts_used_v1.sql
 \ir ../functions/_budget_next_start_v1.sql
