@@ -368,7 +368,7 @@ CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) 
 
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease_until) INCLUDE (cost, queue) WHERE ((status = 'active'::text) AND (budget IS NOT NULL));
 
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE ((status = 'ready'::text) AND (budget IS NOT NULL));
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE (status = 'ready'::text);
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
@@ -569,8 +569,6 @@ DECLARE
     v_waiter record;
     v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
     v_found boolean;
-    v_upto_rank integer;
-    v_upto_id bigint;
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
@@ -784,9 +782,8 @@ BEGIN
         v_from_head := false;
         IF v_all AND p_budgeted AND NOT p_filter THEN
             -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
-            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
-            -- the first job that names none ahead of it (at most c_look rows looked at past the
-            -- jobs of budgets passed over), and the first expired job.
+            -- jobs in the queue and the first of those that name none (jobs_budget_ready_idx; a
+            -- budget passed over is not read), and the first expired job.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
             INTO v_head
             FROM unnest(v_classes) AS b(budget)
@@ -801,22 +798,14 @@ BEGIN
             ORDER BY c.rank, c.id
             LIMIT 1;
             v_found := FOUND;
-            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
-            -- dropped below; an upper bound in the index condition would not stop the scan.)
-            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
-            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
-            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
             INTO v_row
-            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
-                  FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'ready'
-                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  ORDER BY j.queue, j.rank, j.id
-                  LIMIT c_look) AS w
-            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
-            ORDER BY w.rank, w.id
+            FROM workhorse.jobs j
+            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
-            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+            IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
                 v_head := v_row;
                 v_found := true;
             END IF;

@@ -55,8 +55,8 @@
 -- jobs (at most its max_active rows), of its start buckets (~101 per window) and of the queues
 -- waiting for it, and per job chosen one probe per budget of the queue: the heads of a budget
 -- passed over are skipped as a range of key_heads_budget_idx, a queue without heads reads each
--- budget's ready jobs through jobs_budget_ready_idx. Only the jobs that name no budget are read
--- past a full budget's (the one stream's and the keyless ones: at most c_look rows).
+-- budget's ready jobs (and those that name none) through jobs_budget_ready_idx. Only a keyed
+-- queue's keyless jobs are read past a full budget's keyless ones (at most c_look rows).
 CREATE FUNCTION workhorse._choose_units_v1(
     p_queue text, p_limit integer, p_now timestamptz,
     p_max integer, p_per_key integer,
@@ -117,8 +117,6 @@ DECLARE
     v_waiter record;
     v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
     v_found boolean;
-    v_upto_rank integer;
-    v_upto_id bigint;
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
@@ -332,9 +330,8 @@ BEGIN
         v_from_head := false;
         IF v_all AND p_budgeted AND NOT p_filter THEN
             -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
-            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
-            -- the first job that names none ahead of it (at most c_look rows looked at past the
-            -- jobs of budgets passed over), and the first expired job.
+            -- jobs in the queue and the first of those that name none (jobs_budget_ready_idx; a
+            -- budget passed over is not read), and the first expired job.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
             INTO v_head
             FROM unnest(v_classes) AS b(budget)
@@ -349,22 +346,14 @@ BEGIN
             ORDER BY c.rank, c.id
             LIMIT 1;
             v_found := FOUND;
-            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
-            -- dropped below; an upper bound in the index condition would not stop the scan.)
-            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
-            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
-            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
             INTO v_row
-            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
-                  FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'ready'
-                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  ORDER BY j.queue, j.rank, j.id
-                  LIMIT c_look) AS w
-            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
-            ORDER BY w.rank, w.id
+            FROM workhorse.jobs j
+            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
-            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+            IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
                 v_head := v_row;
                 v_found := true;
             END IF;
