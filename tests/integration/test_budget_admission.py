@@ -268,7 +268,8 @@ def _full_budget_ahead(database_url: str, path: str, flood: int) -> None:
             " SELECT 't', 'q', CASE WHEN %s THEN 'b' || g ELSE '' END, '{}', 'api', 2, 'ready'"
             " FROM generate_series(1, %s) g", (keyed, flood))
         for i in range(12):
-            q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key=f"u{i}" if keyed else None))
+            key = f"u{i}" if keyed else None
+            q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key=key))
         policy = {"per_key": ConcurrencyPolicyDefinition("q", max_active_per_key=2),
                   "fair": ConcurrencyPolicyDefinition("q", max_active=64, fairness="key")}
         if path in policy:
