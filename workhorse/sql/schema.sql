@@ -348,6 +348,8 @@ CREATE TABLE workhorse.workflows (
     on_error_rate_cost integer DEFAULT 1 NOT NULL,
     on_error_weight smallint DEFAULT 1 NOT NULL,
     on_error_job bigint,
+    on_error_budget text,
+    CONSTRAINT workflows_on_error_budget_check CHECK (((length(on_error_budget) >= 1) AND (length(on_error_budget) <= 255))),
     CONSTRAINT workflows_pkey PRIMARY KEY (id),
     CONSTRAINT workflows_result_kind_check CHECK ((result_kind = ANY (ARRAY['one'::text, 'list'::text])))
 );
@@ -1741,14 +1743,15 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level, cost, rate_cost, weight)
+                 feature_level, cost, rate_cost, weight, budget)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
                               jsonb_build_array(NEW.id)
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
                     'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
-                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight)
+                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight,
+                    v_wf.on_error_budget)
             RETURNING id, queue, ckey INTO v_job;
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
@@ -3669,7 +3672,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[], p_on_error_budget text DEFAULT NULL::text)
  RETURNS TABLE(workflow_id bigint, ids bigint[], missing bigint[])
  LANGUAGE plpgsql
 AS $function$
@@ -3740,15 +3743,20 @@ BEGIN
           UNION ALL
           SELECT p_on_error_queue
           WHERE p_on_error_task IS NOT NULL
-            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1))
+            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1
+                 OR p_on_error_budget IS NOT NULL))
          AS qs
     ORDER BY 1
     ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
         WHERE lv.feature_level < excluded.feature_level;
     -- The named budget of each member (NULL: none), recorded as enqueue_v2 records it.
-    IF p_budgets IS NOT NULL THEN
+    IF p_budgets IS NOT NULL OR p_on_error_budget IS NOT NULL THEN
         INSERT INTO workhorse.budget_queues (budget, queue)
-        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        SELECT DISTINCT t.budget, t.queue
+        FROM (SELECT * FROM unnest(p_budgets, p_queues) AS u(budget, queue)
+              UNION ALL
+              SELECT p_on_error_budget, p_on_error_queue WHERE p_on_error_task IS NOT NULL)
+             AS t(budget, queue)
         WHERE t.budget IS NOT NULL
         ORDER BY 1, 2
         ON CONFLICT DO NOTHING;
@@ -3769,13 +3777,14 @@ BEGIN
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
          on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
-         on_error_cost, on_error_rate_cost, on_error_weight)
+         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
             p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
-            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1))
+            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1),
+            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END)
     RETURNING id INTO v_wf;
 
     WITH edges AS (

@@ -145,6 +145,10 @@ ALTER TABLE workhorse.budget_queues SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
 
+-- ---- a workflow's on_error job may name a budget -------------------------------------------------
+ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
+    CHECK (length(on_error_budget) BETWEEN 1 AND 255);
+
 -- ---- key heads by budget ----------------------------------------------------------------------
 -- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
 -- heads of a full budget as one range (DESIGN.md: a key whose head names a full budget is passed
