@@ -1,0 +1,420 @@
+"""Claims against a model of budget admission, over random seeded histories (DESIGN.md "Named
+budgets"; docs/budgets.md; issue #30).
+
+Two or three queues share one database; jobs name one of two declared budgets (max_active 1-4,
+sometimes a rate limit, sometimes with a burst, with a period of a day so that nothing leaves a
+window during a history), or an undeclared one (no limit), or none; costs 1-3. Some queues have
+a policy (max_active, max_active_per_key, fairness="key"), some none. A history enqueues,
+claims random batches from random queues (plain claims and complete-and-claims) and completes.
+
+After every claim the database is checked against the limits (safety): per budget, the units
+of its unexpired active jobs <= max_active and its starts <= N (and <= B); per queue, the
+policy's max_active and max_active_per_key. And the claim must have taken exactly the jobs the
+model chooses (work conservation and order):
+
+ - the queue's usual choice, one job at a time (`test_fair_share_model`): FIFO in (priority
+   desc, id) order, or fair share by key; a job that does not fit the queue's free units ends
+   the claim, one whose key is full passes its key over;
+ - a budgeted job fits iff its cost fits max_active(b) less the units of b's unexpired active
+   jobs in every queue, and its rate_cost fits N (and B) less b's starts in every queue; a
+   candidate that does not fit passes b over for the rest of the claim (no later job of b is
+   taken), and in a keyed queue (per-key limit or fair share) passes its key over too; a name
+   nobody declared limits nothing;
+ - turns between queues: a queue that meets a job of b it cannot take marks (b, queue) wanting;
+   taking a job of b sets its last turn and clears its want; a queue defers on b (treats it as
+   full) while another queue of b has a fresh want, ready jobs of b and an older last turn (none
+   is oldest; a queue with no last turn never defers).
+
+Histories where each budget's jobs are in one queue only compare exactly without the turns
+rule ever applying (`shared=False`); histories where the budgets' jobs are spread over the
+queues compare exactly with it (`shared=True`).
+
+The comparison is shown to fail on a claim that ignores budgets: the `budgets` rows are deleted
+before every claim while the model still believes in them."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+from workhorse import BudgetDefinition, ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops
+from workhorse.types import ClaimedJob
+
+RETENTION = _ops.DEFAULT_RETENTION_JSON
+BIG = 1 << 62
+QUEUES = ["qa", "qb", "qc"]
+BUDGETS = ["ba", "bb"]
+GHOST = "ghost"  # named by some jobs, declared by nobody: no limit
+
+# A queue's policy: None (ungoverned, unless budgeted), or (max_active, max_active_per_key,
+# fairness).
+QPolicy = tuple[int | None, int | None, str] | None
+QUEUE_POLICIES: list[QPolicy] = [
+    None, None, (6, None, "fifo"), (4, None, "fifo"), (5, 2, "fifo"), (None, 1, "fifo"),
+    (None, 2, "fifo"), (6, None, "key"), (5, 2, "key"), (3, None, "key"),
+]
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    max_active: int | None
+    rate: int | None  # N per day
+    burst: int | None
+
+    def definition(self, name: str) -> BudgetDefinition:
+        return BudgetDefinition(name, max_active=self.max_active,
+                                rate_limit=None if self.rate is None else f"{self.rate}/d",
+                                rate_burst=self.burst)
+
+    @property
+    def rate_cap(self) -> int:
+        """The most starts in force: nothing leaves a window during a history, so the burst's
+        window counts every start as the rate's does."""
+        return min(self.rate or BIG, self.burst or BIG)
+
+
+@dataclass
+class Job:
+    queue: str
+    priority: int
+    key: str
+    cost: int
+    rate_cost: int
+    weight: int
+    budget: str | None
+
+
+@dataclass
+class Model:
+    policies: dict[str, QPolicy]
+    budgets: dict[str, BudgetLimits]
+    turns: bool = True
+    ready: dict[int, Job] = field(default_factory=dict)
+    active: dict[int, Job] = field(default_factory=dict)
+    held: set[int] = field(default_factory=set)
+    starts: dict[str, int] = field(default_factory=dict)  # rate_cost units started, by budget
+    # Turns: budget_queues rows, (budget, queue) -> [last_turn, wanting_since] (claim numbers).
+    pairs: dict[tuple[str, str], list[int | None]] = field(default_factory=dict)
+    clock: int = 0
+    deferred: list[tuple[str, str]] = field(default_factory=list)  # of the last claim
+    seen: Counter[str] = field(default_factory=Counter)  # how often each rule decided
+
+    def enqueued(self, ids: list[int], jobs: list[Job]) -> None:
+        for job_id, job in zip(ids, jobs, strict=True):
+            self.ready[job_id] = job
+            if job.budget is not None:
+                self.pairs.setdefault((job.budget, job.queue), [None, None])
+
+    def _defers(self, budget: str, queue: str) -> bool:
+        """Queue `queue` treats `budget` as full for this claim: another queue of the budget
+        wants it (a fresh want: a history is shorter than the 10 s), has ready jobs of it and
+        an older turn."""
+        if not self.turns:
+            return False
+        mine = self.pairs[(budget, queue)][0]
+        if mine is None:
+            return False
+        for (b, other), (last_turn, wanting) in self.pairs.items():
+            if b != budget or other == queue or wanting is None:
+                continue
+            if not any(j.budget == budget and j.queue == other for j in self.ready.values()):
+                continue
+            if last_turn is None or last_turn < mine:
+                return True
+        return False
+
+    def admit(self, queue: str, limit: int) -> list[int]:
+        """The jobs a claim of up to `limit` from `queue` takes now; updates the turns state
+        (not ready/active: `started` does, with what the claim really took)."""
+        self.clock += 1
+        now = self.clock
+        max_active, per_key, fairness = self.policies[queue] or (None, None, "fifo")
+        fair = fairness == "key"
+        keyed = per_key is not None or fair
+        units: dict[str, int] = {}
+        for job in self.active.values():
+            if job.queue == queue:
+                units[job.key] = units.get(job.key, 0) + job.cost
+        free = BIG if max_active is None else max_active - sum(units.values())
+        b_units: dict[str, int] = {}
+        for job in self.active.values():
+            if job.budget is not None:
+                b_units[job.budget] = b_units.get(job.budget, 0) + job.cost
+        b_starts = dict(self.starts)
+        passed_keys: set[str] = set()
+        passed: set[str] = set()  # budgets passed over (full, out of rate, or deferred)
+        decided: dict[str, bool] = {}  # budget -> defers, decided at its first candidate
+        self.deferred = []
+        chosen: list[int] = []
+        remaining = {i: j for i, j in self.ready.items() if j.queue == queue}
+        order = sorted(remaining, key=lambda i: (-remaining[i].priority, i))
+
+        def block(budget: str) -> None:
+            passed.add(budget)
+            pair = self.pairs[(budget, queue)]
+            if pair[1] is None:
+                pair[1] = now
+
+        while len(chosen) < limit and free > 0:
+            if keyed:
+                # Each key's first job (the keyless jobs: the first not of a passed budget).
+                firsts: dict[str, int] = {}
+                for job_id in order:
+                    first = remaining.get(job_id)
+                    if first is None or first.key in passed_keys or first.key in firsts:
+                        continue
+                    if first.key == "" and first.budget in passed:
+                        continue
+                    firsts[first.key] = job_id
+                if not firsts:
+                    break
+                if fair:
+                    top = max(remaining[i].priority for i in firsts.values())
+                    job_id = min((i for i in firsts.values() if remaining[i].priority == top),
+                                 key=lambda i: (units.get(remaining[i].key, 0)
+                                                / remaining[i].weight, i))
+                else:
+                    job_id = min(firsts.values(), key=lambda i: (-remaining[i].priority, i))
+            else:
+                candidates = [i for i in order
+                              if i in remaining and remaining[i].budget not in passed]
+                if not candidates:
+                    break
+                job_id = candidates[0]
+            job = remaining[job_id]
+            limits = self.budgets.get(job.budget) if job.budget is not None else None
+            if (job.cost > (max_active or BIG)
+                    or (job.key and keyed and job.cost > (per_key or BIG))
+                    or (limits is not None and (job.cost > (limits.max_active or BIG)
+                                                or job.rate_cost > limits.rate_cap))):
+                self.held.add(job_id)
+                del remaining[job_id], self.ready[job_id]
+                continue
+            if job.budget is not None and job.budget in passed:
+                # A keyed head of a budget passed over: its key waits too (FIFO within a key).
+                self.seen["head of a passed budget"] += 1
+                block(job.budget)
+                passed_keys.add(job.key)
+                continue
+            if keyed and job.key and per_key is not None and (
+                    units.get(job.key, 0) + job.cost > per_key):
+                self.seen["key full"] += 1
+                passed_keys.add(job.key)
+                continue
+            if job.budget is not None:
+                if job.budget not in decided:
+                    decided[job.budget] = self._defers(job.budget, queue)
+                    if decided[job.budget]:
+                        self.deferred.append((job.budget, queue))
+                no_units = limits is not None and (
+                    job.cost > (limits.max_active or BIG) - b_units.get(job.budget, 0))
+                no_rate = limits is not None and (
+                    job.rate_cost > limits.rate_cap - b_starts.get(job.budget, 0))
+                if decided[job.budget] or no_units or no_rate:
+                    self.seen["deferred" if decided[job.budget] else
+                              "budget full" if no_units else "budget out of rate"] += 1
+                    block(job.budget)
+                    if keyed and job.key:
+                        passed_keys.add(job.key)
+                    continue
+            if job.cost > free:
+                self.seen["queue full"] += 1
+                break  # no starvation: nothing behind it takes the units it waits for
+            chosen.append(job_id)
+            self.seen["taken of a budget" if job.budget else "taken"] += 1
+            del remaining[job_id]
+            free -= job.cost
+            units[job.key] = units.get(job.key, 0) + job.cost
+            if job.budget is not None:
+                b_units[job.budget] = b_units.get(job.budget, 0) + job.cost
+                b_starts[job.budget] = b_starts.get(job.budget, 0) + job.rate_cost
+                self.pairs[(job.budget, queue)][:] = [now, None]
+        return sorted(chosen, key=lambda i: (-self.ready[i].priority, i))
+
+    def started(self, ids: list[int]) -> None:
+        for job_id in ids:
+            job = self.ready.pop(job_id)
+            self.active[job_id] = job
+            if job.budget is not None:
+                self.starts[job.budget] = self.starts.get(job.budget, 0) + job.rate_cost
+
+
+def _policy_definition(queue: str, policy: QPolicy) -> ConcurrencyPolicyDefinition | None:
+    if policy is None:
+        return None
+    max_active, per_key, fairness = policy
+    return ConcurrencyPolicyDefinition(queue, max_active, per_key, fairness=fairness)
+
+
+def _random_budget(rng: random.Random) -> BudgetLimits:
+    rate = rng.randint(8, 30) if rng.random() < 0.5 else None
+    burst = None
+    if rate is not None and rng.random() < 0.5:
+        burst = rng.randint(max(3, rate // 3), rate)
+    return BudgetLimits(rng.randint(1, 4), rate, burst)
+
+
+def _safety(conn: psycopg.Connection[Any], model: Model, where: str) -> None:
+    """The limits hold in the database (read from it, not from the model)."""
+    for budget, units in conn.execute(
+            "SELECT budget, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
+            " AND lease_until > clock_timestamp() AND budget IS NOT NULL GROUP BY budget"):
+        limits = model.budgets.get(budget)
+        if limits is not None and limits.max_active is not None:
+            assert units <= limits.max_active, (
+                f"safety: {where}: budget {budget} has {units} active units,"
+                f" max_active {limits.max_active}")
+    for budget, starts in conn.execute(
+            "SELECT budget, sum(rate_cost * attempts) FROM workhorse.jobs"
+            " WHERE budget IS NOT NULL GROUP BY budget"):
+        limits = model.budgets.get(budget)
+        if limits is not None and limits.rate is not None:
+            assert starts <= limits.rate_cap, (
+                f"safety: {where}: budget {budget} started {starts} units,"
+                f" rate {limits.rate}/d burst {limits.burst}")
+    for queue, key, units in conn.execute(
+            "SELECT queue, ckey, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
+            " AND lease_until > clock_timestamp() GROUP BY queue, ckey"):
+        policy = model.policies.get(queue)
+        if policy is None:
+            continue
+        per_key = policy[1]
+        if key and per_key is not None:
+            assert units <= per_key, (
+                f"safety: {where}: key {key} of {queue} has {units} units, per key {per_key}")
+    for queue, units in conn.execute(
+            "SELECT queue, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
+            " AND lease_until > clock_timestamp() GROUP BY queue"):
+        policy = model.policies.get(queue)
+        if policy is not None and policy[0] is not None:
+            assert units <= policy[0], (
+                f"safety: {where}: queue {queue} has {units} units, max_active {policy[0]}")
+
+
+def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool = True,
+         sabotage: bool = False, budgeted: bool = True) -> Model:
+    """One random history; AssertionError at the first claim that breaks a limit or (`exact`)
+    differs from the model. `shared`: the budgets' jobs are spread over the queues (else each
+    budget's jobs are in one queue). `sabotage`: the budgets' rows are deleted before every
+    claim (a claim that ignores budgets), the model still believing in them."""
+    rng = random.Random(seed)
+    conn = queue.conn
+    queues = QUEUES[:rng.choice([2, 3])]
+    model = Model({q: rng.choice(QUEUE_POLICIES) for q in queues},
+                  {b: _random_budget(rng) for b in BUDGETS})
+    home = {b: rng.choice(queues) for b in BUDGETS}
+    definitions = [d for q, p in model.policies.items()
+                   if (d := _policy_definition(q, p)) is not None]
+    queue.sync_concurrency_policies("model", definitions, prune=True)
+    budget_definitions = [limits.definition(b) for b, limits in model.budgets.items()]
+    queue.sync_budgets("model", budget_definitions)
+    keys = ["k0", "k1", "k2", "k3"]
+    claimed: dict[int, ClaimedJob] = {}
+    describe = (f"seed {seed}: queues {model.policies}, budgets {model.budgets},"
+                f" homes {home if not shared else 'shared'}")
+    for step in range(steps):
+        action = rng.choices(["enqueue", "claim", "ride", "complete"], weights=[4, 5, 2, 3])[0]
+        q = rng.choice(queues)
+        max_active, per_key, _ = model.policies[q] or (None, None, "fifo")
+        if action == "enqueue":
+            batch = []
+            names = [b for b in BUDGETS if budgeted and (shared or home[b] == q)]
+            for _ in range(rng.randint(1, 4)):
+                key = rng.choice([*keys, "", ""])
+                budget = rng.choice([*names, *names, None, None,
+                                     GHOST if budgeted and rng.random() < 0.2 else None])
+                limits = model.budgets.get(budget) if budget is not None else None
+                cap = min(max_active or BIG, (per_key or BIG) if key else BIG,
+                          (limits.max_active or BIG) if limits else BIG)
+                rate_cap = limits.rate_cap if limits else BIG
+                batch.append(Job(q, rng.randint(0, 1), key, min(cap, rng.randint(1, 3)),
+                                 min(rate_cap, rng.choice([1, 1, 2, 3])),
+                                 rng.choice([1, 1, 2, 3]), budget))
+            ids = queue.enqueue_many([
+                ("t", {}, EnqueueOptions(queue=j.queue, priority=j.priority,
+                                         concurrency_key=j.key or None, cost=j.cost,
+                                         rate_cost=j.rate_cost, weight=j.weight,
+                                         budget=j.budget))
+                for j in batch])
+            model.enqueued(ids, batch)
+        elif action in ("claim", "ride"):
+            limit = rng.randint(1, 4)
+            successes: list[ClaimedJob] = []
+            if action == "ride":
+                mine = sorted(i for i, j in model.active.items() if j.queue == q)
+                successes = [claimed[i] for i in rng.sample(mine, min(len(mine),
+                                                                      rng.randint(0, 2)))]
+                for job in successes:
+                    del model.active[job.id]
+            turns_before = {k: list(v) for k, v in model.pairs.items()}
+            expected = model.admit(q, limit)
+            if sabotage:
+                conn.execute("DELETE FROM workhorse.budgets")
+            got, _, accepted = _ops.execute(conn, _ops.complete_and_claim(
+                q, limit, 60, [(j.id, j.fence, "null", RETENTION) for j in successes]))
+            if sabotage:
+                queue.sync_budgets("model", budget_definitions)
+            assert len(accepted) == len(successes), f"{describe} step {step}: completions"
+            where = f"{describe} step {step}: claim of {limit} from {q}"
+            ids = [job.id for job in got]
+            unexpected = [i for i in ids if i not in model.ready or model.ready[i].queue != q]
+            assert not unexpected, f"{where}: took {unexpected}, not ready in {q}"
+            if exact:
+                assert ids == expected, (
+                    f"{where}: got {ids}, expected {expected}; deferred {model.deferred};"
+                    f" turns before {turns_before}; ready {_jobs(model.ready, q)};"
+                    f" active {_jobs(model.active, None)}; starts {model.starts}")
+            model.started(ids)
+            claimed.update((job.id, job) for job in got)
+            _safety(conn, model, where)
+        elif action == "complete" and model.active:
+            job_id = rng.choice(sorted(model.active))
+            del model.active[job_id]
+            queue.complete(job_id, claimed[job_id].fence)
+    held = {row[0] for row in conn.execute("SELECT id FROM workhorse.jobs WHERE status = 'held'")}
+    assert held == model.held, f"{describe}: held {sorted(held)}, expected {sorted(model.held)}"
+    return model
+
+
+def _jobs(jobs: dict[int, Job], queue: str | None) -> list[tuple[Any, ...]]:
+    return [(i, j.queue, j.priority, j.key, j.cost, j.rate_cost, j.weight, j.budget)
+            for i, j in sorted(jobs.items()) if queue is None or j.queue == queue]
+
+
+# ~50 seeds of each kind were run once while developing; these stay.
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_claims_match_the_budget_model_with_a_queue_per_budget(queue: Queue, seed: int) -> None:
+    _run(queue, seed, shared=False)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_claims_match_the_budget_model_with_budgets_shared_by_queues(
+        queue: Queue, seed: int) -> None:
+    _run(queue, seed, shared=True)
+
+
+def _fresh(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints,"
+                 " workhorse.rate_starts, workhorse.queue_levels, workhorse.budget_starts,"
+                 " workhorse.budget_queues")
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_the_model_comparison_fails_on_a_claim_that_ignores_budgets(
+        queue: Queue, conn: psycopg.Connection[Any], exact: bool) -> None:
+    """Exact: the comparison notices; not exact: the safety checks alone notice too."""
+    failures = []
+    for seed in range(1, 6):
+        _fresh(conn)
+        try:
+            _run(queue, seed, shared=True, exact=exact, sabotage=True)
+        except AssertionError as error:
+            failures.append(str(error))
+    assert failures, "the comparison never noticed a claim that ignores budgets"
+    if not exact:
+        assert all(f.startswith("safety") for f in failures), failures
