@@ -92,8 +92,9 @@ class Job:
 @dataclass
 class Model:
     policies: dict[str, QPolicy]
-    budgets: dict[str, BudgetLimits]
+    budgets: dict[str, BudgetLimits]  # declared
     turns: bool = True
+    overrides: dict[str, BudgetLimits] = field(default_factory=dict)  # None fields: not replaced
     ready: dict[int, Job] = field(default_factory=dict)
     active: dict[int, Job] = field(default_factory=dict)
     held: set[int] = field(default_factory=set)
@@ -103,6 +104,18 @@ class Model:
     clock: int = 0
     deferred: list[tuple[str, str]] = field(default_factory=list)  # of the last claim
     seen: Counter[str] = field(default_factory=Counter)  # how often each rule decided
+
+    def in_force(self, budget: str | None) -> BudgetLimits | None:
+        """The limits in force: the override's fields over the declared ones; none for a name
+        nobody declared (an override of it limits nothing)."""
+        declared = self.budgets.get(budget) if budget is not None else None
+        if declared is None:
+            return None
+        over = self.overrides.get(budget) if budget is not None else None
+        if over is None:
+            return declared
+        return BudgetLimits(over.max_active or declared.max_active, over.rate or declared.rate,
+                            over.burst or declared.burst)
 
     def enqueued(self, ids: list[int], jobs: list[Job]) -> None:
         for job_id, job in zip(ids, jobs, strict=True):
@@ -187,11 +200,12 @@ class Model:
                     break
                 job_id = candidates[0]
             job = remaining[job_id]
-            limits = self.budgets.get(job.budget) if job.budget is not None else None
+            declared = self.budgets.get(job.budget) if job.budget is not None else None
+            limits = self.in_force(job.budget)
             if (job.cost > (max_active or BIG)
                     or (job.key and keyed and job.cost > (per_key or BIG))
-                    or (limits is not None and (job.cost > (limits.max_active or BIG)
-                                                or job.rate_cost > limits.rate_cap))):
+                    or (declared is not None and (job.cost > (declared.max_active or BIG)
+                                                  or job.rate_cost > declared.rate_cap))):
                 self.held.add(job_id)
                 del remaining[job_id], self.ready[job_id]
                 continue
@@ -259,41 +273,46 @@ def _random_budget(rng: random.Random) -> BudgetLimits:
     return BudgetLimits(rng.randint(1, 4), rate, burst)
 
 
-def _safety(conn: psycopg.Connection[Any], model: Model, where: str) -> None:
-    """The limits hold in the database (read from it, not from the model)."""
+def _measures(conn: psycopg.Connection[Any]) -> dict[tuple[str, ...], int]:
+    """What the limits bound, read from the database (not from the model): ("units", budget),
+    ("starts", budget) (every claim is a start), ("queue", queue), ("key", queue, key)."""
+    found: dict[tuple[str, ...], int] = {}
     for budget, units in conn.execute(
             "SELECT budget, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
             " AND lease_until > clock_timestamp() AND budget IS NOT NULL GROUP BY budget"):
-        limits = model.budgets.get(budget)
-        if limits is not None and limits.max_active is not None:
-            assert units <= limits.max_active, (
-                f"safety: {where}: budget {budget} has {units} active units,"
-                f" max_active {limits.max_active}")
+        found[("units", budget)] = units
     for budget, starts in conn.execute(
             "SELECT budget, sum(rate_cost * attempts) FROM workhorse.jobs"
             " WHERE budget IS NOT NULL GROUP BY budget"):
-        limits = model.budgets.get(budget)
-        if limits is not None and limits.rate is not None:
-            assert starts <= limits.rate_cap, (
-                f"safety: {where}: budget {budget} started {starts} units,"
-                f" rate {limits.rate}/d burst {limits.burst}")
+        found[("starts", budget)] = starts
     for queue, key, units in conn.execute(
             "SELECT queue, ckey, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
             " AND lease_until > clock_timestamp() GROUP BY queue, ckey"):
-        policy = model.policies.get(queue)
-        if policy is None:
-            continue
-        per_key = policy[1]
-        if key and per_key is not None:
-            assert units <= per_key, (
-                f"safety: {where}: key {key} of {queue} has {units} units, per key {per_key}")
-    for queue, units in conn.execute(
-            "SELECT queue, sum(cost) FROM workhorse.jobs WHERE status = 'active'"
-            " AND lease_until > clock_timestamp() GROUP BY queue"):
-        policy = model.policies.get(queue)
-        if policy is not None and policy[0] is not None:
-            assert units <= policy[0], (
-                f"safety: {where}: queue {queue} has {units} units, max_active {policy[0]}")
+        found[("queue", queue)] = found.get(("queue", queue), 0) + units
+        if key:
+            found[("key", queue, key)] = units
+    return found
+
+
+def _safety(model: Model, before: dict[tuple[str, ...], int],
+            after: dict[tuple[str, ...], int], where: str) -> None:
+    """A claim never takes a bound past its limit (or past what it was: an override may have
+    lowered a limit below what runs)."""
+    for what, value in after.items():
+        limit: int | None = None
+        if what[0] in ("units", "starts"):
+            limits = model.in_force(what[1])
+            if limits is not None:
+                limit = limits.max_active if what[0] == "units" else (
+                    None if limits.rate is None else limits.rate_cap)
+        else:
+            policy = model.policies.get(what[1])
+            if policy is not None:
+                limit = policy[0] if what[0] == "queue" else policy[1]
+        if limit is not None:
+            assert value <= max(limit, before.get(what, 0)), (
+                f"safety: {where}: {' '.join(what)} is {value} (before the claim"
+                f" {before.get(what, 0)}), its limit {limit}")
 
 
 def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool = True,
@@ -318,7 +337,8 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
     describe = (f"seed {seed}: queues {model.policies}, budgets {model.budgets},"
                 f" homes {home if not shared else 'shared'}")
     for step in range(steps):
-        action = rng.choices(["enqueue", "claim", "ride", "complete"], weights=[4, 5, 2, 3])[0]
+        action = rng.choices(["enqueue", "claim", "ride", "complete", "expire", "override"],
+                             weights=[4, 5, 2, 3, 1, 1 if budgeted else 0])[0]
         q = rng.choice(queues)
         max_active, per_key, _ = model.policies[q] or (None, None, "fifo")
         if action == "enqueue":
@@ -354,11 +374,15 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
             turns_before = {k: list(v) for k, v in model.pairs.items()}
             expected = model.admit(q, limit)
             if sabotage:
-                conn.execute("DELETE FROM workhorse.budgets")
+                conn.execute("DELETE FROM workhorse.budgets; DELETE FROM workhorse.budget_controls")
+            before = _measures(conn)
             got, _, accepted = _ops.execute(conn, _ops.complete_and_claim(
                 q, limit, 60, [(j.id, j.fence, "null", RETENTION) for j in successes]))
+            after = _measures(conn)
             if sabotage:
                 queue.sync_budgets("model", budget_definitions)
+                for name, over in model.overrides.items():
+                    _override(queue, name, over)
             assert len(accepted) == len(successes), f"{describe} step {step}: completions"
             where = f"{describe} step {step}: claim of {limit} from {q}"
             ids = [job.id for job in got]
@@ -368,17 +392,55 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                 assert ids == expected, (
                     f"{where}: got {ids}, expected {expected}; deferred {model.deferred};"
                     f" turns before {turns_before}; ready {_jobs(model.ready, q)};"
-                    f" active {_jobs(model.active, None)}; starts {model.starts}")
+                    f" active {_jobs(model.active, None)}; starts {model.starts};"
+                    f" overrides {model.overrides}")
             model.started(ids)
             claimed.update((job.id, job) for job in got)
-            _safety(conn, model, where)
+            _safety(model, before, after, where)
         elif action == "complete" and model.active:
             job_id = rng.choice(sorted(model.active))
             del model.active[job_id]
             queue.complete(job_id, claimed[job_id].fence)
+        elif action == "expire" and model.active:
+            job_id = rng.choice(sorted(model.active))
+            conn.execute("UPDATE workhorse.jobs SET lease_until = clock_timestamp()"
+                         " - interval '1 second' WHERE id = %s", (job_id,))
+            back = model.active.pop(job_id)
+            if claimed[job_id].attempts < claimed[job_id].max_attempts:
+                model.ready[job_id] = back  # claimable again, where it was in its queue's order
+        elif action == "override":
+            name = rng.choice([*BUDGETS, GHOST])
+            if rng.random() < 0.3 and name in model.overrides:
+                queue.clear_budget_override(name)
+                del model.overrides[name]
+                continue
+            declared = model.budgets.get(name)
+            force = model.in_force(name)
+            # The rate and burst only of a budget that declares them: starts are recorded in a
+            # window only while it is in force.
+            new = BudgetLimits(
+                rng.randint(1, 5) if rng.random() < 0.7 else None,
+                rng.randint(3, 30) if declared and declared.rate and rng.random() < 0.4
+                else None, None)
+            if declared and declared.burst and force and rng.random() < 0.4:
+                new = BudgetLimits(new.max_active, new.rate,
+                                   rng.randint(min(3, new.rate or force.rate or 3),
+                                               new.rate or force.rate or 3))
+            if new == BudgetLimits(None, None, None):
+                new = BudgetLimits(rng.randint(1, 5), None, None)
+            _override(queue, name, new)
+            old = model.overrides.get(name, BudgetLimits(None, None, None))
+            model.overrides[name] = BudgetLimits(new.max_active or old.max_active,
+                                                 new.rate or old.rate, new.burst or old.burst)
     held = {row[0] for row in conn.execute("SELECT id FROM workhorse.jobs WHERE status = 'held'")}
     assert held == model.held, f"{describe}: held {sorted(held)}, expected {sorted(model.held)}"
     return model
+
+
+def _override(queue: Queue, name: str, limits: BudgetLimits) -> None:
+    queue.override_budget(name, max_active=limits.max_active,
+                          rate_limit=None if limits.rate is None else f"{limits.rate}/d",
+                          rate_burst=limits.burst)
 
 
 def _jobs(jobs: dict[int, Job], queue: str | None) -> list[tuple[Any, ...]]:
