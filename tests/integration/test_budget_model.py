@@ -94,8 +94,13 @@ class Model:
     policies: dict[str, QPolicy]
     budgets: dict[str, BudgetLimits]  # declared
     turns: bool = True
+    # The claim decides its deferrals when it starts and skips a deferred budget's jobs in a
+    # stream (a queue without heads, or the keyless jobs) without meeting them, so they mark no
+    # want; only a key's head of it does. The semantics (item 6) say a deferred candidate marks.
+    quiet_deferral: bool = True
     overrides: dict[str, BudgetLimits] = field(default_factory=dict)  # None fields: not replaced
-    ready: dict[int, Job] = field(default_factory=dict)
+    ready: dict[int, Job] = field(default_factory=dict)  # claimable: ready, or an expired lease
+    expired: set[int] = field(default_factory=set)  # of those, the expired leases
     active: dict[int, Job] = field(default_factory=dict)
     held: set[int] = field(default_factory=set)
     starts: dict[str, int] = field(default_factory=dict)  # rate_cost units started, by budget
@@ -104,16 +109,16 @@ class Model:
     clock: int = 0
     deferred: list[tuple[str, str]] = field(default_factory=list)  # of the last claim
     seen: Counter[str] = field(default_factory=Counter)  # how often each rule decided
+    trace: list[tuple[int, str]] = field(default_factory=list)  # the last claim's decisions
+    marker: bool = False  # the last claim returns a next-start marker
 
     def in_force(self, budget: str | None) -> BudgetLimits | None:
-        """The limits in force: the override's fields over the declared ones; none for a name
-        nobody declared (an override of it limits nothing)."""
+        """The limits in force: the override's fields over the declared ones (an override of
+        a name nobody declared: its own); none for a name with neither."""
         declared = self.budgets.get(budget) if budget is not None else None
-        if declared is None:
-            return None
         over = self.overrides.get(budget) if budget is not None else None
-        if over is None:
-            return declared
+        if over is None or declared is None:
+            return over or declared
         return BudgetLimits(over.max_active or declared.max_active, over.rate or declared.rate,
                             over.burst or declared.burst)
 
@@ -122,6 +127,10 @@ class Model:
             self.ready[job_id] = job
             if job.budget is not None:
                 self.pairs.setdefault((job.budget, job.queue), [None, None])
+
+    def _saw(self, job_id: int, what: str) -> None:
+        self.seen[what] += 1
+        self.trace.append((job_id, what))
 
     def _defers(self, budget: str, queue: str) -> bool:
         """Queue `queue` treats `budget` as full for this claim: another queue of the budget
@@ -135,7 +144,9 @@ class Model:
         for (b, other), (last_turn, wanting) in self.pairs.items():
             if b != budget or other == queue or wanting is None:
                 continue
-            if not any(j.budget == budget and j.queue == other for j in self.ready.values()):
+            # Ready jobs: an expired lease is claimable but does not count as one here.
+            if not any(j.budget == budget and j.queue == other and i not in self.expired
+                       for i, j in self.ready.items()):
                 continue
             if last_turn is None or last_turn < mine:
                 return True
@@ -163,27 +174,47 @@ class Model:
         passed: set[str] = set()  # budgets passed over (full, out of rate, or deferred)
         decided: dict[str, bool] = {}  # budget -> defers, decided at its first candidate
         self.deferred = []
+        self.trace = []
         chosen: list[int] = []
         remaining = {i: j for i, j in self.ready.items() if j.queue == queue}
         order = sorted(remaining, key=lambda i: (-remaining[i].priority, i))
+        rate_stopped: set[str] = set()
+        queue_full = False
+        keyless: int | None = None  # the keyless candidate (0: none), None: to be read
+        keyless_from = 0
 
         def block(budget: str) -> None:
             passed.add(budget)
             pair = self.pairs[(budget, queue)]
             if pair[1] is None:
                 pair[1] = now
+        # Only budgets with limits in force take turns (and are passed over).
+        limited = {j.budget for j in remaining.values()
+                   if j.budget is not None and self.in_force(j.budget)}
+        if self.quiet_deferral:
+            for budget in sorted(limited):
+                decided[budget] = self._defers(budget, queue)
+                if decided[budget]:
+                    self.seen["deferred"] += 1
+                    self.deferred.append((budget, queue))
+                    passed.add(budget)
 
         while len(chosen) < limit and free > 0:
             if keyed:
-                # Each key's first job (the keyless jobs: the first not of a passed budget).
-                firsts: dict[str, int] = {}
+                # Each key's first job. The keyless jobs' candidate is read when the claim
+                # starts and after the last one was dealt with: the first after it not of a
+                # budget passed over by then (one passed over later is still met).
+                if keyless is None:
+                    keyless = next((i for i in order[keyless_from:] if remaining.get(i)
+                                    and remaining[i].key == "" and remaining[i].budget
+                                    not in passed), 0)
+                firsts: dict[str, int] = {"": keyless} if keyless else {}
                 for job_id in order:
                     first = remaining.get(job_id)
                     if first is None or first.key in passed_keys or first.key in firsts:
                         continue
-                    if first.key == "" and first.budget in passed:
-                        continue
-                    firsts[first.key] = job_id
+                    if first.key != "":
+                        firsts[first.key] = job_id
                 if not firsts:
                     break
                 if fair:
@@ -200,27 +231,31 @@ class Model:
                     break
                 job_id = candidates[0]
             job = remaining[job_id]
+            if keyed and job.key == "":
+                keyless, keyless_from = None, order.index(job_id) + 1
             declared = self.budgets.get(job.budget) if job.budget is not None else None
             limits = self.in_force(job.budget)
             if (job.cost > (max_active or BIG)
                     or (job.key and keyed and job.cost > (per_key or BIG))
                     or (declared is not None and (job.cost > (declared.max_active or BIG)
                                                   or job.rate_cost > declared.rate_cap))):
+                self._saw(job_id, "held")
                 self.held.add(job_id)
                 del remaining[job_id], self.ready[job_id]
-                continue
-            if job.budget is not None and job.budget in passed:
-                # A keyed head of a budget passed over: its key waits too (FIFO within a key).
-                self.seen["head of a passed budget"] += 1
-                block(job.budget)
-                passed_keys.add(job.key)
+                self.expired.discard(job_id)
                 continue
             if keyed and job.key and per_key is not None and (
                     units.get(job.key, 0) + job.cost > per_key):
-                self.seen["key full"] += 1
+                self._saw(job_id, "key full")
                 passed_keys.add(job.key)
                 continue
-            if job.budget is not None:
+            if job.budget in passed:
+                # A keyed head of a budget passed over: its key waits too (FIFO within a key).
+                self._saw(job_id, "head of a passed budget")
+                block(job.budget)
+                passed_keys.add(job.key)
+                continue
+            if job.budget is not None and job.budget in limited:
                 if job.budget not in decided:
                     decided[job.budget] = self._defers(job.budget, queue)
                     if decided[job.budget]:
@@ -230,29 +265,41 @@ class Model:
                 no_rate = limits is not None and (
                     job.rate_cost > limits.rate_cap - b_starts.get(job.budget, 0))
                 if decided[job.budget] or no_units or no_rate:
-                    self.seen["deferred" if decided[job.budget] else
-                              "budget full" if no_units else "budget out of rate"] += 1
+                    self._saw(job_id, "deferred" if decided[job.budget] else
+                              "budget full" if no_units else "budget out of rate")
+                    if no_rate and not decided[job.budget]:
+                        rate_stopped.add(job.budget)
                     block(job.budget)
                     if keyed and job.key:
                         passed_keys.add(job.key)
                     continue
             if job.cost > free:
-                self.seen["queue full"] += 1
+                self._saw(job_id, "queue full")
+                queue_full = True
                 break  # no starvation: nothing behind it takes the units it waits for
             chosen.append(job_id)
-            self.seen["taken of a budget" if job.budget else "taken"] += 1
+            self._saw(job_id, "taken of a budget" if job.budget else "taken")
             del remaining[job_id]
             free -= job.cost
             units[job.key] = units.get(job.key, 0) + job.cost
             if job.budget is not None:
                 b_units[job.budget] = b_units.get(job.budget, 0) + job.cost
                 b_starts[job.budget] = b_starts.get(job.budget, 0) + job.rate_cost
-                self.pairs[(job.budget, queue)][:] = [now, None]
+                if job.budget in limited:
+                    self.pairs[(job.budget, queue)][:] = [now, None]
+        # The next-start marker: the claim took fewer than asked and a budget's rate stopped a
+        # job (the first time it passed the budget over) and allows no unit now.
+        self.marker = len(chosen) < limit and any(
+            b_starts.get(b, 0) >= limits.rate_cap for b in rate_stopped
+            if (limits := self.in_force(b)) is not None)
+        if self.marker and queue_full:
+            self.seen["next-start marker though the queue was full"] += 1
         return sorted(chosen, key=lambda i: (-self.ready[i].priority, i))
 
     def started(self, ids: list[int]) -> None:
         for job_id in ids:
             job = self.ready.pop(job_id)
+            self.expired.discard(job_id)
             self.active[job_id] = job
             if job.budget is not None:
                 self.starts[job.budget] = self.starts.get(job.budget, 0) + job.rate_cost
@@ -316,7 +363,7 @@ def _safety(model: Model, before: dict[tuple[str, ...], int],
 
 
 def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool = True,
-         sabotage: bool = False, budgeted: bool = True) -> Model:
+         sabotage: bool = False, budgeted: bool = True, quiet_deferral: bool = True) -> Model:
     """One random history; AssertionError at the first claim that breaks a limit or (`exact`)
     differs from the model. `shared`: the budgets' jobs are spread over the queues (else each
     budget's jobs are in one queue). `sabotage`: the budgets' rows are deleted before every
@@ -325,20 +372,20 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
     conn = queue.conn
     queues = QUEUES[:rng.choice([2, 3])]
     model = Model({q: rng.choice(QUEUE_POLICIES) for q in queues},
-                  {b: _random_budget(rng) for b in BUDGETS})
+                  {b: _random_budget(rng) for b in BUDGETS}, quiet_deferral=quiet_deferral)
     home = {b: rng.choice(queues) for b in BUDGETS}
     definitions = [d for q, p in model.policies.items()
                    if (d := _policy_definition(q, p)) is not None]
     queue.sync_concurrency_policies("model", definitions, prune=True)
-    budget_definitions = [limits.definition(b) for b, limits in model.budgets.items()]
-    queue.sync_budgets("model", budget_definitions)
+    queue.sync_budgets("model", [limits.definition(b) for b, limits in model.budgets.items()])
     keys = ["k0", "k1", "k2", "k3"]
     claimed: dict[int, ClaimedJob] = {}
     describe = (f"seed {seed}: queues {model.policies}, budgets {model.budgets},"
                 f" homes {home if not shared else 'shared'}")
     for step in range(steps):
-        action = rng.choices(["enqueue", "claim", "ride", "complete", "expire", "override"],
-                             weights=[4, 5, 2, 3, 1, 1 if budgeted else 0])[0]
+        action = rng.choices(
+            ["enqueue", "claim", "ride", "complete", "expire", "override", "resync"],
+            weights=[4, 5, 2, 3, 1, 1 if budgeted else 0, 0.5 if budgeted else 0])[0]
         q = rng.choice(queues)
         max_active, per_key, _ = model.policies[q] or (None, None, "fifo")
         if action == "enqueue":
@@ -372,15 +419,22 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                 for job in successes:
                     del model.active[job.id]
             turns_before = {k: list(v) for k, v in model.pairs.items()}
+            if exact and budgeted:
+                _same_turns(conn, model, f"{describe} step {step}: before a claim of {q}")
             expected = model.admit(q, limit)
+            # Every want is fresh (the model's clock counts claims, not seconds: a loaded machine
+            # must not let a want pass its 10 s).
+            conn.execute("UPDATE workhorse.budget_queues SET wanted_at = clock_timestamp()"
+                         " WHERE wanted_at IS NOT NULL")
             if sabotage:
                 conn.execute("DELETE FROM workhorse.budgets; DELETE FROM workhorse.budget_controls")
             before = _measures(conn)
-            got, _, accepted = _ops.execute(conn, _ops.complete_and_claim(
+            got, next_start, accepted = _ops.execute(conn, _ops.complete_and_claim(
                 q, limit, 60, [(j.id, j.fence, "null", RETENTION) for j in successes]))
             after = _measures(conn)
             if sabotage:
-                queue.sync_budgets("model", budget_definitions)
+                queue.sync_budgets("model", [limits.definition(b)
+                                             for b, limits in model.budgets.items()])
                 for name, over in model.overrides.items():
                     _override(queue, name, over)
             assert len(accepted) == len(successes), f"{describe} step {step}: completions"
@@ -391,9 +445,22 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
             if exact:
                 assert ids == expected, (
                     f"{where}: got {ids}, expected {expected}; deferred {model.deferred};"
-                    f" turns before {turns_before}; ready {_jobs(model.ready, q)};"
+                    f" turns before {turns_before}; trace {model.trace};"
+                    f" ready {_jobs(model.ready, q)};"
                     f" active {_jobs(model.active, None)}; starts {model.starts};"
                     f" overrides {model.overrides}")
+            if exact:
+                assert (next_start is not None) == model.marker, (
+                    f"{where}: next start {next_start}, expected a marker: {model.marker};"
+                    f" trace {model.trace}; starts {model.starts}")
+                held = {r[0] for r in conn.execute(
+                    "SELECT id FROM workhorse.jobs WHERE status = 'held'")}
+                assert held == model.held, (
+                    f"{where}: held {sorted(held)}, expected {sorted(model.held)}; trace"
+                    f" {model.trace}; ready {_jobs(model.ready, q)}; budgets {model.budgets}")
+            if exact and budgeted:
+                _same_turns(conn, model, f"{where}, after it (before {turns_before}, took {ids},"
+                                         f" trace {model.trace}, ready {_jobs(model.ready, q)})")
             model.started(ids)
             claimed.update((job.id, job) for job in got)
             _safety(model, before, after, where)
@@ -408,6 +475,7 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
             back = model.active.pop(job_id)
             if claimed[job_id].attempts < claimed[job_id].max_attempts:
                 model.ready[job_id] = back  # claimable again, where it was in its queue's order
+                model.expired.add(job_id)
         elif action == "override":
             name = rng.choice([*BUDGETS, GHOST])
             if rng.random() < 0.3 and name in model.overrides:
@@ -432,9 +500,31 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
             old = model.overrides.get(name, BudgetLimits(None, None, None))
             model.overrides[name] = BudgetLimits(new.max_active or old.max_active,
                                                  new.rate or old.rate, new.burst or old.burst)
+        elif action == "resync":
+            # A new declared max_active (the rate kept: starts are filed only while one is in
+            # force): a ready job that can never fit it is held.
+            name = rng.choice(BUDGETS)
+            old_limits = model.budgets[name]
+            model.budgets[name] = BudgetLimits(rng.randint(1, 4), old_limits.rate,
+                                               old_limits.burst)
+            queue.sync_budgets("model", [limits.definition(b)
+                                         for b, limits in model.budgets.items()])
     held = {row[0] for row in conn.execute("SELECT id FROM workhorse.jobs WHERE status = 'held'")}
     assert held == model.held, f"{describe}: held {sorted(held)}, expected {sorted(model.held)}"
     return model
+
+
+def _same_turns(conn: psycopg.Connection[Any], model: Model, where: str) -> None:
+    """budget_queues says what the model's turns say: the same pairs, the same wants, and the
+    last turns in the same order."""
+    rows = conn.execute("SELECT budget, queue, last_turn, wanted_at IS NOT NULL"
+                        " FROM workhorse.budget_queues ORDER BY last_turn NULLS FIRST").fetchall()
+    mine = {k: (v[0] is not None, v[1] is not None) for k, v in model.pairs.items()}
+    theirs = {(b, q): (t is not None, w) for b, q, t, w in rows}
+    assert theirs == mine, f"{where}: budget_queues {theirs}, the model's {mine}"
+    order = [(b, q) for b, q, t, _ in rows if t is not None]
+    assert order == sorted(order, key=lambda k: model.pairs[k][0] or 0), (
+        f"{where}: last turns in the order {order}, the model's {model.pairs}")
 
 
 def _override(queue: Queue, name: str, limits: BudgetLimits) -> None:
