@@ -42,7 +42,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from workhorse import BudgetDefinition, ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops
+from workhorse import (
+    BudgetDefinition,
+    ConcurrencyPolicyDefinition,
+    EnqueueOptions,
+    Queue,
+    _ops,
+    _sql,
+)
 from workhorse.types import ClaimedJob
 
 RETENTION = _ops.DEFAULT_RETENTION_JSON
@@ -102,7 +109,7 @@ class Model:
     ready: dict[int, Job] = field(default_factory=dict)  # claimable: ready, or an expired lease
     expired: set[int] = field(default_factory=set)  # of those, the expired leases
     active: dict[int, Job] = field(default_factory=dict)
-    held: set[int] = field(default_factory=set)
+    held: dict[int, Job] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)  # rate_cost units started, by budget
     # Turns: budget_queues rows, (budget, queue) -> [last_turn, wanting_since] (claim numbers).
     pairs: dict[tuple[str, str], list[int | None]] = field(default_factory=dict)
@@ -240,7 +247,7 @@ class Model:
                     or (declared is not None and (job.cost > (declared.max_active or BIG)
                                                   or job.rate_cost > declared.rate_cap))):
                 self._saw(job_id, "held")
-                self.held.add(job_id)
+                self.held[job_id] = job
                 del remaining[job_id], self.ready[job_id]
                 self.expired.discard(job_id)
                 continue
@@ -439,6 +446,13 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                     _override(queue, name, over)
             assert len(accepted) == len(successes), f"{describe} step {step}: completions"
             where = f"{describe} step {step}: claim of {limit} from {q}"
+            held = {r[0] for r in conn.execute(
+                "SELECT id FROM workhorse.jobs WHERE status = 'held'")}
+            if not exact:  # the model goes on from what the claim really did
+                for job_id in set(model.held) - held:
+                    model.ready[job_id] = model.held.pop(job_id)
+                for job_id in held - set(model.held):
+                    model.held[job_id] = model.ready.pop(job_id)
             ids = [job.id for job in got]
             unexpected = [i for i in ids if i not in model.ready or model.ready[i].queue != q]
             assert not unexpected, f"{where}: took {unexpected}, not ready in {q}"
@@ -453,9 +467,7 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                 assert (next_start is not None) == model.marker, (
                     f"{where}: next start {next_start}, expected a marker: {model.marker};"
                     f" trace {model.trace}; starts {model.starts}")
-                held = {r[0] for r in conn.execute(
-                    "SELECT id FROM workhorse.jobs WHERE status = 'held'")}
-                assert held == model.held, (
+                assert held == set(model.held), (
                     f"{where}: held {sorted(held)}, expected {sorted(model.held)}; trace"
                     f" {model.trace}; ready {_jobs(model.ready, q)}; budgets {model.budgets}")
             if exact and budgeted:
@@ -509,8 +521,6 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                                                old_limits.burst)
             queue.sync_budgets("model", [limits.definition(b)
                                          for b, limits in model.budgets.items()])
-    held = {row[0] for row in conn.execute("SELECT id FROM workhorse.jobs WHERE status = 'held'")}
-    assert held == model.held, f"{describe}: held {sorted(held)}, expected {sorted(model.held)}"
     return model
 
 
@@ -538,35 +548,84 @@ def _jobs(jobs: dict[int, Job], queue: str | None) -> list[tuple[Any, ...]]:
             for i, j in sorted(jobs.items()) if queue is None or j.queue == queue]
 
 
-# ~50 seeds of each kind were run once while developing; these stay.
+# 60 seeds of each kind were run once while developing (against PostgreSQL 15 and the embedded
+# server); these stay.
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_claims_match_the_budget_model_with_a_queue_per_budget(queue: Queue, seed: int) -> None:
     _run(queue, seed, shared=False)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("seed", [1, 4, 29, 30, 49])
 def test_claims_match_the_budget_model_with_budgets_shared_by_queues(
         queue: Queue, seed: int) -> None:
     _run(queue, seed, shared=True)
 
 
+def test_without_budgets_the_model_is_the_queues_own(queue: Queue) -> None:
+    """The harness itself: with no job naming a budget, the model is the queue's admission as
+    it was (`test_fair_share_model`), and the claim agrees with it."""
+    _run(queue, 2, shared=True, budgeted=False)
+
+
+@pytest.mark.xfail(strict=True, reason="the claim skips a deferred budget's jobs in a stream "
+                   "(a queue without heads, the keyless jobs) without marking its want; "
+                   "budget_semantics.md item 6 says a deferred candidate marks it")
+def test_a_deferral_marks_the_queues_want(queue: Queue) -> None:
+    _run(queue, 29, shared=True, quiet_deferral=False)
+
+
 def _fresh(conn: psycopg.Connection[Any]) -> None:
     conn.execute("TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints,"
                  " workhorse.rate_starts, workhorse.queue_levels, workhorse.budget_starts,"
-                 " workhorse.budget_queues")
+                 " workhorse.budget_queues, workhorse.budget_controls")
+
+
+def _failures(queue: Queue, *, exact: bool = True, sabotage: bool = False) -> list[str]:
+    failures = []
+    for seed in range(1, 6):
+        _fresh(queue.conn)
+        try:
+            _run(queue, seed, shared=True, exact=exact, sabotage=sabotage)
+        except AssertionError as error:
+            failures.append(str(error))
+    return failures
 
 
 @pytest.mark.parametrize("exact", [True, False])
 def test_the_model_comparison_fails_on_a_claim_that_ignores_budgets(
-        queue: Queue, conn: psycopg.Connection[Any], exact: bool) -> None:
-    """Exact: the comparison notices; not exact: the safety checks alone notice too."""
-    failures = []
-    for seed in range(1, 6):
-        _fresh(conn)
-        try:
-            _run(queue, seed, shared=True, exact=exact, sabotage=True)
-        except AssertionError as error:
-            failures.append(str(error))
+        queue: Queue, exact: bool) -> None:
+    """The budgets' rows deleted before every claim. Exact: the comparison notices; not exact:
+    the safety checks alone notice too."""
+    failures = _failures(queue, exact=exact, sabotage=True)
     assert failures, "the comparison never noticed a claim that ignores budgets"
     if not exact:
         assert all(f.startswith("safety") for f in failures), failures
+
+
+CHOOSE = _sql.function_name("_choose_units")
+BROKEN: dict[str, tuple[str, str]] = {
+    # A budget's units counted in the claiming queue only.
+    "units of its own queue": (
+        "WHERE j.budget = v_row.budget AND j.status = 'active'",
+        "WHERE j.budget = v_row.budget AND j.queue = p_queue AND j.status = 'active'"),
+    # A full budget ends the claim instead of being passed over (work not conserved).
+    "a full budget ends the claim": (
+        "                b_wanted[v_b] := true;\n",
+        "                b_wanted[v_b] := true;\n                EXIT;\n"),
+    # No turns: another queue's want is never fresh.
+    "no turns": ("AND w.wanted_at > p_now - interval '10 seconds'", "AND false"),
+}
+
+
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_the_model_comparison_fails_on_a_broken_budget_choice(queue: Queue, broken: str) -> None:
+    """A deliberately broken copy of the choice installed in this test's database."""
+    old, new = BROKEN[broken]
+    text = _sql.function_files()[CHOOSE]
+    assert text.count(old) == 1, old
+    queue.conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+                       .replace(old, new))
+    assert _failures(queue), f"the comparison never noticed a claim where {broken}"
+    if broken == "units of its own queue":
+        failures = _failures(queue, exact=False)
+        assert failures and all(f.startswith("safety") for f in failures), failures
