@@ -294,11 +294,12 @@ class Model:
                 b_starts[job.budget] = b_starts.get(job.budget, 0) + job.rate_cost
                 if job.budget in limited:
                     self.pairs[(job.budget, queue)][:] = [now, None]
-        # The next-start marker: the claim took fewer than asked and a budget's rate stopped a
-        # job (the first time it passed the budget over) and allows no unit now.
-        self.marker = len(chosen) < limit and any(
-            b_starts.get(b, 0) >= limits.rate_cap for b in rate_stopped
-            if (limits := self.in_force(b)) is not None)
+        # The next-start marker: the claim took fewer than asked, budgets' rates stopped jobs
+        # (when each was first passed over), and none of them allows one unit now (the marker
+        # says the soonest of their next starts).
+        caps = {b: limits.rate_cap for b in rate_stopped if (limits := self.in_force(b))}
+        self.marker = len(chosen) < limit and bool(caps) and all(
+            b_starts.get(b, 0) >= cap for b, cap in caps.items())
         if self.marker and queue_full:
             self.seen["next-start marker though the queue was full"] += 1
         return sorted(chosen, key=lambda i: (-self.ready[i].priority, i))
@@ -470,6 +471,15 @@ def _run(queue: Queue, seed: int, *, shared: bool, steps: int = 160, exact: bool
                 assert held == set(model.held), (
                     f"{where}: held {sorted(held)}, expected {sorted(model.held)}; trace"
                     f" {model.trace}; ready {_jobs(model.ready, q)}; budgets {model.budgets}")
+            if exact:
+                for budget, span, n in conn.execute(
+                        "SELECT budget, span, sum(n) FROM workhorse.budget_starts"
+                        " GROUP BY budget, span"):
+                    assert n == model.starts.get(budget, 0) + sum(
+                        model.ready[i].rate_cost for i in ids
+                        if model.ready[i].budget == budget), (
+                        f"{where}: budget_starts of {budget} (span {span}) {n}, the model's"
+                        f" {model.starts} and {ids}")
             if exact and budgeted:
                 _same_turns(conn, model, f"{where}, after it (before {turns_before}, took {ids},"
                                          f" trace {model.trace}, ready {_jobs(model.ready, q)})")
