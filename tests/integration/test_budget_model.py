@@ -37,8 +37,8 @@ Where the claim departs from budget_semantics.md, the model follows the claim an
 (`quiet_deferral`; `test_a_deferral_marks_the_queues_want` is the semantics, a strict xfail).
 
 `shared=False`: each declared budget's jobs are in one queue (only the undeclared name, once
-overridden, takes turns); `shared=True`: spread over the queues, turns compared exactly too. Every want is made fresh before a claim
-(the model counts claims, not the 10 s).
+overridden, takes turns); `shared=True`: spread over the queues, turns compared exactly too.
+Every want is made fresh before a claim (the model counts claims, not the 10 s).
 
 The comparison is shown to fail on a claim that ignores budgets (the `budgets` rows deleted
 before every claim, the model still believing in them: exact, and the safety checks alone) and
