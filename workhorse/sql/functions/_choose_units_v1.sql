@@ -240,9 +240,12 @@ BEGIN
             WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
               AND w.queue <> p_queue
               AND w.wanted_at > p_now - interval '10 seconds'
-              AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                          WHERE j.budget = v_row.budget AND j.queue = w.queue
-                            AND j.status = 'ready')
+              -- (A scalar probe: an EXISTS may be planned as a hash over all the budget's
+              -- ready jobs.)
+              AND (SELECT j.id FROM workhorse.jobs j
+                   WHERE j.budget = v_row.budget AND j.queue = w.queue AND j.status = 'ready'
+                   ORDER BY j.budget, j.queue, j.rank, j.id
+                   LIMIT 1) IS NOT NULL
             ORDER BY w.budget, w.last_turn NULLS FIRST
             LIMIT 1;
             IF NOT FOUND THEN
