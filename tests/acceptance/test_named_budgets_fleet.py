@@ -1,0 +1,247 @@
+"""Named budgets across a real fleet (issue #30): two supervisors, each serving one queue of its
+own app (`nb-a` of the app that declares and syncs the budgets, `nb-b` of an app that names them
+by string only), both naming one budget.
+
+1. max_active=3: the handlers' own (start, end) times, with `time.time()`, never overlap more than
+   3 across both queues, and reach 3.
+2. No queue starves another: with 10,000 jobs of A running the budget full, B's first start comes
+   within one turnover of the budget's running jobs (at most 3 starts of A after B's jobs were
+   enqueued and before B's first start).
+3. A budget's rate across both queues, from `jobs.started_at` (the database clock): never more
+   than N starts in any window P, within 5% of N per P with a backlog; with `rate_burst=B`, never
+   more than B in any window P*B/N.
+
+Each checker also runs on a broken variant and must fail there: the same fleet on a budget that
+nobody declares (no limit), a supervisor of B that is not running when B's jobs arrive, a budget
+with the rate and no burst, and doctored inputs (`test_the_checkers_fail_on_broken_inputs`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from apps import budget_owner as owner
+from apps import budget_user as user
+from apps.harness import HERE, Worker, scalar, wait_for
+from test_worker_rate_limit import most_in_a_window
+
+pytestmark = [pytest.mark.slow, pytest.mark.fleet]
+
+OPTIONS = ("--slots", "2", "--concurrency", "8", "--lease", "10s", "--dequeue-timeout", "5s")
+UNDECLARED = "nobody-declares-this"   # the broken variant: a budget with no row limits nothing
+
+Span = tuple[str, str, float, float]  # queue, token, started, ended (time.time() in the handler)
+
+
+def most_overlapping(spans: list[Span]) -> int:
+    """The most handlers running at once: at one instant, an end counts before a start."""
+    events = sorted([(s, 1) for _, _, s, _ in spans] + [(e, -1) for _, _, _, e in spans])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def starts_before_first_b(spans: list[Span], enqueued_at: float) -> int:
+    """How many handlers of A started after B's jobs were enqueued and before B's first start."""
+    first_b = min(s for q, _, s, _ in spans if q == "nb-b" and s > enqueued_at)
+    return sum(1 for q, _, s, _ in spans if q == "nb-a" and enqueued_at < s < first_b)
+
+
+def starts_at_pace(times: list[float], rate: int, period: float, periods: int = 4) -> int:
+    """Starts in `periods` windows of `period` after one period of warm-up: from the first start
+    of the second period's batch (the `rate`-th start on)."""
+    ordered = sorted(times)
+    assert len(ordered) >= rate * (periods + 2), "too short a backlog to measure the pace"
+    begin = ordered[rate]
+    return sum(1 for t in ordered if begin <= t < begin + periods * period)
+
+
+def _overlap_between_queues(spans: list[Span]) -> bool:
+    a = [(s, e) for q, _, s, e in spans if q == "nb-a"]
+    return any(s < e2 and s2 < e for q, _, s2, e2 in spans if q == "nb-b" for s, e in a)
+
+
+def _spans(conn: Any, prefix: str) -> list[Span]:
+    return conn.execute(
+        "SELECT queue, token, started, ended FROM budget_spans WHERE token LIKE %s",
+        (f"{prefix}%",)).fetchall()
+
+
+def _enqueue(conn: Any, a: list[Any], b: list[Any]) -> None:
+    with owner.app.using(conn):
+        for chunk in range(0, len(a), 1000):
+            owner.app.enqueue_many(a[chunk:chunk + 1000])
+    with user.app.using(conn):
+        user.app.enqueue_many(b)
+
+
+def _succeeded(conn: Any, prefix: str) -> int:
+    return scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'succeeded'"
+                        " AND payload->'args'->>0 LIKE %s", f"{prefix}%")
+
+
+def _setup(conn: Any, database_url: str) -> None:
+    """The budgets table for the handlers, and `app.sync()` of the declaring app, run as
+    operators do (`workhorse sync APP`, in its own process, on the test's database)."""
+    conn.execute(owner.SCHEMA)
+    synced = subprocess.run(
+        [sys.executable, "-m", "workhorse", "sync", "apps.budget_owner:app", "--json"],
+        cwd=HERE, env={**os.environ, "WORKHORSE_DATABASE_URL": database_url},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    report = json.loads(synced.stdout)
+    assert sorted(report["budgets"]["created"]) == ["bursty", "cap3", "paced"], report
+    assert sorted(n for n, in conn.execute("SELECT name FROM workhorse.budgets")) == [
+        "bursty", "cap3", "paced"]
+
+
+def _fleet(database_url: str, tmp_path: Any, tag: str = "") -> list[Worker]:
+    return [Worker(database_url, "apps.budget_owner:app", tmp_path / f"a{tag}.log", *OPTIONS),
+            Worker(database_url, "apps.budget_user:app", tmp_path / f"b{tag}.log", *OPTIONS)]
+
+
+def test_two_queues_of_two_supervisors_share_max_active(database_url, conn, tmp_path):
+    _setup(conn, database_url)
+    jobs = 45
+    _enqueue(conn, [owner.work_a.call((f"s-a{n}", 0.1)) for n in range(jobs)],
+             [user.work_b.call((f"s-b{n}", 0.1)) for n in range(jobs)])
+    workers = _fleet(database_url, tmp_path)
+    try:
+        wait_for(lambda: _succeeded(conn, "s-") == 2 * jobs, 120, "the budgeted jobs",
+                 *workers, interval=0.25)
+        # The broken variant, same fleet: the jobs name a budget nobody declares (no limit).
+        _enqueue(conn, [owner.work_a.call((f"u-a{n}", 0.1), budget=UNDECLARED)
+                        for n in range(jobs)],
+                 [user.work_b.call((f"u-b{n}", 0.1), budget=UNDECLARED) for n in range(jobs)])
+        wait_for(lambda: _succeeded(conn, "u-") == 2 * jobs, 120, "the unlimited jobs",
+                 *workers, interval=0.25)
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], [w.output() for w in workers]
+
+    spans = _spans(conn, "s-")
+    assert sorted(q for q, *_ in spans) == ["nb-a"] * jobs + ["nb-b"] * jobs
+    peak = most_overlapping(spans)
+    assert peak <= owner.MAX_ACTIVE, f"{peak} handlers of A and B overlapped (budget 3)"
+    assert peak == owner.MAX_ACTIVE, "the overlap never reached the budget: the test proves nothing"
+    # Both queues held places of it at once (shared, not taken by whole queues in turn).
+    assert _overlap_between_queues(spans), "A and B never ran at the same time"
+    unlimited = most_overlapping(_spans(conn, "u-"))
+    assert unlimited > owner.MAX_ACTIVE, f"broken variant: overlap {unlimited}, the check is blind"
+    print(f"max_active=3 over two queues: peak overlap {peak}; undeclared budget: {unlimited}")
+
+
+def test_a_backlog_of_one_queue_does_not_starve_the_other(database_url, conn, tmp_path):
+    _setup(conn, database_url)
+    handler = 0.3
+    _enqueue(conn, [owner.work_a.call((f"a{n}", handler)) for n in range(10_000)], [])
+    workers = _fleet(database_url, tmp_path)
+    late = None
+    try:
+        for w in workers:
+            w.wait_for_slots(2)
+        # A has run the budget full for at least two turnovers; B's supervisor idles.
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM budget_spans") >= 6, 60,
+                 "A to run at the budget", *workers, interval=0.05)
+        with user.app.using(conn):
+            user.app.enqueue_many(user.work_b.call((f"b{n}", handler)) for n in range(6))
+        enqueued = time.time()
+        wait_for(lambda: _succeeded(conn, "b") == 6, 120, "B's jobs", *workers, interval=0.1)
+
+        # The broken variant, same fleet: B's supervisor is not running when its next jobs
+        # arrive, and starts 3 s later; A takes every freed place meanwhile.
+        assert workers[1].stop() == 0, workers[1].output()
+        with user.app.using(conn):
+            user.app.enqueue_many(user.work_b.call((f"late{n}", handler)) for n in range(6))
+        late = time.time()
+        time.sleep(3.0)
+        workers.append(Worker(database_url, "apps.budget_user:app", tmp_path / "b2.log",
+                              *OPTIONS))
+        wait_for(lambda: _succeeded(conn, "late") == 6, 120, "B's late jobs", *workers,
+                 interval=0.1)
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0, 0], [w.output() for w in workers]
+
+    spans = conn.execute("SELECT queue, token, started, ended FROM budget_spans").fetchall()
+    peak = most_overlapping(spans)
+    assert peak <= owner.MAX_ACTIVE, f"{peak} handlers of A and B overlapped (budget 3)"
+    assert peak == owner.MAX_ACTIVE
+    first = [s for s in spans if not s[1].startswith("late")]
+    taken = starts_before_first_b(first, enqueued)
+    assert taken <= owner.MAX_ACTIVE, (
+        f"{taken} starts of A after B's jobs were enqueued and before B's first start")
+    assert late is not None
+    broken = starts_before_first_b(spans, late)
+    assert broken > owner.MAX_ACTIVE, f"broken variant: {broken} starts of A, the check is blind"
+    print(f"A starts before B's first start: {taken}; with B's supervisor 3 s late: {broken}")
+
+
+def test_a_budget_rate_and_burst_hold_across_two_queues(database_url, conn, tmp_path):
+    _setup(conn, database_url)
+    rate, period, burst = owner.RATE, owner.PERIOD, owner.BURST
+    per_queue = 65  # of each budget: 130 starts of each, 6.5 periods' worth
+    # Both budgets backlogged at once in both queues (their jobs alternate in each queue), and
+    # the broken variant beside them: jobs naming a budget nobody declares.
+    names = ["paced", "bursty"] * per_queue + [UNDECLARED] * 20
+    _enqueue(conn, [owner.work_a.call((f"r-a{n}", 0), budget=b) for n, b in enumerate(names)],
+             [user.work_b.call((f"r-b{n}", 0), budget=b) for n, b in enumerate(names)])
+    workers = _fleet(database_url, tmp_path)
+    try:
+        wait_for(lambda: _succeeded(conn, "r-") == 2 * len(names), 180, "the rated jobs",
+                 *workers, interval=0.25)
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], [w.output() for w in workers]
+
+    rows = conn.execute(
+        "SELECT budget, queue, extract(epoch FROM started_at)::float8 FROM workhorse.jobs"
+    ).fetchall()
+    starts: dict[str, list[float]] = {}
+    for budget, _queue, at in rows:
+        starts.setdefault(budget, []).append(at)
+    assert {b for b, q, _ in rows if q == "nb-a"} == {b for b, q, _ in rows if q == "nb-b"}
+    paced, bursty, free = starts["paced"], starts["bursty"], starts[UNDECLARED]
+    report = []
+    for name, times in (("paced", paced), ("bursty", bursty)):
+        peak = most_in_a_window(times, period)
+        assert peak <= rate, f"{name}: {peak} starts in a window of {period:g} s (rate {rate})"
+        pace = starts_at_pace(times, rate, period)
+        assert pace >= 0.95 * 4 * rate, f"{name}: {pace} starts in 4 periods (want {4 * rate})"
+        report.append(f"{name}: at most {peak} per {period:g} s, {pace} in 4 periods")
+    window = period * burst / rate
+    in_burst = most_in_a_window(bursty, window)
+    assert in_burst <= burst, f"{in_burst} starts of bursty in a window of {window:g} s"
+    assert in_burst == burst, "bursty never reached its burst: the check proves nothing"
+    # The broken variants fail these checkers: no budget, and a rate without a burst.
+    assert most_in_a_window(free, period) > rate
+    assert most_in_a_window(paced, window) > burst
+    print("; ".join(report), f"; bursty at most {in_burst} per {window:g} s; undeclared: "
+          f"{most_in_a_window(free, period)} per {period:g} s; paced: "
+          f"{most_in_a_window(paced, window)} per {window:g} s")
+
+
+def test_the_checkers_fail_on_broken_inputs():
+    """Each checker against doctored inputs (times exact in binary)."""
+    three = [("nb-a", "x", 0.0, 1.0), ("nb-b", "y", 0.5, 1.5), ("nb-a", "z", 1.0, 2.0),
+             ("nb-b", "w", 0.25, 1.0)]
+    assert most_overlapping(three) == 3                     # ends count before starts
+    assert most_overlapping([*three, ("nb-b", "v", 0.75, 0.875)]) == 4
+    turns = [("nb-a", "a1", 0.5, 1.0), ("nb-a", "a2", 1.5, 2.0), ("nb-b", "b1", 2.5, 3.0)]
+    assert starts_before_first_b(turns, 0.25) == 2
+    assert starts_before_first_b([*turns, ("nb-a", "a3", 2.0, 2.5), ("nb-a", "a4", 2.25, 3.0)],
+                                 0.25) == 4
+    # 20 per 2 s, batches of 20 every 2 s: 80 in four periods; every tenth start dropped: 72.
+    paced = [2.0 * batch + i / 64 for batch in range(8) for i in range(20)]
+    assert starts_at_pace(paced, 20, 2.0) == 80
+    assert starts_at_pace([t for n, t in enumerate(paced) if n % 10], 20, 2.0) < 0.95 * 80
+    assert most_in_a_window(paced, 2.0) == 20
+    assert most_in_a_window([*paced, 1.5], 2.0) == 21
