@@ -28,11 +28,11 @@ ALTER TABLE workhorse.jobs
 -- (the claim counts them under the budget's lock; health sums their cost).
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs (budget, lease_until) INCLUDE (cost, queue)
     WHERE status = 'active' AND budget IS NOT NULL;
--- A budget's ready work, by queue and key in admission order: health's "queues with ready jobs
--- naming it" (a skip-scan, one probe per queue), and the claim's per-budget streams (a queue's
--- keyless jobs of one budget, a key's jobs of one budget) without reading another budget's
--- backlog.
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, ckey, rank, id)
+-- A budget's ready work, by queue in admission order: health's "queues with ready jobs naming
+-- it" (a skip-scan, one probe per queue), the claim's per-budget streams of a queue without
+-- per-key limits (so a full budget's backlog is never read), and "does this queue still want
+-- the budget" for the turns between queues.
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
     WHERE status = 'ready' AND budget IS NOT NULL;
 
 -- ---- rate bursts on queue policies --------------------------------------------------------------
@@ -116,11 +116,22 @@ CREATE TABLE workhorse.budget_queues (
     budget     text        NOT NULL,
     queue      text        NOT NULL,
     last_turn  timestamptz,
+    -- When a claim of the queue last met a job of the budget it could not take (the budget
+    -- full, out of rate, or the queue deferring to another): NULL once it got a place since.
+    wanted_at  timestamptz,
     PRIMARY KEY (budget, queue)
 );
 CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues (queue, budget);
+-- The queues waiting for a budget's places, oldest turn first: a claim reads only these.
+CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues (budget, last_turn)
+    WHERE wanted_at IS NOT NULL;
+ALTER TABLE workhorse.budget_queues SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 \ir ../functions/_budget_lock_id_v1.sql
+\ir ../functions/_budget_starts_used_v1.sql
+\ir ../functions/_budget_next_start_v1.sql
 \ir ../functions/sync_budgets_v1.sql
 \ir ../functions/set_budget_control_v1.sql
 \ir ../functions/housekeeping_v2.sql
