@@ -29,6 +29,7 @@ import pytest
 from apps import budget_owner as owner
 from apps import budget_user as user
 from apps.harness import HERE, Worker, scalar, wait_for
+from sql_names import called_functions
 from test_worker_rate_limit import most_in_a_window
 
 pytestmark = [pytest.mark.slow, pytest.mark.fleet]
@@ -213,6 +214,8 @@ def test_a_backlog_of_one_queue_does_not_starve_the_other(database_url, conn, tm
 
 def test_a_budget_rate_and_burst_hold_across_two_queues(database_url, conn, tmp_path):
     _setup(conn, database_url)
+    conn.execute("SELECT pg_stat_reset()")
+    conn.execute(f'ALTER DATABASE "{conn.info.dbname}" SET track_functions = \'pl\'')
     rate, period, burst = owner.RATE, owner.PERIOD, owner.BURST
     per_queue = 65  # of each budget: 130 starts of each, 6.5 periods' worth
     # Both budgets backlogged at once in both queues (their jobs alternate in each queue), and
@@ -228,9 +231,15 @@ def test_a_budget_rate_and_burst_hold_across_two_queues(database_url, conn, tmp_
         codes = [w.stop() for w in workers]
     assert codes == [0, 0], [w.output() for w in workers]
 
+    calls = _claims(conn)
     rows = conn.execute(
         "SELECT budget, queue, extract(epoch FROM started_at)::float8 FROM workhorse.jobs"
     ).fetchall()
+    seconds = max(at for *_, at in rows) - min(at for *_, at in rows)
+    # Sleeping until the next allowed start (the claim's next-start marker), not polling: about
+    # one claim per start plus a wake-up or two per window per slot (as in
+    # test_worker_rate_limit). Above zero first, or the count proves nothing.
+    assert 0 < calls <= _claim_bound(len(rows), seconds), (calls, len(rows), seconds)
     starts: dict[str, list[float]] = {}
     for budget, _queue, at in rows:
         starts.setdefault(budget, []).append(at)
@@ -253,9 +262,49 @@ def test_a_budget_rate_and_burst_hold_across_two_queues(database_url, conn, tmp_
     # The broken variants fail these checkers: no budget, and a rate without a burst.
     assert most_in_a_window(free, period) > rate
     assert most_in_a_window(paced, window) > burst
+    polled, polled_jobs, polled_seconds = _polling_fleet(database_url, conn, tmp_path)
+    assert polled > _claim_bound(polled_jobs, polled_seconds), (polled, polled_jobs)
+    print(f"claims: {calls} for {len(rows)} starts in {seconds:.1f} s (bound "
+          f"{_claim_bound(len(rows), seconds):.0f}); polling workers: {polled} for {polled_jobs} "
+          f"in {polled_seconds:.1f} s (bound {_claim_bound(polled_jobs, polled_seconds):.0f})")
     print("; ".join(report), f"| bursty at most {in_burst} per {window:g} s; undeclared: "
           f"{most_in_a_window(free, period)} per {period:g} s; paced: "
           f"{most_in_a_window(paced, window)} per {window:g} s")
+
+
+def _claims(conn: Any) -> int:
+    """Calls of the functions the worker's claim statements call (whatever their version)."""
+    functions = sorted({*called_functions("claim_next"),
+                        *called_functions("complete_and_claim_next")})
+    return scalar(conn, "SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions"
+                        " WHERE schemaname = 'workhorse' AND funcname = ANY(%s)", functions)
+
+
+def _claim_bound(jobs: int, seconds: float, slots: int = 4) -> float:
+    return 2 * jobs + 2 * slots * (seconds + 1)
+
+
+def _polling_fleet(database_url: str, conn: Any, tmp_path: Any) -> tuple[int, int, float]:
+    """The broken variant of the claim count: the same fleet on a fresh backlog of `paced`,
+    its slots polling every 2 ms while the rate holds them back. Returns (claims, starts,
+    seconds)."""
+    conn.execute("SELECT pg_stat_reset()")
+    _enqueue(conn, [owner.work_a.call((f"p-a{n}", 0), budget="paced") for n in range(30)],
+             [user.work_b.call((f"p-b{n}", 0), budget="paced") for n in range(30)])
+    workers = [Worker(database_url, f"apps.budget_polling:{name}", tmp_path / f"{name}.log",
+                      *OPTIONS) for name in ("owner_app", "user_app")]
+    try:
+        wait_for(lambda: _succeeded(conn, "p-") == 60, 120, "the polled jobs", *workers,
+                 interval=0.25)
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], [w.output() for w in workers]
+    polled = _claims(conn)
+    [(first, last)] = conn.execute(
+        "SELECT extract(epoch FROM min(started_at))::float8, "
+        "extract(epoch FROM max(started_at))::float8 FROM workhorse.jobs"
+        " WHERE payload->'args'->>0 LIKE 'p-%%'").fetchall()
+    return polled, 60, last - first
 
 
 def test_the_checkers_fail_on_broken_inputs():
