@@ -610,8 +610,13 @@ BEGIN
                                   || v_row.burst_window::double precision;
             END IF;
             -- Turns: another queue of the budget whose turn is older wants it and still has
-            -- ready jobs of it: this call leaves the budget's places to it, and wakes it.
-            IF v_row.last_turn IS NOT NULL THEN
+            -- ready jobs of it: this call leaves the budget's places to it, and wakes it. Only
+            -- while the budget has room (units, rate and burst): a full budget is full for every
+            -- queue, and a wake then only makes the other queue's claim wake this one in turn
+            -- (two budgets each deferred the other way: a wake storm until the window opens).
+            IF v_row.last_turn IS NOT NULL AND b_free[cardinality(b_name)] > 0
+               AND b_rate_left[cardinality(b_name)] > 0
+               AND b_burst_left[cardinality(b_name)] > 0 THEN
                 SELECT array_agg(r.queue) INTO v_wake
                 FROM (SELECT w.queue FROM workhorse.budget_queues w
                       WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
