@@ -65,6 +65,16 @@ CREATE TABLE workhorse.budgets (
     CONSTRAINT budgets_some_limit CHECK (((max_active IS NOT NULL) OR (rate_limit IS NOT NULL)))
 );
 
+CREATE TABLE workhorse.burst_starts (
+    queue text NOT NULL,
+    ckey text NOT NULL,
+    bucket_end timestamp with time zone NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT burst_starts_pkey PRIMARY KEY (queue, ckey, bucket_end)
+);
+
+ALTER TABLE workhorse.burst_starts SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
+
 CREATE TABLE workhorse.job_deps (
     job_id bigint NOT NULL,
     parent_id bigint NOT NULL,
@@ -131,6 +141,7 @@ CREATE TABLE workhorse.key_heads (
     ckey text NOT NULL,
     head_rank integer NOT NULL,
     head_id bigint NOT NULL,
+    budget text,
     CONSTRAINT key_heads_pkey PRIMARY KEY (queue, ckey)
 );
 
@@ -349,6 +360,8 @@ CREATE INDEX budget_starts_end_idx ON workhorse.budget_starts USING btree (bucke
 
 CREATE INDEX budgets_namespace_idx ON workhorse.budgets USING btree (namespace);
 
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts USING btree (bucket_end);
+
 CREATE INDEX job_deps_parent_idx ON workhorse.job_deps USING btree (parent_id);
 
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
@@ -384,6 +397,8 @@ CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (statu
 CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs USING btree (workflow_id, expires_at DESC) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
+
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads USING btree (queue, budget, head_rank, head_id);
 
 CREATE INDEX key_heads_order_idx ON workhorse.key_heads USING btree (queue, head_rank, head_id);
 
@@ -477,7 +492,37 @@ AS $function$
       AND s.bucket_end > p_now - make_interval(secs => p_window)
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
+CREATE OR REPLACE FUNCTION workhorse._burst_next_start_v1(p_queue text, p_ckey text, p_burst integer, p_window double precision, p_now timestamp with time zone)
+ RETURNS double precision
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(GREATEST(EXTRACT(epoch FROM (
+               min(b.bucket_end) + make_interval(secs => p_window) - p_now))::double precision,
+               0.0), 0.0)
+    FROM (
+        SELECT s.bucket_end,
+               COALESCE(sum(s.n) OVER (ORDER BY s.bucket_end DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   AS newer
+        FROM workhorse.burst_starts s
+        WHERE s.queue = p_queue AND s.ckey = p_ckey
+          AND s.bucket_end > p_now - make_interval(secs => p_window)
+    ) AS b
+    WHERE b.newer <= p_burst - 1
+      AND workhorse._burst_used_v1(p_queue, p_ckey, p_window, p_now) >= p_burst
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._burst_used_v1(p_queue text, p_ckey text, p_window double precision, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(sum(s.n), 0)::bigint
+    FROM workhorse.burst_starts s
+    WHERE s.queue = p_queue AND s.ckey = p_ckey
+      AND s.bucket_end > p_now - make_interval(secs => p_window)
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -520,7 +565,13 @@ DECLARE
     b_rate_hit boolean[] := '{}';
     v_blocked text[] := '{}';  -- budgets passed over for the rest of the call
     v_held_budget bigint[] := '{}';
-    v_wake text[] := '{}';
+    b_waiter text[] := '{}';  -- a waiting queue to wake if places are left
+    v_waiter record;
+    v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
+    v_found boolean;
+    v_upto_rank integer;
+    v_upto_id bigint;
+    c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
     v_passed text[] := '{}';
@@ -555,6 +606,7 @@ BEGIN
             WHERE bq.queue = p_queue ORDER BY bq.queue, bq.budget
         LOOP
             PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_bname));
+            v_classes := v_classes || v_bname;
         END LOOP;
         FOR v_row IN
             SELECT l.*,
@@ -609,29 +661,35 @@ BEGIN
                 budget_windows := COALESCE(budget_windows, '{}')
                                   || v_row.burst_window::double precision;
             END IF;
-            -- Turns: another queue of the budget whose turn is older wants it and still has
-            -- ready jobs of it: this call leaves the budget's places to it, and wakes it. Only
-            -- while the budget has room (units, rate and burst): a full budget is full for every
-            -- queue, and a wake then only makes the other queue's claim wake this one in turn
-            -- (two budgets each deferred the other way: a wake storm until the window opens).
-            IF v_row.last_turn IS NOT NULL AND b_free[cardinality(b_name)] > 0
-               AND b_rate_left[cardinality(b_name)] > 0
-               AND b_burst_left[cardinality(b_name)] > 0 THEN
-                SELECT array_agg(r.queue) INTO v_wake
-                FROM (SELECT w.queue FROM workhorse.budget_queues w
-                      WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
-                        AND (w.last_turn IS NULL OR w.last_turn < v_row.last_turn)
-                        AND w.queue <> p_queue
-                        AND w.wanted_at > p_now - interval '10 seconds'
-                        AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                                    WHERE j.budget = v_row.budget AND j.queue = w.queue
-                                      AND j.status = 'ready')
-                      ORDER BY w.budget, w.last_turn NULLS FIRST
-                      LIMIT 1) AS r;
-                IF v_wake IS NOT NULL THEN
-                    v_blocked := v_blocked || v_row.budget;
-                    PERFORM workhorse._wake_v1(v_wake[1]);
-                END IF;
+            -- Turns: the other queue of the budget that waits for it with the oldest turn (a
+            -- claim of it met a job of the budget it could not take in the last 10 s, and it
+            -- still has ready jobs of it). If its turn is older than this queue's, this call
+            -- leaves the budget's places to it and wakes it (only while the budget has room:
+            -- units, rate and burst; a full budget is full for every queue, and a wake then only
+            -- makes the other queue's claim wake this one back: two budgets deferred opposite
+            -- ways woke each other at claim speed until the window opened); else it is woken at
+            -- the end if places are left.
+            SELECT w.queue, w.last_turn INTO v_waiter
+            FROM workhorse.budget_queues w
+            WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
+              AND w.queue <> p_queue
+              AND w.wanted_at > p_now - interval '10 seconds'
+              AND EXISTS (SELECT 1 FROM workhorse.jobs j
+                          WHERE j.budget = v_row.budget AND j.queue = w.queue
+                            AND j.status = 'ready')
+            ORDER BY w.budget, w.last_turn NULLS FIRST
+            LIMIT 1;
+            IF NOT FOUND THEN
+                b_waiter := b_waiter || NULL::text;
+            ELSIF v_row.last_turn IS NOT NULL
+                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn)
+                  AND b_free[cardinality(b_name)] > 0 AND b_rate_left[cardinality(b_name)] > 0
+                  AND b_burst_left[cardinality(b_name)] > 0 THEN
+                v_blocked := v_blocked || v_row.budget;
+                PERFORM workhorse._wake_v1(v_waiter.queue);
+                b_waiter := b_waiter || NULL::text;
+            ELSE
+                b_waiter := b_waiter || v_waiter.queue;
             END IF;
         END LOOP;
     END IF;
@@ -641,6 +699,10 @@ BEGIN
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -681,10 +743,23 @@ BEGIN
         FOR v_i IN 1 .. cardinality(k_key) LOOP
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (k_key[v_i] <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                -- The keyless jobs past the budgets passed over: at most c_look rows looked at.
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE k_key[v_i] = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
@@ -712,7 +787,64 @@ BEGIN
 
         v_best := NULL;
         v_from_head := false;
-        IF v_all THEN
+        IF v_all AND p_budgeted AND NOT p_filter THEN
+            -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
+            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
+            -- the first job that names none ahead of it (at most c_look rows looked at past the
+            -- jobs of budgets passed over), and the first expired job.
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
+            INTO v_head
+            FROM unnest(v_classes) AS b(budget)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                FROM workhorse.jobs j
+                WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
+                  AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                ORDER BY j.budget, j.queue, j.rank, j.id
+                LIMIT 1) AS c
+            WHERE NOT (b.budget = ANY(v_blocked))
+            ORDER BY c.rank, c.id
+            LIMIT 1;
+            v_found := FOUND;
+            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
+            -- dropped below; an upper bound in the index condition would not stop the scan.)
+            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
+            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
+            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            INTO v_row
+            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'ready'
+                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  ORDER BY j.queue, j.rank, j.id
+                  LIMIT c_look) AS w
+            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
+            ORDER BY w.rank, w.id
+            LIMIT 1;
+            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+                v_head := v_row;
+                v_found := true;
+            END IF;
+            IF p_expired THEN
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                INTO v_row
+                FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                ORDER BY j.rank, j.id
+                LIMIT 1;
+                IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
+                THEN
+                    v_head := v_row;
+                    v_found := true;
+                END IF;
+            END IF;
+            EXIT WHEN NOT v_found;
+            v_all_rank := v_head.rank;
+            v_all_id := v_head.id;
+            v_key := v_head.ckey;
+        ELSIF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget INTO v_head
             FROM (
@@ -757,10 +889,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;
@@ -836,7 +992,9 @@ BEGIN
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -849,6 +1007,11 @@ BEGIN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -906,11 +1069,24 @@ BEGIN
             k_pos_id[v_best] := v_head.id;
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (v_key <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE v_key = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                         AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
@@ -942,9 +1118,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
@@ -985,6 +1162,11 @@ BEGIN
         WHERE bq.budget = t.budget AND bq.queue = p_queue
           AND (t.took OR (t.wanted AND (bq.wanted_at IS NULL
                                         OR bq.wanted_at < clock_timestamp() - interval '1 second')));
+        -- Places of a budget left after this call, and another queue waits for them: wake it.
+        PERFORM workhorse._wake_v1(w.queue)
+        FROM (SELECT DISTINCT x.queue
+              FROM unnest(b_waiter, b_free, b_rate_left, b_burst_left) AS x(queue, free, r, b)
+              WHERE x.queue IS NOT NULL AND x.free > 0 AND x.r > 0 AND x.b > 0) AS w;
         SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
                array_agg(b.burst ORDER BY b.ord)
         INTO budget_stopped, budget_rates, budget_bursts
@@ -1072,6 +1254,16 @@ BEGIN
     SELECT p_queue, k
     FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
     WHERE workhorse._keyed_v2(p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._key_head_budget_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    NEW.budget := (SELECT j.budget FROM workhorse.jobs j WHERE j.id = NEW.head_id);
+    RETURN NEW;
 END
 $function$;
 
@@ -2326,6 +2518,10 @@ DECLARE
     v_budget_rates integer[];
     v_budget_bursts integer[];
     v_budget_stopped boolean[];
+    v_burst integer;
+    v_burst_key integer;
+    v_burst_window double precision;
+    v_burst_window_key double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -2437,10 +2633,27 @@ BEGIN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
         v_units := true;
+        -- The bursts in force (a live override's over the policy's, at most the N in force) and
+        -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key
+               p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
+               -- (LEAST ignores a NULL: no burst must stay NULL, not become N.)
+               CASE WHEN v_rate IS NOT NULL AND COALESCE(o.rate_burst, p.rate_burst) IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
+               CASE WHEN v_rate_key IS NOT NULL
+                         AND COALESCE(o.rate_burst_per_key, p.rate_burst_per_key) IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
+               END AS burst_key
         INTO v_policy
-        FROM workhorse.policies p WHERE p.queue = p_queue;
+        FROM (SELECT p_queue AS queue) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls o
+            ON o.queue = q.queue AND o.override_set_at IS NOT NULL
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        v_burst := v_policy.burst;
+        v_burst_key := v_policy.burst_key;
+        v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
+        v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
         v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
         IF v_hinted AND v_keyed THEN
@@ -2459,7 +2672,8 @@ BEGIN
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
-            v_filter, v_budgeted) AS c;
+            v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
+            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -2859,6 +3073,25 @@ BEGIN
                    s.n
             FROM scopes s
             ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), burst_scopes AS (
+            SELECT '' AS ckey, max(a.started_at) AS at, sum(a.rate_cost)::integer AS n,
+                   v_burst_window AS len
+            FROM activated a
+            WHERE v_burst_window IS NOT NULL
+            HAVING count(*) > 0
+            UNION ALL
+            SELECT a.ckey, max(a.started_at), sum(a.rate_cost)::integer, v_burst_window_key
+            FROM activated a
+            WHERE v_burst_window_key IS NOT NULL AND a.ckey <> ''
+            GROUP BY a.ckey
+        ), burst_recorded AS (
+            INSERT INTO workhorse.burst_starts AS r (queue, ckey, bucket_end, n)
+            SELECT p_queue, s.ckey,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM burst_scopes s
+            ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
         ), budget_scopes AS (
             -- The budgets' starts: span 0 in buckets of 1/100 of the rate's period, span 1 in
             -- buckets of 1/100 of the burst's window.
@@ -2906,7 +3139,11 @@ BEGIN
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
     IF v_units AND v_rate_blocked THEN
-        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+        v_next := GREATEST(
+            CASE WHEN v_rate IS NULL THEN 0 ELSE workhorse._rate_next_start_v1(
+                p_queue, '', v_rate, v_period, clock_timestamp()) END,
+            CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+                p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
     ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
         -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
         -- may start (both its windows allow one more unit).
@@ -3940,6 +4177,20 @@ BEGIN
     WHERE s.budget = l.budget AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
+
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.burst_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.burst_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    pruned_starts := pruned_starts + v_count;
 END
 $function$;
 
@@ -4945,3 +5196,5 @@ CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WH
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
 
 CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();
+
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();

@@ -12,7 +12,8 @@
 -- and `p_filter` (the queue holds another app's ready jobs).
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
--- counts `rate_cost` starts against both rate limits. Active units are derived here from the
+-- counts `rate_cost` starts against both rate limits, and against their bursts (`p_burst` B in
+-- force in its window `p_burst_window` = P*B/N, the same per key; NULL: none; burst_starts). Active units are derived here from the
 -- active jobs (at most max_active of them), never stored.
 --
 -- The choice is one job at a time, at most p_limit of them:
@@ -52,8 +53,10 @@
 -- passing over at most the tracked and passed-over keys: bounded by the batch and the keys with
 -- active jobs, never by the backlog. Budgets add per budget of the queue one read of its active
 -- jobs (at most its max_active rows), of its start buckets (~101 per window) and of the queues
--- waiting for it; a queue without key heads walks past a full budget's ready rows (read and
--- filtered: its backlog ahead of the next other job; docs/budgets.md, open points).
+-- waiting for it, and per job chosen one probe per budget of the queue: the heads of a budget
+-- passed over are skipped as a range of key_heads_budget_idx, a queue without heads reads each
+-- budget's ready jobs through jobs_budget_ready_idx. Only the jobs that name no budget are read
+-- past a full budget's (the one stream's and the keyless ones: at most c_look rows).
 CREATE FUNCTION workhorse._choose_units_v1(
     p_queue text, p_limit integer, p_now timestamptz,
     p_max integer, p_per_key integer,
@@ -62,6 +65,9 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_policy_rate_key integer,
     p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[],
     p_filter boolean, p_budgeted boolean,
+    p_burst integer, p_burst_window double precision,
+    p_burst_key integer, p_burst_window_key double precision,
+    p_policy_burst integer, p_policy_burst_key integer,
     OUT ids bigint[], OUT rate_blocked boolean,
     OUT budget_names text[], OUT budget_periods double precision[],
     OUT budget_windows double precision[], OUT budget_rates integer[],
@@ -107,7 +113,13 @@ DECLARE
     b_rate_hit boolean[] := '{}';
     v_blocked text[] := '{}';  -- budgets passed over for the rest of the call
     v_held_budget bigint[] := '{}';
-    v_wake text[] := '{}';
+    b_waiter text[] := '{}';  -- a waiting queue to wake if places are left
+    v_waiter record;
+    v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
+    v_found boolean;
+    v_upto_rank integer;
+    v_upto_id bigint;
+    c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
     v_passed text[] := '{}';
@@ -142,6 +154,7 @@ BEGIN
             WHERE bq.queue = p_queue ORDER BY bq.queue, bq.budget
         LOOP
             PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_bname));
+            v_classes := v_classes || v_bname;
         END LOOP;
         FOR v_row IN
             SELECT l.*,
@@ -196,29 +209,35 @@ BEGIN
                 budget_windows := COALESCE(budget_windows, '{}')
                                   || v_row.burst_window::double precision;
             END IF;
-            -- Turns: another queue of the budget whose turn is older wants it and still has
-            -- ready jobs of it: this call leaves the budget's places to it, and wakes it. Only
-            -- while the budget has room (units, rate and burst): a full budget is full for every
-            -- queue, and a wake then only makes the other queue's claim wake this one in turn
-            -- (two budgets each deferred the other way: a wake storm until the window opens).
-            IF v_row.last_turn IS NOT NULL AND b_free[cardinality(b_name)] > 0
-               AND b_rate_left[cardinality(b_name)] > 0
-               AND b_burst_left[cardinality(b_name)] > 0 THEN
-                SELECT array_agg(r.queue) INTO v_wake
-                FROM (SELECT w.queue FROM workhorse.budget_queues w
-                      WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
-                        AND (w.last_turn IS NULL OR w.last_turn < v_row.last_turn)
-                        AND w.queue <> p_queue
-                        AND w.wanted_at > p_now - interval '10 seconds'
-                        AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                                    WHERE j.budget = v_row.budget AND j.queue = w.queue
-                                      AND j.status = 'ready')
-                      ORDER BY w.budget, w.last_turn NULLS FIRST
-                      LIMIT 1) AS r;
-                IF v_wake IS NOT NULL THEN
-                    v_blocked := v_blocked || v_row.budget;
-                    PERFORM workhorse._wake_v1(v_wake[1]);
-                END IF;
+            -- Turns: the other queue of the budget that waits for it with the oldest turn (a
+            -- claim of it met a job of the budget it could not take in the last 10 s, and it
+            -- still has ready jobs of it). If its turn is older than this queue's, this call
+            -- leaves the budget's places to it and wakes it (only while the budget has room:
+            -- units, rate and burst; a full budget is full for every queue, and a wake then only
+            -- makes the other queue's claim wake this one back: two budgets deferred opposite
+            -- ways woke each other at claim speed until the window opened); else it is woken at
+            -- the end if places are left.
+            SELECT w.queue, w.last_turn INTO v_waiter
+            FROM workhorse.budget_queues w
+            WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
+              AND w.queue <> p_queue
+              AND w.wanted_at > p_now - interval '10 seconds'
+              AND EXISTS (SELECT 1 FROM workhorse.jobs j
+                          WHERE j.budget = v_row.budget AND j.queue = w.queue
+                            AND j.status = 'ready')
+            ORDER BY w.budget, w.last_turn NULLS FIRST
+            LIMIT 1;
+            IF NOT FOUND THEN
+                b_waiter := b_waiter || NULL::text;
+            ELSIF v_row.last_turn IS NOT NULL
+                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn)
+                  AND b_free[cardinality(b_name)] > 0 AND b_rate_left[cardinality(b_name)] > 0
+                  AND b_burst_left[cardinality(b_name)] > 0 THEN
+                v_blocked := v_blocked || v_row.budget;
+                PERFORM workhorse._wake_v1(v_waiter.queue);
+                b_waiter := b_waiter || NULL::text;
+            ELSE
+                b_waiter := b_waiter || v_waiter.queue;
             END IF;
         END LOOP;
     END IF;
@@ -228,6 +247,10 @@ BEGIN
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -268,10 +291,23 @@ BEGIN
         FOR v_i IN 1 .. cardinality(k_key) LOOP
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (k_key[v_i] <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                -- The keyless jobs past the budgets passed over: at most c_look rows looked at.
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE k_key[v_i] = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
@@ -299,7 +335,64 @@ BEGIN
 
         v_best := NULL;
         v_from_head := false;
-        IF v_all THEN
+        IF v_all AND p_budgeted AND NOT p_filter THEN
+            -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
+            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
+            -- the first job that names none ahead of it (at most c_look rows looked at past the
+            -- jobs of budgets passed over), and the first expired job.
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
+            INTO v_head
+            FROM unnest(v_classes) AS b(budget)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                FROM workhorse.jobs j
+                WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
+                  AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                ORDER BY j.budget, j.queue, j.rank, j.id
+                LIMIT 1) AS c
+            WHERE NOT (b.budget = ANY(v_blocked))
+            ORDER BY c.rank, c.id
+            LIMIT 1;
+            v_found := FOUND;
+            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
+            -- dropped below; an upper bound in the index condition would not stop the scan.)
+            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
+            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
+            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            INTO v_row
+            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'ready'
+                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  ORDER BY j.queue, j.rank, j.id
+                  LIMIT c_look) AS w
+            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
+            ORDER BY w.rank, w.id
+            LIMIT 1;
+            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+                v_head := v_row;
+                v_found := true;
+            END IF;
+            IF p_expired THEN
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                INTO v_row
+                FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                ORDER BY j.rank, j.id
+                LIMIT 1;
+                IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
+                THEN
+                    v_head := v_row;
+                    v_found := true;
+                END IF;
+            END IF;
+            EXIT WHEN NOT v_found;
+            v_all_rank := v_head.rank;
+            v_all_id := v_head.id;
+            v_key := v_head.ckey;
+        ELSIF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget INTO v_head
             FROM (
@@ -344,10 +437,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;
@@ -423,7 +540,9 @@ BEGIN
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -436,6 +555,11 @@ BEGIN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -493,11 +617,24 @@ BEGIN
             k_pos_id[v_best] := v_head.id;
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (v_key <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE v_key = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                         AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
@@ -529,9 +666,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
@@ -572,6 +710,11 @@ BEGIN
         WHERE bq.budget = t.budget AND bq.queue = p_queue
           AND (t.took OR (t.wanted AND (bq.wanted_at IS NULL
                                         OR bq.wanted_at < clock_timestamp() - interval '1 second')));
+        -- Places of a budget left after this call, and another queue waits for them: wake it.
+        PERFORM workhorse._wake_v1(w.queue)
+        FROM (SELECT DISTINCT x.queue
+              FROM unnest(b_waiter, b_free, b_rate_left, b_burst_left) AS x(queue, free, r, b)
+              WHERE x.queue IS NOT NULL AND x.free > 0 AND x.r > 0 AND x.b > 0) AS w;
         SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
                array_agg(b.burst ORDER BY b.ord)
         INTO budget_stopped, budget_rates, budget_bursts

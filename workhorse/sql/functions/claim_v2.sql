@@ -119,6 +119,10 @@ DECLARE
     v_budget_rates integer[];
     v_budget_bursts integer[];
     v_budget_stopped boolean[];
+    v_burst integer;
+    v_burst_key integer;
+    v_burst_window double precision;
+    v_burst_window_key double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -230,10 +234,27 @@ BEGIN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
         v_units := true;
+        -- The bursts in force (a live override's over the policy's, at most the N in force) and
+        -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key
+               p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
+               -- (LEAST ignores a NULL: no burst must stay NULL, not become N.)
+               CASE WHEN v_rate IS NOT NULL AND COALESCE(o.rate_burst, p.rate_burst) IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
+               CASE WHEN v_rate_key IS NOT NULL
+                         AND COALESCE(o.rate_burst_per_key, p.rate_burst_per_key) IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
+               END AS burst_key
         INTO v_policy
-        FROM workhorse.policies p WHERE p.queue = p_queue;
+        FROM (SELECT p_queue AS queue) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls o
+            ON o.queue = q.queue AND o.override_set_at IS NOT NULL
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        v_burst := v_policy.burst;
+        v_burst_key := v_policy.burst_key;
+        v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
+        v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
         v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
         IF v_hinted AND v_keyed THEN
@@ -252,7 +273,8 @@ BEGIN
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
-            v_filter, v_budgeted) AS c;
+            v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
+            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -652,6 +674,25 @@ BEGIN
                    s.n
             FROM scopes s
             ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), burst_scopes AS (
+            SELECT '' AS ckey, max(a.started_at) AS at, sum(a.rate_cost)::integer AS n,
+                   v_burst_window AS len
+            FROM activated a
+            WHERE v_burst_window IS NOT NULL
+            HAVING count(*) > 0
+            UNION ALL
+            SELECT a.ckey, max(a.started_at), sum(a.rate_cost)::integer, v_burst_window_key
+            FROM activated a
+            WHERE v_burst_window_key IS NOT NULL AND a.ckey <> ''
+            GROUP BY a.ckey
+        ), burst_recorded AS (
+            INSERT INTO workhorse.burst_starts AS r (queue, ckey, bucket_end, n)
+            SELECT p_queue, s.ckey,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM burst_scopes s
+            ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
         ), budget_scopes AS (
             -- The budgets' starts: span 0 in buckets of 1/100 of the rate's period, span 1 in
             -- buckets of 1/100 of the burst's window.
@@ -699,7 +740,11 @@ BEGIN
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
     IF v_units AND v_rate_blocked THEN
-        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+        v_next := GREATEST(
+            CASE WHEN v_rate IS NULL THEN 0 ELSE workhorse._rate_next_start_v1(
+                p_queue, '', v_rate, v_period, clock_timestamp()) END,
+            CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+                p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
     ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
         -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
         -- may start (both its windows allow one more unit).

@@ -37,8 +37,8 @@ CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
 
 -- ---- rate bursts on queue policies --------------------------------------------------------------
 -- rate_burst B (1 <= B <= N) beside rate_limit N/P: besides at most N units in any window P, at
--- most B units in any window of P*B/N (whole milliseconds, rounded down). Stored and listed now;
--- the claim enforces it next (docs/budgets.md). A policy with a burst is stored at level 2.
+-- most B units in any window of P*B/N (whole milliseconds, rounded down). A policy with a burst
+-- is stored at level 2, so only the claim in units (_choose_units_v1) has to count it.
 ALTER TABLE workhorse.policies
     ADD COLUMN rate_burst integer,
     ADD COLUMN rate_burst_per_key integer,
@@ -51,6 +51,20 @@ ALTER TABLE workhorse.policies
 ALTER TABLE workhorse.queue_controls
     ADD COLUMN rate_burst integer CHECK (rate_burst BETWEEN 1 AND 1000000),
     ADD COLUMN rate_burst_per_key integer CHECK (rate_burst_per_key BETWEEN 1 AND 1000000);
+-- A queue's (ckey '') and its keys' starts in their bursts' windows, in rate_starts' buckets of
+-- 1/100 of the window (rate_starts keeps the rate's window P): the claim of a queue whose policy
+-- has a burst files and counts both. Housekeeping prunes it like rate_starts.
+CREATE TABLE workhorse.burst_starts (
+    queue       text        NOT NULL,
+    ckey        text        NOT NULL,
+    bucket_end  timestamptz NOT NULL,
+    n           integer     NOT NULL,
+    PRIMARY KEY (queue, ckey, bucket_end)
+);
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts (bucket_end);
+ALTER TABLE workhorse.burst_starts SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 -- ---- budgets ----------------------------------------------------------------------------------
 -- Desired state, like policies: one namespace declares (owns, syncs, prunes) a budget; any app
@@ -129,9 +143,22 @@ ALTER TABLE workhorse.budget_queues SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
 
+-- ---- key heads by budget ----------------------------------------------------------------------
+-- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
+-- heads of a full budget as one range (DESIGN.md: a key whose head names a full budget is passed
+-- over like a saturated key, its cost never growing with them). Every head of a database that
+-- predates this migration heads a job without a budget: nothing to fill.
+ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
+\ir ../functions/_key_head_budget_v1.sql
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads
+    FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
+
 \ir ../functions/_budget_lock_id_v1.sql
 \ir ../functions/_budget_starts_used_v1.sql
 \ir ../functions/_budget_next_start_v1.sql
+\ir ../functions/_burst_used_v1.sql
+\ir ../functions/_burst_next_start_v1.sql
 \ir ../functions/sync_budgets_v1.sql
 \ir ../functions/set_budget_control_v1.sql
 \ir ../functions/housekeeping_v2.sql
