@@ -9,11 +9,13 @@ by string only), both naming one budget.
    enqueued and before B's first start).
 3. A budget's rate across both queues, from `jobs.started_at` (the database clock): never more
    than N starts in any window P, within 5% of N per P with a backlog; with `rate_burst=B`, never
-   more than B in any window P*B/N.
+   more than B in any window P*B/N; and the slots sleep until the next allowed start (a bound
+   on the claims, as in test_worker_rate_limit).
 
 Each checker also runs on a broken variant and must fail there: the same fleet on a budget that
 nobody declares (no limit), a supervisor of B that is not running when B's jobs arrive, a budget
-with the rate and no burst, and doctored inputs (`test_the_checkers_fail_on_broken_inputs`).
+with the rate and no burst, workers that poll every 2 ms (apps/budget_polling.py), and doctored
+inputs (`test_the_checkers_fail_on_broken_inputs`).
 """
 
 from __future__ import annotations
