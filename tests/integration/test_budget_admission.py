@@ -268,7 +268,8 @@ def _full_budget_ahead(database_url: str, path: str, flood: int) -> None:
             " SELECT 't', 'q', CASE WHEN %s THEN 'b' || g ELSE '' END, '{}', 'api', 2, 'ready'"
             " FROM generate_series(1, %s) g", (keyed, flood))
         for i in range(12):
-            q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key=f"u{i}" if keyed else None))
+            key = f"u{i}" if keyed else None
+            q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key=key))
         policy = {"per_key": ConcurrencyPolicyDefinition("q", max_active_per_key=2),
                   "fair": ConcurrencyPolicyDefinition("q", max_active=64, fairness="key")}
         if path in policy:
@@ -310,17 +311,25 @@ def test_a_claims_cost_does_not_grow_with_a_full_budgets_backlog(
 @pytest.mark.parametrize("path", ["stream", "per_key"])
 def test_the_cost_check_catches_a_choice_that_reads_the_full_budgets_jobs(
         database_url: str, queue: Queue, path: str) -> None:
-    """The same check on a copy of the choice that looks at every row and head past a full
-    budget's (no cap on the walk, no range skip over its heads) must fail."""
+    """The same check on a copy of the choice that reads past a full budget's jobs and heads
+    one by one (the jobs that name no budget found by filtering the queue's ready rows, the heads
+    of no budget by their job's budget) must fail."""
     choose = _sql.function_files()[CHOOSE]
-    look = "c_look CONSTANT integer := 256;"
-    skip = "IF NOT FOUND AND cardinality(v_blocked) > 0 THEN"
-    plain = "WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue"
-    assert choose.count(look) == choose.count(skip) == choose.count(plain) == 1
+    stream = """            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id"""
+    heads = """                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id"""
+    assert choose.count(stream) == choose.count(heads) == 1
     broken_choose = (choose.replace(f"workhorse.{CHOOSE}(", "workhorse.choose_reading_all(", 1)
-                     .replace(look, "c_look CONSTANT integer := 100000000;")
-                     .replace(skip, "IF false THEN")
-                     .replace(plain, "WHERE h.queue = p_queue"))
+                     .replace(stream, """            WHERE j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id) AND COALESCE(j.budget, '') = ''
+            ORDER BY j.queue, j.rank, j.id""")
+                     .replace(heads, """                 WHERE h.queue = p_queue
+                   AND (SELECT hj.budget FROM workhorse.jobs hj WHERE hj.id = h.head_id) IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.head_rank, h.head_id"""))
     claim = _sql.function_files()[CLAIM]
     broken_claim = (claim.replace(f"workhorse.{CLAIM}(", "workhorse.claim_reading_all(", 1)
                     .replace(f"workhorse.{CHOOSE}(", "workhorse.choose_reading_all("))
