@@ -34,7 +34,9 @@ from apps.harness import HERE, Worker, scalar, wait_for
 from sql_names import called_functions
 from test_worker_rate_limit import most_in_a_window
 
-pytestmark = [pytest.mark.slow, pytest.mark.fleet]
+# Slow, and not `fleet`: issue #30 asks for this fleet to run in one CI pass (the embedded
+# server's); the claim's plans on 15 are covered by the integration tests of budgets.
+pytestmark = [pytest.mark.slow]
 
 OPTIONS = ("--slots", "2", "--concurrency", "8", "--lease", "10s", "--dequeue-timeout", "5s")
 UNDECLARED = "nobody-declares-this"   # the broken variant: a budget with no row limits nothing
