@@ -921,8 +921,8 @@ def budget_health() -> Operation[list[BudgetHealth]]:
         BudgetHealth(
             name=row[0], namespace=row[1], max_active=row[2], rate_limit=rate_text(row[3], row[4]),
             rate_burst=row[5], override=_budget_override(row[7:13]) if row[6] else None,
-            active_units=int(row[13]), blocked_ready=0, queues=list(row[16] or []),
-            next_start_at=None, ready=min(int(row[14]), HEALTH_SAMPLE), capped=bool(row[15]),
+            active_units=int(row[13]), blocked_ready=int(row[17]), queues=list(row[16] or []),
+            next_start_at=row[18], ready=min(int(row[14]), HEALTH_SAMPLE), capped=bool(row[15]),
         )
         for row in rows
     ]
@@ -1327,7 +1327,7 @@ def ready_queues(queues: Sequence[str]) -> Operation[set[str]]:
 def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime | None, datetime]]]:
     """Per queue: governed?, the earliest moment a job may become claimable without a NOTIFY,
     and the database clock."""
-    rows = yield _sql.statement("next_due"), (list(queues),)
+    rows = yield _sql.statement("next_due_budgets"), (list(queues),)
     return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
 
 

@@ -822,10 +822,10 @@ class BudgetHealth:
     by ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are
     those in force (a live override's fields over the declared ones); `active_units` is the cost
     of its unexpired active jobs; `queues` the queues with ready or active jobs naming it;
-    `ready` its ready jobs, counted up to the health sample (`capped` beyond).
-
-    Until the claim admits by budget (next release step, docs/budgets.md), `blocked_ready` is 0
-    and `next_start_at` None.
+    `ready` its ready jobs, counted up to the health sample (`capped` beyond); `blocked_ready`
+    those the budget holds back now (all of its ready jobs while it is full or out of starts,
+    else 0); `next_start_at`, for a budget with a rate, when its rate (and burst) lets the next
+    unit start (now, or later while it is out of starts; None without a rate).
 
     >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
     [('openai', 12, ['embeddings', 'summaries'])]

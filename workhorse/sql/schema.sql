@@ -28,8 +28,11 @@ CREATE TABLE workhorse.budget_queues (
     budget text NOT NULL,
     queue text NOT NULL,
     last_turn timestamp with time zone,
+    wanted_at timestamp with time zone,
     CONSTRAINT budget_queues_pkey PRIMARY KEY (budget, queue)
 );
+
+ALTER TABLE workhorse.budget_queues SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 
 CREATE TABLE workhorse.budget_starts (
     budget text NOT NULL,
@@ -61,6 +64,16 @@ CREATE TABLE workhorse.budgets (
     CONSTRAINT budgets_rate_period_check CHECK (((rate_period > (0)::double precision) AND (rate_period <= (31622400)::double precision))),
     CONSTRAINT budgets_some_limit CHECK (((max_active IS NOT NULL) OR (rate_limit IS NOT NULL)))
 );
+
+CREATE TABLE workhorse.burst_starts (
+    queue text NOT NULL,
+    ckey text NOT NULL,
+    bucket_end timestamp with time zone NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT burst_starts_pkey PRIMARY KEY (queue, ckey, bucket_end)
+);
+
+ALTER TABLE workhorse.burst_starts SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 
 CREATE TABLE workhorse.job_deps (
     job_id bigint NOT NULL,
@@ -340,9 +353,13 @@ CREATE TABLE workhorse.workflows (
 
 CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues USING btree (queue, budget);
 
+CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues USING btree (budget, last_turn) WHERE (wanted_at IS NOT NULL);
+
 CREATE INDEX budget_starts_end_idx ON workhorse.budget_starts USING btree (bucket_end);
 
 CREATE INDEX budgets_namespace_idx ON workhorse.budgets USING btree (namespace);
+
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts USING btree (bucket_end);
 
 CREATE INDEX job_deps_parent_idx ON workhorse.job_deps USING btree (parent_id);
 
@@ -350,7 +367,7 @@ CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) 
 
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease_until) INCLUDE (cost, queue) WHERE ((status = 'active'::text) AND (budget IS NOT NULL));
 
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, ckey, rank, id) WHERE ((status = 'ready'::text) AND (budget IS NOT NULL));
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE ((status = 'ready'::text) AND (budget IS NOT NULL));
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
@@ -442,7 +459,67 @@ CREATE OR REPLACE FUNCTION workhorse._budget_lock_id_v1(p_budget text)
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT hashtextextended(p_budget, 7048) $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, OUT ids bigint[], OUT rate_blocked boolean)
+CREATE OR REPLACE FUNCTION workhorse._budget_next_start_v1(p_budget text, p_span smallint, p_window double precision, p_limit integer, p_need integer, p_now timestamp with time zone)
+ RETURNS double precision
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(GREATEST(EXTRACT(epoch FROM (
+               min(b.bucket_end) + make_interval(secs => p_window) - p_now))::double precision,
+               0.0), 0.0)
+    FROM (
+        SELECT s.bucket_end,
+               COALESCE(sum(s.n) OVER (ORDER BY s.bucket_end DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   AS newer
+        FROM workhorse.budget_starts s
+        WHERE s.budget = p_budget AND s.span = p_span
+          AND s.bucket_end > p_now - make_interval(secs => p_window)
+    ) AS b
+    WHERE b.newer <= p_limit - p_need
+      AND workhorse._budget_starts_used_v1(p_budget, p_span, p_window, p_now) > p_limit - p_need
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._budget_starts_used_v1(p_budget text, p_span smallint, p_window double precision, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(sum(s.n), 0)::bigint
+    FROM workhorse.budget_starts s
+    WHERE s.budget = p_budget AND s.span = p_span
+      AND s.bucket_end > p_now - make_interval(secs => p_window)
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._burst_next_start_v1(p_queue text, p_ckey text, p_burst integer, p_window double precision, p_now timestamp with time zone)
+ RETURNS double precision
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(GREATEST(EXTRACT(epoch FROM (
+               min(b.bucket_end) + make_interval(secs => p_window) - p_now))::double precision,
+               0.0), 0.0)
+    FROM (
+        SELECT s.bucket_end,
+               COALESCE(sum(s.n) OVER (ORDER BY s.bucket_end DESC
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                   AS newer
+        FROM workhorse.burst_starts s
+        WHERE s.queue = p_queue AND s.ckey = p_ckey
+          AND s.bucket_end > p_now - make_interval(secs => p_window)
+    ) AS b
+    WHERE b.newer <= p_burst - 1
+      AND workhorse._burst_used_v1(p_queue, p_ckey, p_window, p_now) >= p_burst
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._burst_used_v1(p_queue text, p_ckey text, p_window double precision, p_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE sql
+AS $function$
+    SELECT COALESCE(sum(s.n), 0)::bigint
+    FROM workhorse.burst_starts s
+    WHERE s.queue = p_queue AND s.ckey = p_ckey
+      AND s.bucket_end > p_now - make_interval(secs => p_window)
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -465,6 +542,29 @@ DECLARE
     k_c_rate integer[] := '{}';
     k_c_weight integer[] := '{}';
     k_c_task text[] := '{}';
+    k_c_budget text[] := '{}';
+    -- The queue's budgets that have limits, parallel arrays: name, the declared limits (what
+    -- can never fit), units and starts left (rate window, burst window), and this call's
+    -- state: blocked (passed over), took a job, met a job it could not take.
+    b_name text[] := '{}';
+    b_decl_max integer[] := '{}';
+    b_decl_rate integer[] := '{}';
+    b_decl_burst integer[] := '{}';
+    b_free bigint[] := '{}';
+    b_rate_left bigint[] := '{}';
+    b_burst_left bigint[] := '{}';
+    b_rate integer[] := '{}';
+    b_period double precision[] := '{}';
+    b_burst integer[] := '{}';
+    b_window double precision[] := '{}';
+    b_took boolean[] := '{}';
+    b_wanted boolean[] := '{}';
+    b_rate_hit boolean[] := '{}';
+    v_blocked text[] := '{}';  -- budgets passed over for the rest of the call
+    v_held_budget bigint[] := '{}';
+    v_wake text[] := '{}';
+    v_b integer;
+    v_bname text;
     v_passed text[] := '{}';
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
@@ -488,12 +588,100 @@ DECLARE
 BEGIN
     rate_blocked := false;
     ids := '{}';
+    IF p_budgeted THEN
+        -- The queue's budgets, locked in name order (after the queue's lock, as every statement
+        -- that takes both), then read afresh: every claim of every queue that counts them and
+        -- every sync or override of them committed before.
+        FOR v_bname IN
+            SELECT bq.budget FROM workhorse.budget_queues bq
+            WHERE bq.queue = p_queue ORDER BY bq.queue, bq.budget
+        LOOP
+            PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_bname));
+        END LOOP;
+        FOR v_row IN
+            SELECT l.*,
+                   CASE WHEN l.burst IS NOT NULL AND l.rate IS NOT NULL
+                        THEN floor(l.period * LEAST(l.burst, l.rate) / l.rate * 1000) / 1000
+                   END AS burst_window
+            FROM (
+                SELECT bq.budget, bq.last_turn,
+                       COALESCE(o.max_active, bd.max_active) AS max_active,
+                       COALESCE(o.rate_limit, bd.rate_limit) AS rate,
+                       CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period
+                            ELSE bd.rate_period END AS period,
+                       COALESCE(o.rate_burst, bd.rate_burst) AS burst,
+                       bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
+                       bd.rate_burst AS decl_burst
+                FROM workhorse.budget_queues bq
+                LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
+                LEFT JOIN workhorse.budget_controls o
+                    ON o.name = bq.budget
+                   AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
+                WHERE bq.queue = p_queue
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL)  -- a budget nobody declared
+                ORDER BY bq.queue, bq.budget                       -- limits nothing
+            ) AS l
+            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL
+        LOOP
+            b_name := b_name || v_row.budget;
+            b_decl_max := b_decl_max || v_row.decl_max;
+            b_decl_rate := b_decl_rate || v_row.decl_rate;
+            b_decl_burst := b_decl_burst || v_row.decl_burst;
+            b_rate := b_rate || v_row.rate;
+            b_period := b_period || v_row.period;
+            b_burst := b_burst || LEAST(v_row.burst, v_row.rate);
+            b_window := b_window || v_row.burst_window::double precision;
+            b_free := b_free || CASE WHEN v_row.max_active IS NULL THEN c_big
+                ELSE v_row.max_active - (
+                    SELECT COALESCE(sum(j.cost), 0) FROM workhorse.jobs j
+                    WHERE j.budget = v_row.budget AND j.status = 'active'
+                      AND j.lease_until > p_now) END;
+            b_rate_left := b_rate_left || CASE WHEN v_row.rate IS NULL THEN c_big
+                ELSE v_row.rate - workhorse._budget_starts_used_v1(
+                    v_row.budget, 0::smallint, v_row.period, p_now) END;
+            b_burst_left := b_burst_left || CASE WHEN v_row.burst_window IS NULL THEN c_big
+                ELSE LEAST(v_row.burst, v_row.rate) - workhorse._budget_starts_used_v1(
+                    v_row.budget, 1::smallint, v_row.burst_window::double precision, p_now) END;
+            b_took := b_took || false;
+            b_wanted := b_wanted || false;
+            b_rate_hit := b_rate_hit || false;
+            IF v_row.rate IS NOT NULL THEN
+                budget_names := COALESCE(budget_names, '{}') || v_row.budget;
+                budget_periods := COALESCE(budget_periods, '{}') || v_row.period;
+                budget_windows := COALESCE(budget_windows, '{}')
+                                  || v_row.burst_window::double precision;
+            END IF;
+            -- Turns: another queue of the budget whose turn is older wants it and still has
+            -- ready jobs of it: this call leaves the budget's places to it, and wakes it.
+            IF v_row.last_turn IS NOT NULL THEN
+                SELECT array_agg(r.queue) INTO v_wake
+                FROM (SELECT w.queue FROM workhorse.budget_queues w
+                      WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
+                        AND (w.last_turn IS NULL OR w.last_turn < v_row.last_turn)
+                        AND w.queue <> p_queue
+                        AND w.wanted_at > p_now - interval '10 seconds'
+                        AND EXISTS (SELECT 1 FROM workhorse.jobs j
+                                    WHERE j.budget = v_row.budget AND j.queue = w.queue
+                                      AND j.status = 'ready')
+                      ORDER BY w.budget, w.last_turn NULLS FIRST
+                      LIMIT 1) AS r;
+                IF v_wake IS NOT NULL THEN
+                    v_blocked := v_blocked || v_row.budget;
+                    PERFORM workhorse._wake_v1(v_wake[1]);
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
     SELECT COALESCE(sum(j.cost), 0) INTO v_units
     FROM workhorse.jobs j
     WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -528,19 +716,22 @@ BEGIN
             k_c_rate := k_c_rate || NULL::integer;
             k_c_weight := k_c_weight || NULL::integer;
             k_c_task := k_c_task || NULL::text;
+            k_c_budget := k_c_budget || NULL::text;
         END LOOP;
         -- Each tracked key's first candidate.
         FOR v_i IN 1 .. cardinality(k_key) LOOP
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -550,6 +741,7 @@ BEGIN
                 k_c_id[v_i] := v_row.id; k_c_rank[v_i] := v_row.rank;
                 k_c_cost[v_i] := v_row.cost; k_c_rate[v_i] := v_row.rate_cost;
                 k_c_weight[v_i] := v_row.weight; k_c_task[v_i] := v_row.task;
+                k_c_budget[v_i] := v_row.budget;
             END IF;
         END LOOP;
     END IF;
@@ -563,32 +755,35 @@ BEGIN
         v_from_head := false;
         IF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task INTO v_head
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget INTO v_head
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                  FROM workhorse.jobs j
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task
+                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task, k.budget
                  FROM unnest(CASE WHEN p_filter THEN p_tasks END) AS t(task)
                  CROSS JOIN LATERAL (
-                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                      FROM workhorse.jobs j
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                       AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                  FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -647,8 +842,9 @@ BEGIN
                 k_c_rate := k_c_rate || NULL::integer;
                 k_c_weight := k_c_weight || NULL::integer;
                 k_c_task := k_c_task || NULL::text;
+                k_c_budget := k_c_budget || NULL::text;
                 v_best := cardinality(k_key);
-                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task INTO v_row
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget INTO v_row
                 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                 ORDER BY j.queue, j.ckey, j.rank, j.id
@@ -657,13 +853,15 @@ BEGIN
                     k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                     k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
                     k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
+                k_c_budget[v_best] := v_row.budget;
                 END IF;
                 CONTINUE;
             END IF;
             v_key := k_key[v_best];
             v_head := NULL;
             SELECT k_c_id[v_best] AS id, k_c_rank[v_best] AS rank, k_c_cost[v_best] AS cost,
-                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task INTO v_head;
+                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task,
+                   k_c_budget[v_best] AS budget INTO v_head;
         END IF;
 
         IF p_tasks IS NOT NULL AND NOT (v_head.task = ANY(p_tasks)) THEN
@@ -674,18 +872,31 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- Never fits the synced policy: held, and the choice goes on.
+        v_b := array_position(b_name, v_head.budget);
+        -- Never fits the synced policy, or the declared budget: held, and the choice goes on.
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
+        ELSIF v_b IS NOT NULL
+              AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
+                   OR v_head.rate_cost > COALESCE(b_decl_rate[v_b], c_big)
+                   OR v_head.rate_cost > COALESCE(b_decl_burst[v_b], c_big)) THEN
+            v_held_budget := v_held_budget || v_head.id;
         ELSE
             IF v_key <> '' AND NOT v_all THEN
                 IF k_rate_left[v_best] IS NULL THEN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -694,20 +905,46 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            IF v_head.cost > v_free THEN
-                EXIT;  -- no starvation: nothing behind it takes the units it waits for
-            END IF;
-            IF v_head.rate_cost > v_rate_left THEN
-                rate_blocked := true;
-                EXIT;
-            END IF;
-            v_taken := v_taken || v_head.id;
-            v_n := v_n + 1;
-            v_free := v_free - v_head.cost;
-            v_rate_left := v_rate_left - v_head.rate_cost;
-            IF NOT v_all THEN
-                k_units[v_best] := k_units[v_best] + v_head.cost;
-                k_rate_left[v_best] := k_rate_left[v_best] - v_head.rate_cost;
+            IF v_b IS NOT NULL
+               AND (v_head.budget = ANY(v_blocked) OR v_head.cost > b_free[v_b]
+                    OR v_head.rate_cost > b_rate_left[v_b]
+                    OR v_head.rate_cost > b_burst_left[v_b]) THEN
+                -- Its budget is full, out of starts, or left to another queue's turn: passed
+                -- over for the rest of the call (nothing later of it takes the places it waits
+                -- for), with its key in a queue of heads; the keyless stream and the one stream
+                -- go on past the budget's jobs.
+                IF NOT (v_head.budget = ANY(v_blocked)) THEN
+                    v_blocked := v_blocked || v_head.budget;
+                    b_rate_hit[v_b] := v_head.rate_cost > b_rate_left[v_b]
+                                       OR v_head.rate_cost > b_burst_left[v_b];
+                END IF;
+                b_wanted[v_b] := true;
+                IF v_key <> '' AND NOT v_all THEN
+                    v_passed := v_passed || v_key;
+                    CONTINUE;
+                END IF;
+            ELSE
+                IF v_head.cost > v_free THEN
+                    EXIT;  -- no starvation: nothing behind it takes the units it waits for
+                END IF;
+                IF v_head.rate_cost > v_rate_left THEN
+                    rate_blocked := true;
+                    EXIT;
+                END IF;
+                v_taken := v_taken || v_head.id;
+                v_n := v_n + 1;
+                v_free := v_free - v_head.cost;
+                v_rate_left := v_rate_left - v_head.rate_cost;
+                IF NOT v_all THEN
+                    k_units[v_best] := k_units[v_best] + v_head.cost;
+                    k_rate_left[v_best] := k_rate_left[v_best] - v_head.rate_cost;
+                END IF;
+                IF v_b IS NOT NULL THEN
+                    b_free[v_b] := b_free[v_b] - v_head.cost;
+                    b_rate_left[v_b] := b_rate_left[v_b] - v_head.rate_cost;
+                    b_burst_left[v_b] := b_burst_left[v_b] - v_head.rate_cost;
+                    b_took[v_b] := true;
+                END IF;
             END IF;
         END IF;
 
@@ -715,18 +952,20 @@ BEGIN
             -- The key's next candidate, after the one just taken or held.
             k_pos_rank[v_best] := v_head.rank;
             k_pos_id[v_best] := v_head.id;
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -736,6 +975,7 @@ BEGIN
                 k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                 k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
                 k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
+                k_c_budget[v_best] := v_row.budget;
             ELSE
                 k_c_id[v_best] := NULL;
             END IF;
@@ -750,9 +990,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
@@ -761,6 +1002,44 @@ BEGIN
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
                 WHERE j.id = ANY(v_held) AND j.ckey <> ''));
         END IF;
+    END IF;
+    IF cardinality(v_held_budget) > 0 THEN
+        -- Held, never to start under its declared budget: an operator retries it after
+        -- raising the budget's limits.
+        UPDATE workhorse.jobs j
+        SET status = 'held', finished_at = p_now, lease_until = NULL, expires_at = NULL,
+            error = jsonb_build_object(
+                'type', 'CostExceedsLimitError',
+                'message', format('cost %s and rate_cost %s can never fit budget %s '
+                                  '(max_active=%s, rate_limit N=%s, rate_burst=%s)', j.cost,
+                                  j.rate_cost, j.budget, bd.max_active, bd.rate_limit,
+                                  bd.rate_burst),
+                'traceback', NULL)
+        FROM workhorse.budgets bd
+        WHERE j.id = ANY(v_held_budget) AND bd.name = j.budget;
+        PERFORM workhorse._ended_v1(v_held_budget);
+        IF p_heads THEN
+            PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
+                SELECT DISTINCT j.ckey FROM workhorse.jobs j
+                WHERE j.id = ANY(v_held_budget) AND j.ckey <> ''));
+        END IF;
+    END IF;
+    IF cardinality(b_name) > 0 THEN
+        -- The turns: a budget this call took from is the queue's newest turn; one whose job it
+        -- could not take is wanted (refreshed at most once a second, to spare writes).
+        UPDATE workhorse.budget_queues bq
+        SET last_turn = CASE WHEN t.took THEN clock_timestamp() ELSE bq.last_turn END,
+            wanted_at = CASE WHEN t.wanted THEN clock_timestamp() ELSE NULL END
+        FROM unnest(b_name, b_took, b_wanted) AS t(budget, took, wanted)
+        WHERE bq.budget = t.budget AND bq.queue = p_queue
+          AND (t.took OR (t.wanted AND (bq.wanted_at IS NULL
+                                        OR bq.wanted_at < clock_timestamp() - interval '1 second')));
+        SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
+               array_agg(b.burst ORDER BY b.ord)
+        INTO budget_stopped, budget_rates, budget_bursts
+        FROM unnest(b_name, b_rate_hit, b_rate, b_burst) WITH ORDINALITY
+             AS b(name, hit, rate, burst, ord)
+        WHERE b.rate IS NOT NULL;
     END IF;
     ids := v_taken;
 END
@@ -2089,13 +2368,25 @@ DECLARE
     v_cut_keys text[];
     v_cut_ranks integer[];
     v_cut_ids bigint[];
+    v_budgeted boolean := false;
+    v_budget_names text[];
+    v_budget_periods double precision[];
+    v_budget_windows double precision[];
+    v_budget_rates integer[];
+    v_budget_bursts integer[];
+    v_budget_stopped boolean[];
+    v_burst integer;
+    v_burst_key integer;
+    v_burst_window double precision;
+    v_burst_window_key double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them
     -- (its lease expired) would wait for us while we wait for it.
     v_peek := EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = p_queue)
-              OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue);
+              OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
+              OR EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     IF v_peek THEN
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
     ELSE
@@ -2143,6 +2434,8 @@ BEGIN
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
          v_period_key, v_expired, v_due, v_hinted
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
+    v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
+    v_governed := v_governed OR v_budgeted;
     IF v_level > c_level THEN
         -- The queue uses a feature this claim does not know: admitting here could break a rule
         -- it cannot count (invariant 5). Say so, so that the worker warns.
@@ -2193,14 +2486,29 @@ BEGIN
     END IF;
 
     v_room := p_limit;
-    IF v_governed AND v_level >= 2 THEN
+    IF v_governed AND (v_level >= 2 OR v_budgeted) THEN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
         v_units := true;
+        -- The bursts in force (a live override's over the policy's, at most the N in force) and
+        -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key
+               p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
+               CASE WHEN v_rate IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
+               CASE WHEN v_rate_key IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
+               END AS burst_key
         INTO v_policy
-        FROM workhorse.policies p WHERE p.queue = p_queue;
+        FROM (SELECT p_queue AS queue) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls o
+            ON o.queue = q.queue AND o.override_set_at IS NOT NULL
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        v_burst := v_policy.burst;
+        v_burst_key := v_policy.burst_key;
+        v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
+        v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
         v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
         IF v_hinted AND v_keyed THEN
@@ -2210,13 +2518,17 @@ BEGIN
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
-        SELECT c.ids, c.rate_blocked INTO v_ids, v_rate_blocked
+        SELECT c.ids, c.rate_blocked, c.budget_names, c.budget_periods, c.budget_windows,
+               c.budget_rates, c.budget_bursts, c.budget_stopped
+        INTO v_ids, v_rate_blocked, v_budget_names, v_budget_periods, v_budget_windows,
+             v_budget_rates, v_budget_bursts, v_budget_stopped
         FROM workhorse._choose_units_v1(
             p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
-            v_filter) AS c;
+            v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
+            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -2594,6 +2906,7 @@ BEGIN
             WHERE j.id = ANY(v_ids)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND (v_budgeted OR j.budget IS NULL)
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
@@ -2615,6 +2928,45 @@ BEGIN
                    s.n
             FROM scopes s
             ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), burst_scopes AS (
+            SELECT '' AS ckey, max(a.started_at) AS at, sum(a.rate_cost)::integer AS n,
+                   v_burst_window AS len
+            FROM activated a
+            WHERE v_burst_window IS NOT NULL
+            HAVING count(*) > 0
+            UNION ALL
+            SELECT a.ckey, max(a.started_at), sum(a.rate_cost)::integer, v_burst_window_key
+            FROM activated a
+            WHERE v_burst_window_key IS NOT NULL AND a.ckey <> ''
+            GROUP BY a.ckey
+        ), burst_recorded AS (
+            INSERT INTO workhorse.burst_starts AS r (queue, ckey, bucket_end, n)
+            SELECT p_queue, s.ckey,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM burst_scopes s
+            ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), budget_scopes AS (
+            -- The budgets' starts: span 0 in buckets of 1/100 of the rate's period, span 1 in
+            -- buckets of 1/100 of the burst's window.
+            SELECT a.budget, w.span, w.len, max(a.started_at) AS at,
+                   sum(a.rate_cost)::integer AS n
+            FROM activated a
+            JOIN unnest(v_budget_names, v_budget_periods, v_budget_windows)
+                AS b(budget, period, burst_window) ON b.budget = a.budget
+            CROSS JOIN LATERAL (VALUES (0::smallint, b.period), (1::smallint, b.burst_window))
+                AS w(span, len)
+            WHERE w.len IS NOT NULL
+            GROUP BY a.budget, w.span, w.len
+        ), budget_recorded AS (
+            INSERT INTO workhorse.budget_starts AS r (budget, span, bucket_end, n)
+            SELECT s.budget, s.span,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM budget_scopes s
+            ON CONFLICT (budget, span, bucket_end) DO UPDATE SET n = r.n + excluded.n
         )
         SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
@@ -2642,7 +2994,26 @@ BEGIN
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
     IF v_units AND v_rate_blocked THEN
-        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+        v_next := GREATEST(
+            CASE WHEN v_rate IS NULL THEN 0 ELSE workhorse._rate_next_start_v1(
+                p_queue, '', v_rate, v_period, clock_timestamp()) END,
+            CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+                p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
+    ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
+        -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
+        -- may start (both its windows allow one more unit).
+        SELECT min(GREATEST(
+                   workhorse._budget_next_start_v1(b.name, 0::smallint, b.period, b.rate, 1,
+                                                   clock_timestamp()),
+                   CASE WHEN b.burst_window IS NULL THEN 0
+                        ELSE workhorse._budget_next_start_v1(b.name, 1::smallint, b.burst_window,
+                                                             b.burst, 1, clock_timestamp())
+                   END))
+        INTO v_next
+        FROM unnest(v_budget_names, v_budget_periods, v_budget_windows, v_budget_rates,
+                    v_budget_bursts, v_budget_stopped)
+             AS b(name, period, burst_window, rate, burst, stopped)
+        WHERE b.stopped;
     ELSIF v_units AND v_rate IS NOT NULL THEN
         NULL;  -- not cut short by the queue's rate
     ELSIF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN
@@ -3659,6 +4030,20 @@ BEGIN
     DELETE FROM workhorse.budget_starts s
     USING longest l
     WHERE s.budget = l.budget AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    pruned_starts := pruned_starts + v_count;
+
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.burst_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.burst_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
 END

@@ -12,7 +12,8 @@
 -- and `p_filter` (the queue holds another app's ready jobs).
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
--- counts `rate_cost` starts against both rate limits. Active units are derived here from the
+-- counts `rate_cost` starts against both rate limits, and against their bursts (`p_burst` B in
+-- force in its window `p_burst_window` = P*B/N, the same per key; NULL: none; burst_starts). Active units are derived here from the
 -- active jobs (at most max_active of them), never stored.
 --
 -- The choice is one job at a time, at most p_limit of them:
@@ -32,9 +33,28 @@
 --  * with `p_filter`: one stream merges one walk per known task, so another app's jobs are never
 --    read; a key whose candidate is another app's job is passed over for the rest of the call,
 --    unless that job does not fit the queue's free units (then the choice ends, as for any job).
+--  * with `p_budgeted` (the queue's jobs name budgets: DESIGN.md "Named budgets"): the queue's
+--    budgets are locked here, in name order, after the queue's lock (every statement takes them
+--    in that order). A job of a budget with limits is taken only when it fits the budget's free
+--    units (its unexpired active jobs' cost, in every queue), its rate's starts left and its
+--    burst's; one that does not passes its budget over for the rest of the call (nothing later
+--    of that budget takes the places it waits for) and, in a queue with key heads, its key (a
+--    key's order holds); the queue's other jobs go on. One that can never fit the declared
+--    budget is held (CostExceedsLimitError). Turns between the queues that share a budget: the
+--    queue defers (treats the budget as full for this call) while another queue of the budget
+--    whose turn is older wants it (a claim of it met a job of the budget it could not take in
+--    the last 10 s) and still has ready jobs of it, and wakes that queue; so freed places go to
+--    the queues in turn, not to whichever claims fastest. Returns the budgets with rates
+--    (`budget_names`, their windows `budget_periods` and `budget_windows` for the caller to file
+--    the starts, their limits in force `budget_rates` and `budget_bursts`, and
+--    `budget_stopped`: the budget's rate stopped a job, so the caller says when the next may
+--    start, once it filed this call's starts).
 -- Cost: a probe per tracked key, then per job chosen one head probe or one key probe, each
 -- passing over at most the tracked and passed-over keys: bounded by the batch and the keys with
--- active jobs, never by the backlog.
+-- active jobs, never by the backlog. Budgets add per budget of the queue one read of its active
+-- jobs (at most its max_active rows), of its start buckets (~101 per window) and of the queues
+-- waiting for it; a queue without key heads walks past a full budget's ready rows (read and
+-- filtered: its backlog ahead of the next other job; docs/budgets.md, open points).
 CREATE FUNCTION workhorse._choose_units_v1(
     p_queue text, p_limit integer, p_now timestamptz,
     p_max integer, p_per_key integer,
@@ -42,8 +62,14 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_policy_max integer, p_policy_per_key integer, p_policy_rate integer,
     p_policy_rate_key integer,
     p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[],
-    p_filter boolean,
-    OUT ids bigint[], OUT rate_blocked boolean)
+    p_filter boolean, p_budgeted boolean,
+    p_burst integer, p_burst_window double precision,
+    p_burst_key integer, p_burst_window_key double precision,
+    p_policy_burst integer, p_policy_burst_key integer,
+    OUT ids bigint[], OUT rate_blocked boolean,
+    OUT budget_names text[], OUT budget_periods double precision[],
+    OUT budget_windows double precision[], OUT budget_rates integer[],
+    OUT budget_bursts integer[], OUT budget_stopped boolean[])
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -65,6 +91,29 @@ DECLARE
     k_c_rate integer[] := '{}';
     k_c_weight integer[] := '{}';
     k_c_task text[] := '{}';
+    k_c_budget text[] := '{}';
+    -- The queue's budgets that have limits, parallel arrays: name, the declared limits (what
+    -- can never fit), units and starts left (rate window, burst window), and this call's
+    -- state: blocked (passed over), took a job, met a job it could not take.
+    b_name text[] := '{}';
+    b_decl_max integer[] := '{}';
+    b_decl_rate integer[] := '{}';
+    b_decl_burst integer[] := '{}';
+    b_free bigint[] := '{}';
+    b_rate_left bigint[] := '{}';
+    b_burst_left bigint[] := '{}';
+    b_rate integer[] := '{}';
+    b_period double precision[] := '{}';
+    b_burst integer[] := '{}';
+    b_window double precision[] := '{}';
+    b_took boolean[] := '{}';
+    b_wanted boolean[] := '{}';
+    b_rate_hit boolean[] := '{}';
+    v_blocked text[] := '{}';  -- budgets passed over for the rest of the call
+    v_held_budget bigint[] := '{}';
+    v_wake text[] := '{}';
+    v_b integer;
+    v_bname text;
     v_passed text[] := '{}';
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
@@ -88,12 +137,100 @@ DECLARE
 BEGIN
     rate_blocked := false;
     ids := '{}';
+    IF p_budgeted THEN
+        -- The queue's budgets, locked in name order (after the queue's lock, as every statement
+        -- that takes both), then read afresh: every claim of every queue that counts them and
+        -- every sync or override of them committed before.
+        FOR v_bname IN
+            SELECT bq.budget FROM workhorse.budget_queues bq
+            WHERE bq.queue = p_queue ORDER BY bq.queue, bq.budget
+        LOOP
+            PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_bname));
+        END LOOP;
+        FOR v_row IN
+            SELECT l.*,
+                   CASE WHEN l.burst IS NOT NULL AND l.rate IS NOT NULL
+                        THEN floor(l.period * LEAST(l.burst, l.rate) / l.rate * 1000) / 1000
+                   END AS burst_window
+            FROM (
+                SELECT bq.budget, bq.last_turn,
+                       COALESCE(o.max_active, bd.max_active) AS max_active,
+                       COALESCE(o.rate_limit, bd.rate_limit) AS rate,
+                       CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period
+                            ELSE bd.rate_period END AS period,
+                       COALESCE(o.rate_burst, bd.rate_burst) AS burst,
+                       bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
+                       bd.rate_burst AS decl_burst
+                FROM workhorse.budget_queues bq
+                LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
+                LEFT JOIN workhorse.budget_controls o
+                    ON o.name = bq.budget
+                   AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
+                WHERE bq.queue = p_queue
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL)  -- a budget nobody declared
+                ORDER BY bq.queue, bq.budget                       -- limits nothing
+            ) AS l
+            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL
+        LOOP
+            b_name := b_name || v_row.budget;
+            b_decl_max := b_decl_max || v_row.decl_max;
+            b_decl_rate := b_decl_rate || v_row.decl_rate;
+            b_decl_burst := b_decl_burst || v_row.decl_burst;
+            b_rate := b_rate || v_row.rate;
+            b_period := b_period || v_row.period;
+            b_burst := b_burst || LEAST(v_row.burst, v_row.rate);
+            b_window := b_window || v_row.burst_window::double precision;
+            b_free := b_free || CASE WHEN v_row.max_active IS NULL THEN c_big
+                ELSE v_row.max_active - (
+                    SELECT COALESCE(sum(j.cost), 0) FROM workhorse.jobs j
+                    WHERE j.budget = v_row.budget AND j.status = 'active'
+                      AND j.lease_until > p_now) END;
+            b_rate_left := b_rate_left || CASE WHEN v_row.rate IS NULL THEN c_big
+                ELSE v_row.rate - workhorse._budget_starts_used_v1(
+                    v_row.budget, 0::smallint, v_row.period, p_now) END;
+            b_burst_left := b_burst_left || CASE WHEN v_row.burst_window IS NULL THEN c_big
+                ELSE LEAST(v_row.burst, v_row.rate) - workhorse._budget_starts_used_v1(
+                    v_row.budget, 1::smallint, v_row.burst_window::double precision, p_now) END;
+            b_took := b_took || false;
+            b_wanted := b_wanted || false;
+            b_rate_hit := b_rate_hit || false;
+            IF v_row.rate IS NOT NULL THEN
+                budget_names := COALESCE(budget_names, '{}') || v_row.budget;
+                budget_periods := COALESCE(budget_periods, '{}') || v_row.period;
+                budget_windows := COALESCE(budget_windows, '{}')
+                                  || v_row.burst_window::double precision;
+            END IF;
+            -- Turns: another queue of the budget whose turn is older wants it and still has
+            -- ready jobs of it: this call leaves the budget's places to it, and wakes it.
+            IF v_row.last_turn IS NOT NULL THEN
+                SELECT array_agg(r.queue) INTO v_wake
+                FROM (SELECT w.queue FROM workhorse.budget_queues w
+                      WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
+                        AND (w.last_turn IS NULL OR w.last_turn < v_row.last_turn)
+                        AND w.queue <> p_queue
+                        AND w.wanted_at > p_now - interval '10 seconds'
+                        AND EXISTS (SELECT 1 FROM workhorse.jobs j
+                                    WHERE j.budget = v_row.budget AND j.queue = w.queue
+                                      AND j.status = 'ready')
+                      ORDER BY w.budget, w.last_turn NULLS FIRST
+                      LIMIT 1) AS r;
+                IF v_wake IS NOT NULL THEN
+                    v_blocked := v_blocked || v_row.budget;
+                    PERFORM workhorse._wake_v1(v_wake[1]);
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
     SELECT COALESCE(sum(j.cost), 0) INTO v_units
     FROM workhorse.jobs j
     WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
     v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
     v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
                         ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
     IF v_free <= 0 THEN
         RETURN;
     END IF;
@@ -128,19 +265,22 @@ BEGIN
             k_c_rate := k_c_rate || NULL::integer;
             k_c_weight := k_c_weight || NULL::integer;
             k_c_task := k_c_task || NULL::text;
+            k_c_budget := k_c_budget || NULL::text;
         END LOOP;
         -- Each tracked key's first candidate.
         FOR v_i IN 1 .. cardinality(k_key) LOOP
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = k_key[v_i]
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -150,6 +290,7 @@ BEGIN
                 k_c_id[v_i] := v_row.id; k_c_rank[v_i] := v_row.rank;
                 k_c_cost[v_i] := v_row.cost; k_c_rate[v_i] := v_row.rate_cost;
                 k_c_weight[v_i] := v_row.weight; k_c_task[v_i] := v_row.task;
+                k_c_budget[v_i] := v_row.budget;
             END IF;
         END LOOP;
     END IF;
@@ -163,32 +304,35 @@ BEGIN
         v_from_head := false;
         IF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task INTO v_head
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget INTO v_head
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                  FROM workhorse.jobs j
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task
+                (SELECT k.id, k.rank, k.cost, k.rate_cost, k.weight, k.ckey, k.task, k.budget
                  FROM unnest(CASE WHEN p_filter THEN p_tasks END) AS t(task)
                  CROSS JOIN LATERAL (
-                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                     SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                      FROM workhorse.jobs j
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                       AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
                  FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -247,8 +391,9 @@ BEGIN
                 k_c_rate := k_c_rate || NULL::integer;
                 k_c_weight := k_c_weight || NULL::integer;
                 k_c_task := k_c_task || NULL::text;
+                k_c_budget := k_c_budget || NULL::text;
                 v_best := cardinality(k_key);
-                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task INTO v_row
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget INTO v_row
                 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                 ORDER BY j.queue, j.ckey, j.rank, j.id
@@ -257,13 +402,15 @@ BEGIN
                     k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                     k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
                     k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
+                k_c_budget[v_best] := v_row.budget;
                 END IF;
                 CONTINUE;
             END IF;
             v_key := k_key[v_best];
             v_head := NULL;
             SELECT k_c_id[v_best] AS id, k_c_rank[v_best] AS rank, k_c_cost[v_best] AS cost,
-                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task INTO v_head;
+                   k_c_rate[v_best] AS rate_cost, k_c_task[v_best] AS task,
+                   k_c_budget[v_best] AS budget INTO v_head;
         END IF;
 
         IF p_tasks IS NOT NULL AND NOT (v_head.task = ANY(p_tasks)) THEN
@@ -274,18 +421,31 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- Never fits the synced policy: held, and the choice goes on.
+        v_b := array_position(b_name, v_head.budget);
+        -- Never fits the synced policy, or the declared budget: held, and the choice goes on.
         IF v_head.cost > COALESCE(p_policy_max, c_big)
            OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big)) THEN
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
+        ELSIF v_b IS NOT NULL
+              AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
+                   OR v_head.rate_cost > COALESCE(b_decl_rate[v_b], c_big)
+                   OR v_head.rate_cost > COALESCE(b_decl_burst[v_b], c_big)) THEN
+            v_held_budget := v_held_budget || v_head.id;
         ELSE
             IF v_key <> '' AND NOT v_all THEN
                 IF k_rate_left[v_best] IS NULL THEN
                     k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
                         ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
                                                                    p_now) END;
+                    IF p_burst_key IS NOT NULL THEN
+                        k_rate_left[v_best] := LEAST(k_rate_left[v_best],
+                            p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
+                                                                   p_burst_window_key, p_now));
+                    END IF;
                 END IF;
                 IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
@@ -294,20 +454,46 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            IF v_head.cost > v_free THEN
-                EXIT;  -- no starvation: nothing behind it takes the units it waits for
-            END IF;
-            IF v_head.rate_cost > v_rate_left THEN
-                rate_blocked := true;
-                EXIT;
-            END IF;
-            v_taken := v_taken || v_head.id;
-            v_n := v_n + 1;
-            v_free := v_free - v_head.cost;
-            v_rate_left := v_rate_left - v_head.rate_cost;
-            IF NOT v_all THEN
-                k_units[v_best] := k_units[v_best] + v_head.cost;
-                k_rate_left[v_best] := k_rate_left[v_best] - v_head.rate_cost;
+            IF v_b IS NOT NULL
+               AND (v_head.budget = ANY(v_blocked) OR v_head.cost > b_free[v_b]
+                    OR v_head.rate_cost > b_rate_left[v_b]
+                    OR v_head.rate_cost > b_burst_left[v_b]) THEN
+                -- Its budget is full, out of starts, or left to another queue's turn: passed
+                -- over for the rest of the call (nothing later of it takes the places it waits
+                -- for), with its key in a queue of heads; the keyless stream and the one stream
+                -- go on past the budget's jobs.
+                IF NOT (v_head.budget = ANY(v_blocked)) THEN
+                    v_blocked := v_blocked || v_head.budget;
+                    b_rate_hit[v_b] := v_head.rate_cost > b_rate_left[v_b]
+                                       OR v_head.rate_cost > b_burst_left[v_b];
+                END IF;
+                b_wanted[v_b] := true;
+                IF v_key <> '' AND NOT v_all THEN
+                    v_passed := v_passed || v_key;
+                    CONTINUE;
+                END IF;
+            ELSE
+                IF v_head.cost > v_free THEN
+                    EXIT;  -- no starvation: nothing behind it takes the units it waits for
+                END IF;
+                IF v_head.rate_cost > v_rate_left THEN
+                    rate_blocked := true;
+                    EXIT;
+                END IF;
+                v_taken := v_taken || v_head.id;
+                v_n := v_n + 1;
+                v_free := v_free - v_head.cost;
+                v_rate_left := v_rate_left - v_head.rate_cost;
+                IF NOT v_all THEN
+                    k_units[v_best] := k_units[v_best] + v_head.cost;
+                    k_rate_left[v_best] := k_rate_left[v_best] - v_head.rate_cost;
+                END IF;
+                IF v_b IS NOT NULL THEN
+                    b_free[v_b] := b_free[v_b] - v_head.cost;
+                    b_rate_left[v_b] := b_rate_left[v_b] - v_head.rate_cost;
+                    b_burst_left[v_b] := b_burst_left[v_b] - v_head.rate_cost;
+                    b_took[v_b] := true;
+                END IF;
             END IF;
         END IF;
 
@@ -315,18 +501,20 @@ BEGIN
             -- The key's next candidate, after the one just taken or held.
             k_pos_rank[v_best] := v_head.rank;
             k_pos_id[v_best] := v_head.id;
-            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task INTO v_row
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task FROM workhorse.jobs j
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
                    AND j.lease_until <= p_now AND j.ckey = v_key
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -336,6 +524,7 @@ BEGIN
                 k_c_id[v_best] := v_row.id; k_c_rank[v_best] := v_row.rank;
                 k_c_cost[v_best] := v_row.cost; k_c_rate[v_best] := v_row.rate_cost;
                 k_c_weight[v_best] := v_row.weight; k_c_task[v_best] := v_row.task;
+                k_c_budget[v_best] := v_row.budget;
             ELSE
                 k_c_id[v_best] := NULL;
             END IF;
@@ -350,9 +539,10 @@ BEGIN
                 'type', 'CostExceedsLimitError',
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
-                                  'rate_limit_per_key N=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_limit_per_key N=%s, rate_burst=%s, '
+                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
-                                  p_policy_rate_key),
+                                  p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
         PERFORM workhorse._ended_v1(v_held);
@@ -361,6 +551,44 @@ BEGIN
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
                 WHERE j.id = ANY(v_held) AND j.ckey <> ''));
         END IF;
+    END IF;
+    IF cardinality(v_held_budget) > 0 THEN
+        -- Held, never to start under its declared budget: an operator retries it after
+        -- raising the budget's limits.
+        UPDATE workhorse.jobs j
+        SET status = 'held', finished_at = p_now, lease_until = NULL, expires_at = NULL,
+            error = jsonb_build_object(
+                'type', 'CostExceedsLimitError',
+                'message', format('cost %s and rate_cost %s can never fit budget %s '
+                                  '(max_active=%s, rate_limit N=%s, rate_burst=%s)', j.cost,
+                                  j.rate_cost, j.budget, bd.max_active, bd.rate_limit,
+                                  bd.rate_burst),
+                'traceback', NULL)
+        FROM workhorse.budgets bd
+        WHERE j.id = ANY(v_held_budget) AND bd.name = j.budget;
+        PERFORM workhorse._ended_v1(v_held_budget);
+        IF p_heads THEN
+            PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
+                SELECT DISTINCT j.ckey FROM workhorse.jobs j
+                WHERE j.id = ANY(v_held_budget) AND j.ckey <> ''));
+        END IF;
+    END IF;
+    IF cardinality(b_name) > 0 THEN
+        -- The turns: a budget this call took from is the queue's newest turn; one whose job it
+        -- could not take is wanted (refreshed at most once a second, to spare writes).
+        UPDATE workhorse.budget_queues bq
+        SET last_turn = CASE WHEN t.took THEN clock_timestamp() ELSE bq.last_turn END,
+            wanted_at = CASE WHEN t.wanted THEN clock_timestamp() ELSE NULL END
+        FROM unnest(b_name, b_took, b_wanted) AS t(budget, took, wanted)
+        WHERE bq.budget = t.budget AND bq.queue = p_queue
+          AND (t.took OR (t.wanted AND (bq.wanted_at IS NULL
+                                        OR bq.wanted_at < clock_timestamp() - interval '1 second')));
+        SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
+               array_agg(b.burst ORDER BY b.ord)
+        INTO budget_stopped, budget_rates, budget_bursts
+        FROM unnest(b_name, b_rate_hit, b_rate, b_burst) WITH ORDINALITY
+             AS b(name, hit, rate, burst, ord)
+        WHERE b.rate IS NOT NULL;
     END IF;
     ids := v_taken;
 END

@@ -35,6 +35,11 @@
 --    rate cost other than 1 was enqueued there, or its policy has fairness = 'key') is admitted
 --    by _choose_units_v1, one job at a time in units, and its touched keys' heads refreshed
 --    after the activation. Queues of level 1 keep the statements below, plans unchanged.
+--  * Named budgets (DESIGN.md "Named budgets"): a queue whose jobs have named a budget
+--    (budget_queues) is governed, whatever its policy, and admitted in units by
+--    _choose_units_v1, which locks its budgets after the queue's lock and counts them; the
+--    activation files their starts. No other path activates a job that names a budget (one
+--    enqueued since this claim looked is left ready), so none is admitted uncounted.
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
 --  * Another app's jobs (DESIGN.md "Errors", UnknownTaskError): a job whose task is not in
@@ -107,13 +112,25 @@ DECLARE
     v_cut_keys text[];
     v_cut_ranks integer[];
     v_cut_ids bigint[];
+    v_budgeted boolean := false;
+    v_budget_names text[];
+    v_budget_periods double precision[];
+    v_budget_windows double precision[];
+    v_budget_rates integer[];
+    v_budget_bursts integer[];
+    v_budget_stopped boolean[];
+    v_burst integer;
+    v_burst_key integer;
+    v_burst_window double precision;
+    v_burst_window_key double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them
     -- (its lease expired) would wait for us while we wait for it.
     v_peek := EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = p_queue)
-              OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue);
+              OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
+              OR EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     IF v_peek THEN
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
     ELSE
@@ -161,6 +178,8 @@ BEGIN
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
          v_period_key, v_expired, v_due, v_hinted
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
+    v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
+    v_governed := v_governed OR v_budgeted;
     IF v_level > c_level THEN
         -- The queue uses a feature this claim does not know: admitting here could break a rule
         -- it cannot count (invariant 5). Say so, so that the worker warns.
@@ -211,14 +230,29 @@ BEGIN
     END IF;
 
     v_room := p_limit;
-    IF v_governed AND v_level >= 2 THEN
+    IF v_governed AND (v_level >= 2 OR v_budgeted) THEN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
         v_units := true;
+        -- The bursts in force (a live override's over the policy's, at most the N in force) and
+        -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key
+               p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
+               CASE WHEN v_rate IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
+               CASE WHEN v_rate_key IS NOT NULL
+                    THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
+               END AS burst_key
         INTO v_policy
-        FROM workhorse.policies p WHERE p.queue = p_queue;
+        FROM (SELECT p_queue AS queue) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls o
+            ON o.queue = q.queue AND o.override_set_at IS NOT NULL
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        v_burst := v_policy.burst;
+        v_burst_key := v_policy.burst_key;
+        v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
+        v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
         v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
         IF v_hinted AND v_keyed THEN
@@ -228,13 +262,17 @@ BEGIN
             SELECT array_agg(DISTINCT d.ckey) INTO v_examined FROM drained d;
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
-        SELECT c.ids, c.rate_blocked INTO v_ids, v_rate_blocked
+        SELECT c.ids, c.rate_blocked, c.budget_names, c.budget_periods, c.budget_windows,
+               c.budget_rates, c.budget_bursts, c.budget_stopped
+        INTO v_ids, v_rate_blocked, v_budget_names, v_budget_periods, v_budget_windows,
+             v_budget_rates, v_budget_bursts, v_budget_stopped
         FROM workhorse._choose_units_v1(
             p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
-            v_filter) AS c;
+            v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
+            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -612,6 +650,7 @@ BEGIN
             WHERE j.id = ANY(v_ids)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND (v_budgeted OR j.budget IS NULL)
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
@@ -633,6 +672,45 @@ BEGIN
                    s.n
             FROM scopes s
             ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), burst_scopes AS (
+            SELECT '' AS ckey, max(a.started_at) AS at, sum(a.rate_cost)::integer AS n,
+                   v_burst_window AS len
+            FROM activated a
+            WHERE v_burst_window IS NOT NULL
+            HAVING count(*) > 0
+            UNION ALL
+            SELECT a.ckey, max(a.started_at), sum(a.rate_cost)::integer, v_burst_window_key
+            FROM activated a
+            WHERE v_burst_window_key IS NOT NULL AND a.ckey <> ''
+            GROUP BY a.ckey
+        ), burst_recorded AS (
+            INSERT INTO workhorse.burst_starts AS r (queue, ckey, bucket_end, n)
+            SELECT p_queue, s.ckey,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM burst_scopes s
+            ON CONFLICT (queue, ckey, bucket_end) DO UPDATE SET n = r.n + excluded.n
+        ), budget_scopes AS (
+            -- The budgets' starts: span 0 in buckets of 1/100 of the rate's period, span 1 in
+            -- buckets of 1/100 of the burst's window.
+            SELECT a.budget, w.span, w.len, max(a.started_at) AS at,
+                   sum(a.rate_cost)::integer AS n
+            FROM activated a
+            JOIN unnest(v_budget_names, v_budget_periods, v_budget_windows)
+                AS b(budget, period, burst_window) ON b.budget = a.budget
+            CROSS JOIN LATERAL (VALUES (0::smallint, b.period), (1::smallint, b.burst_window))
+                AS w(span, len)
+            WHERE w.len IS NOT NULL
+            GROUP BY a.budget, w.span, w.len
+        ), budget_recorded AS (
+            INSERT INTO workhorse.budget_starts AS r (budget, span, bucket_end, n)
+            SELECT s.budget, s.span,
+                   to_timestamp(ceil(EXTRACT(epoch FROM s.at)::double precision
+                                     / (s.len / 100)) * (s.len / 100)),
+                   s.n
+            FROM budget_scopes s
+            ON CONFLICT (budget, span, bucket_end) DO UPDATE SET n = r.n + excluded.n
         )
         SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts, a.max_attempts,
                a.fence, a.lease_until, a.enqueued_at, a.run_at, a.meta, a.started_at, a.rank,
@@ -660,7 +738,26 @@ BEGIN
     -- first heads whose key is out of starts), so the worker sleeps instead of polling.
     v_next := NULL;
     IF v_units AND v_rate_blocked THEN
-        v_next := workhorse._rate_next_start_v1(p_queue, '', v_rate, v_period, clock_timestamp());
+        v_next := GREATEST(
+            CASE WHEN v_rate IS NULL THEN 0 ELSE workhorse._rate_next_start_v1(
+                p_queue, '', v_rate, v_period, clock_timestamp()) END,
+            CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+                p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
+    ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
+        -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
+        -- may start (both its windows allow one more unit).
+        SELECT min(GREATEST(
+                   workhorse._budget_next_start_v1(b.name, 0::smallint, b.period, b.rate, 1,
+                                                   clock_timestamp()),
+                   CASE WHEN b.burst_window IS NULL THEN 0
+                        ELSE workhorse._budget_next_start_v1(b.name, 1::smallint, b.burst_window,
+                                                             b.burst, 1, clock_timestamp())
+                   END))
+        INTO v_next
+        FROM unnest(v_budget_names, v_budget_periods, v_budget_windows, v_budget_rates,
+                    v_budget_bursts, v_budget_stopped)
+             AS b(name, period, burst_window, rate, burst, stopped)
+        WHERE b.stopped;
     ELSIF v_units AND v_rate IS NOT NULL THEN
         NULL;  -- not cut short by the queue's rate
     ELSIF v_rate IS NOT NULL AND v_used + v_admitted >= v_rate THEN

@@ -28,17 +28,17 @@ ALTER TABLE workhorse.jobs
 -- (the claim counts them under the budget's lock; health sums their cost).
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs (budget, lease_until) INCLUDE (cost, queue)
     WHERE status = 'active' AND budget IS NOT NULL;
--- A budget's ready work, by queue and key in admission order: health's "queues with ready jobs
--- naming it" (a skip-scan, one probe per queue), and the claim's per-budget streams (a queue's
--- keyless jobs of one budget, a key's jobs of one budget) without reading another budget's
--- backlog.
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, ckey, rank, id)
+-- A budget's ready work, by queue in admission order: health's "queues with ready jobs naming
+-- it" (a skip-scan, one probe per queue), the claim's per-budget streams of a queue without
+-- per-key limits (so a full budget's backlog is never read), and "does this queue still want
+-- the budget" for the turns between queues.
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
     WHERE status = 'ready' AND budget IS NOT NULL;
 
 -- ---- rate bursts on queue policies --------------------------------------------------------------
 -- rate_burst B (1 <= B <= N) beside rate_limit N/P: besides at most N units in any window P, at
--- most B units in any window of P*B/N (whole milliseconds, rounded down). Stored and listed now;
--- the claim enforces it next (docs/budgets.md). A policy with a burst is stored at level 2.
+-- most B units in any window of P*B/N (whole milliseconds, rounded down). A policy with a burst
+-- is stored at level 2, so only the claim in units (_choose_units_v1) has to count it.
 ALTER TABLE workhorse.policies
     ADD COLUMN rate_burst integer,
     ADD COLUMN rate_burst_per_key integer,
@@ -51,6 +51,20 @@ ALTER TABLE workhorse.policies
 ALTER TABLE workhorse.queue_controls
     ADD COLUMN rate_burst integer CHECK (rate_burst BETWEEN 1 AND 1000000),
     ADD COLUMN rate_burst_per_key integer CHECK (rate_burst_per_key BETWEEN 1 AND 1000000);
+-- A queue's (ckey '') and its keys' starts in their bursts' windows, in rate_starts' buckets of
+-- 1/100 of the window (rate_starts keeps the rate's window P): the claim of a queue whose policy
+-- has a burst files and counts both. Housekeeping prunes it like rate_starts.
+CREATE TABLE workhorse.burst_starts (
+    queue       text        NOT NULL,
+    ckey        text        NOT NULL,
+    bucket_end  timestamptz NOT NULL,
+    n           integer     NOT NULL,
+    PRIMARY KEY (queue, ckey, bucket_end)
+);
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts (bucket_end);
+ALTER TABLE workhorse.burst_starts SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 -- ---- budgets ----------------------------------------------------------------------------------
 -- Desired state, like policies: one namespace declares (owns, syncs, prunes) a budget; any app
@@ -116,11 +130,24 @@ CREATE TABLE workhorse.budget_queues (
     budget     text        NOT NULL,
     queue      text        NOT NULL,
     last_turn  timestamptz,
+    -- When a claim of the queue last met a job of the budget it could not take (the budget
+    -- full, out of rate, or the queue deferring to another): NULL once it got a place since.
+    wanted_at  timestamptz,
     PRIMARY KEY (budget, queue)
 );
 CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues (queue, budget);
+-- The queues waiting for a budget's places, oldest turn first: a claim reads only these.
+CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues (budget, last_turn)
+    WHERE wanted_at IS NOT NULL;
+ALTER TABLE workhorse.budget_queues SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
 
 \ir ../functions/_budget_lock_id_v1.sql
+\ir ../functions/_budget_starts_used_v1.sql
+\ir ../functions/_budget_next_start_v1.sql
+\ir ../functions/_burst_used_v1.sql
+\ir ../functions/_burst_next_start_v1.sql
 \ir ../functions/sync_budgets_v1.sql
 \ir ../functions/set_budget_control_v1.sql
 \ir ../functions/housekeeping_v2.sql

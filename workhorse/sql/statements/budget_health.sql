@@ -39,7 +39,12 @@ SELECT n.name, b.namespace,
        rd.ready > %(sample)s AS capped,
        ARRAY(SELECT DISTINCT u.q
              FROM unnest(COALESCE(a.queues, '{}') || COALESCE(rw.queues, '{}')) AS u(q)
-             WHERE u.q IS NOT NULL ORDER BY u.q) AS queues
+             WHERE u.q IS NOT NULL ORDER BY u.q) AS queues,
+       -- Held back now: every ready job of a budget that is full, or out of starts in its
+       -- rate's window or its burst's (what the claim passes over).
+       CASE WHEN (lim.max_active IS NOT NULL AND a.units >= lim.max_active)
+                 OR nx.next_in > 0 THEN LEAST(rd.ready, %(sample)s) ELSE 0 END AS blocked_ready,
+       clock_timestamp() + make_interval(secs => nx.next_in) AS next_start_at
 FROM names n
 LEFT JOIN workhorse.budgets b ON b.name = n.name
 LEFT JOIN workhorse.budget_controls c ON c.name = n.name
@@ -61,7 +66,7 @@ CROSS JOIN LATERAL (
           WHERE j.budget = n.name AND j.status = 'ready' AND j.budget IS NOT NULL
           -- The index's order, so that the planner walks it (a LIMIT alone made it pick a
           -- sequential scan it expected to stop early: it reads everything for a rare name).
-          ORDER BY j.budget, j.queue, j.ckey, j.rank, j.id
+          ORDER BY j.budget, j.queue, j.rank, j.id
           LIMIT %(sample)s + 1) AS s
 ) AS rd
 CROSS JOIN LATERAL (
@@ -79,4 +84,25 @@ CROSS JOIN LATERAL (
     )
     SELECT array_agg(w.queue) AS queues FROM walk w
 ) AS rw
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN o.live AND c.max_active IS NOT NULL THEN c.max_active
+                ELSE b.max_active END AS max_active,
+           CASE WHEN o.live AND c.rate_limit IS NOT NULL THEN c.rate_limit
+                ELSE b.rate_limit END AS rate,
+           CASE WHEN o.live AND c.rate_limit IS NOT NULL THEN c.rate_period
+                ELSE b.rate_period END AS period,
+           CASE WHEN o.live AND c.rate_burst IS NOT NULL THEN c.rate_burst
+                ELSE b.rate_burst END AS burst
+) AS lim
+CROSS JOIN LATERAL (
+    -- In how many seconds the budget's rate lets one more unit start (0: now; NULL: no rate),
+    -- both windows counted as the claim counts them.
+    SELECT CASE WHEN lim.rate IS NULL THEN NULL ELSE GREATEST(
+               workhorse._budget_next_start_v1(n.name, 0::smallint, lim.period, lim.rate, 1,
+                                               clock_timestamp()),
+               CASE WHEN lim.burst IS NULL THEN 0 ELSE workhorse._budget_next_start_v1(
+                   n.name, 1::smallint,
+                   floor(lim.period * LEAST(lim.burst, lim.rate) / lim.rate * 1000) / 1000,
+                   LEAST(lim.burst, lim.rate), 1, clock_timestamp()) END) END AS next_in
+) AS nx
 ORDER BY b.namespace NULLS LAST, n.name
