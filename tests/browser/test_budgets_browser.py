@@ -230,3 +230,67 @@ def test_the_budgets_page_and_the_queue_pages_say_which_budget_holds_work_back(
         assert width <= 390, width
     finally:
         phone.close()
+
+
+def test_a_real_fleet_s_full_budget_on_the_pages(database_url, tmp_path, browser):
+    """A `workhorse worker` (the claim that admits by budget) fills `openai` from both queues
+    and runs every `partner` job (nobody declared it: no limit); the pages say so."""
+    import budgetapp
+    from test_dashboard_browser import scalar
+
+    conn = psycopg.connect(database_url, autocommit=True)
+    worker = Process(database_url, tmp_path / "worker.log", "worker", "budgetapp:app", "--sync",
+                     "--slots", "1", "--concurrency", "8", "--grace", "1s")
+    port = _free_port()
+    dashboard = Process(database_url, tmp_path / "dashboard.log", "dashboard", "--port",
+                        str(port))
+    base = f"http://127.0.0.1:{port}"
+
+    def active(where: str) -> int:
+        return int(scalar(conn, "SELECT count(*) FROM workhorse.jobs WHERE status = 'active'"
+                                f" AND {where}"))
+    try:
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workhorse.budgets") == 1, 30,
+                 "the worker's sync")
+        with budgetapp.app.using(conn):
+            budgetapp.app.enqueue_many([budgetapp.summarize.call((n,)) for n in range(4)]
+                                       + [budgetapp.embed.call((n,)) for n in range(4)]
+                                       + [budgetapp.push.call((n,)) for n in range(3)])
+        wait_for(lambda: active("budget = 'openai'") == 2, 30, "2 openai jobs active")
+        wait_for(lambda: active("budget = 'partner'") == 3, 30, "every partner job active")
+        wait_for(lambda: _responds(base), 30, "the dashboard to listen")
+        tab = _tab(browser)
+        tab.goto(base + "/budgets")
+        openai = tab.locator('tr[data-budget="openai"]')
+        assert openai.locator("td.namespace").inner_text() == "budgetapp"
+        assert openai.locator("td.units .num").inner_text() == "2 / 2"
+        assert openai.locator("td.ready").inner_text() == "6"
+        assert openai.locator("td.blocked").inner_text() == "6"
+        assert openai.locator("td.state").inner_text() == "budget openai full (2 of 2 units)"
+        partner = tab.locator('tr[data-budget="partner"]')
+        assert partner.locator("td.namespace").inner_text() == "undeclared: no limit"
+        assert partner.locator("td.units .num").inner_text() == "3 / -"
+        assert partner.locator("td.state").inner_text() == "limits nothing"
+        assert partner.locator("td.queues a").all_inner_texts() == ["partner-sync"]
+        tab.screenshot(path=str(ARTEFACTS / "budgets-fleet.png"), full_page=True)
+        for name in ("summaries", "embeddings"):
+            tab.goto(f"{base}/queue?name={name}")
+            assert tab.locator("#stalled").count() == 0  # the worker serves it
+            held = tab.locator("#held-by").inner_text()
+            assert "budget openai full (2 of 2 units)" in held, (name, held)
+        tab.goto(base + "/")
+        for name in ("summaries", "embeddings"):
+            state = tab.locator(f'tr[data-queue="{name}"] td.state').inner_text()
+            assert "held by budget openai full (2 of 2 units)" in state, (name, state)
+        assert "held by" not in tab.locator(
+            'tr[data-queue="partner-sync"] td.state').inner_text()
+        assert active("budget = 'openai'") == 2  # still: the pages read a steady state
+        assert tab.errors == []
+        tab.close()
+    except BaseException:
+        print("--- worker ---\n" + worker.output() + "\n--- dashboard ---\n" + dashboard.output())
+        raise
+    finally:
+        worker.stop()
+        dashboard.stop()
+        conn.close()

@@ -249,3 +249,48 @@ def test_the_budget_statements_read_no_backlog(conn, queue):
     broken = psycopg.sql.SQL(uses.as_string(conn).replace("LIMIT %(sample)s + 1", ""))
     rows, _ = _jobs_read(conn, broken, params)
     assert rows > 10_000 and not _bounded((rows, []), bound)
+
+
+# ---- against the claim that admits by budget ----------------------------------------------------
+
+
+def test_what_real_claims_leave_is_what_the_pages_say(conn, queue):
+    """Claims fill `openai` (max_active 2) from two queues, one without a policy; then the
+    dashboard says it is full and holds both queues' ready work back, as the claim does (a further
+    claim takes nothing), and agrees with health()'s blocked_ready. Completing one frees a place:
+    the reason goes, and a claim takes a job again (the queue whose turn it is). A budget rate
+    (3/m) exhausted by claims is out of rate, with the next start about a minute away."""
+    queue.sync_concurrency_policies("ai", [ConcurrencyPolicyDefinition("summaries", max_active=10)])
+    queue.sync_budgets("ai", [BudgetDefinition("openai", max_active=2),
+                              BudgetDefinition("api", rate_limit="3/m")])
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="summaries", budget="openai"))
+                        for _ in range(3)])
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="embeddings", budget="openai"))
+                        for _ in range(3)])
+    [first] = queue.claim("summaries", 1, 600)
+    [_] = queue.claim("embeddings", 5, 600)
+    assert queue.claim("summaries", 5, 600) == [] and queue.claim("embeddings", 5, 600) == []
+    [openai] = [b for b in _data.budgets(conn).budgets if b.name == "openai"]
+    assert openai.full and openai.hold == "budget openai full (2 of 2 units)"
+    assert openai.blocked_ready == openai.health.blocked_ready == 4
+    view = _data.overview(conn)
+    assert view.holds["summaries"] == view.holds["embeddings"] == [openai.hold]
+    assert {p.queue: p.blocked_ready for p in view.policies} == {"summaries": 2, "embeddings": 2}
+    queue.complete(first.id, first.fence)
+    view = _data.overview(conn)
+    assert view.holds == {}
+    # The freed place is summaries' turn (its last one is older): embeddings defers to it.
+    assert queue.claim("embeddings", 5, 600) == []
+    assert len(queue.claim("summaries", 5, 600)) == 1
+
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="calls", budget="api"))
+                        for _ in range(5)])
+    assert len(queue.claim("calls", 5, 600)) == 3
+    assert queue.claim("calls", 5, 600) == []
+    [api] = [b for b in _data.budgets(conn).budgets if b.name == "api"]
+    assert api.window is not None and api.window.used == 3
+    assert api.out_of_rate and api.next_start is not None and 55 < api.next_start <= 61
+    assert api.health.next_start_at is not None and api.blocked_ready == 2
+    assert re.fullmatch(r"budget api out of rate \(next start in (5[5-9]|6[01]) s\)",
+                        api.hold or "")
+    assert _data.overview(conn).holds["calls"] == [api.hold]

@@ -90,7 +90,8 @@ class BudgetRow:
     """One budget on the budgets page: its `BudgetHealth`, its rate windows now (None without a
     rate in force), and what follows from them: `full` (its active units reach its max_active),
     `out_of_rate` (its rate or its burst window allows no start now; `next_start` the seconds
-    until one is allowed), its ready jobs held back (`blocked_ready`, within the health
+    until one is allowed, 0 when one is, None without a rate; `next_start_at` that moment while
+    it is out of rate), its ready jobs held back (`blocked_ready`, within the health
     sample), and its ready jobs per queue (from budget_queues)."""
 
     health: BudgetHealth
@@ -306,22 +307,14 @@ def budget_rows(conn: psycopg.Connection[Any], health: QueueHealth,
     for b in health.budgets:
         window = windows.get(b.name)
         full = b.max_active is not None and b.active_units >= b.max_active
-        out_of_rate = False
         next_start = None
         if window is not None:
-            n = rates[b.name][1]
-            burst = b.rate_burst
-            out_of_rate = window.used >= n or (
-                window.burst_used is not None and burst is not None
-                and window.burst_used >= min(burst, n))
+            # The claim's own count (need 1 unit): a start is allowed once both windows say 0.
             next_start = max(window.next_start, window.burst_next_start or 0.0)
-        next_start_at = b.next_start_at
-        if next_start_at is not None and next_start_at > now and not out_of_rate:
-            # health() says so (once the claim records the budget's starts, it computes it).
-            out_of_rate = True
-            next_start = (next_start_at - now).total_seconds()
-        if next_start_at is None and next_start:
-            next_start_at = now + timedelta(seconds=next_start)
+        elif b.next_start_at is not None:
+            next_start = max((b.next_start_at - now).total_seconds(), 0.0)
+        out_of_rate = next_start is not None and next_start > 0
+        next_start_at = now + timedelta(seconds=next_start or 0.0) if out_of_rate else None
         blocked = max(b.blocked_ready, b.ready if full or out_of_rate else 0)
         rows.append(BudgetRow(
             health=b, window=window, full=full, out_of_rate=out_of_rate, next_start=next_start,

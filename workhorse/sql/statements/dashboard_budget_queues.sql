@@ -14,7 +14,7 @@ CROSS JOIN LATERAL (
     FROM (SELECT 1 FROM workhorse.jobs j
           WHERE j.budget = bq.budget AND j.queue = bq.queue AND j.status = 'ready'
             AND j.budget IS NOT NULL
-          ORDER BY j.budget, j.queue, j.ckey, j.rank, j.id
+          ORDER BY j.budget, j.queue, j.rank, j.id
           LIMIT %(sample)s + 1) AS s
 ) AS r
 ORDER BY bq.queue, bq.budget
