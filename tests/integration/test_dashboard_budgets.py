@@ -149,11 +149,19 @@ def test_a_budget_out_of_rate_says_when_the_next_start_is_allowed(conn, queue):
     assert api.out_of_rate and api.next_start is not None and 8 <= api.next_start <= 9
 
 
-def test_the_ready_count_is_capped_at_the_health_sample(conn, queue):
+def test_the_ready_count_is_capped_at_the_health_sample(conn, queue, client):
+    queue.sync_budgets("ai", [BudgetDefinition("many", max_active=1)])
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="bulk", budget="many"))
                         for _ in range(_ops.HEALTH_SAMPLE + 5)])
+    _activate(conn, "id = (SELECT min(id) FROM workhorse.jobs)")
     [many] = _data.budgets(conn).budgets
     assert many.health.capped and many.health.ready == _ops.HEALTH_SAMPLE
+    assert many.full and many.blocked_ready == _ops.HEALTH_SAMPLE
+    row = _row(client.get("/budgets").text, "many")
+    assert '<td class="num ready">1000+</td>' in row, row
+    assert '<td class="num blocked">1000+</td>' in row, row
+    [bulk] = _data.overview(conn).policies
+    assert (bulk.queue, bulk.blocked_ready, bulk.capped) == ("bulk", _ops.HEALTH_SAMPLE, True)
 
 
 def _row(html: str, budget: str) -> str:
