@@ -792,7 +792,8 @@ def health() -> Operation[QueueHealth]:
             rate_limit_per_key=rate_text(row[11], row[12]), rate_limited_keys=row[13],
             paused=row[14], override=_override(row[16:24], row[30:32]) if row[15] else None,
             fairness=row[25], active_units=row[26], on_key_full=row[27], rate_burst=row[28],
-            rate_burst_per_key=row[29], active_jobs=row[32],
+            rate_burst_per_key=row[29], active_jobs=row[32], next_start_at=row[33],
+            next_key_start_at=row[34],
         )
         for row in rows
     ]

@@ -1112,6 +1112,11 @@ class PolicyHealth:
     # The number of active jobs (beside `active_units`, their cost): they differ where costs
     # differ from 1, and `workhorse top` then shows units.
     active_jobs: int = 0
+    # DESIGN.md "rate bursts": when the queue's rate and burst let its next start happen (now,
+    # or later while it is out of starts; None without a rate), and the soonest next start
+    # among its keys out of starts (None when none is).
+    next_start_at: datetime | None = None
+    next_key_start_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,29 @@ def test_a_queues_burst_and_a_keys_burst_are_enforced(
     assert sorted(took) == sorted(one[:2] + two[:2])
 
 
+def test_health_says_when_a_rate_limited_queue_and_its_keys_start_next(
+    queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    queue.sync_concurrency_policies("ns", [
+        ConcurrencyPolicyDefinition("q", rate_limit="10/60s", rate_burst=3),
+        ConcurrencyPolicyDefinition("k", rate_limit_per_key="2/60s"),
+        ConcurrencyPolicyDefinition("plain", max_active=3)])
+    _enqueue(queue, "q", 5)
+    _enqueue(queue, "k", 3, concurrency_key="one")
+    before = {p.queue: p for p in queue.health().policies}
+    _claim(conn, "q", 10)
+    _claim(conn, "k", 10)
+    now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    after = {p.queue: p for p in queue.health().policies}
+    assert before["q"].next_start_at is not None and before["q"].next_start_at <= now
+    assert after["q"].next_start_at is not None
+    assert 17 < (after["q"].next_start_at - now).total_seconds() <= 18.5   # the burst's 18 s
+    assert before["k"].next_key_start_at is None
+    assert after["k"].next_key_start_at is not None
+    assert 59 < (after["k"].next_key_start_at - now).total_seconds() <= 61
+    assert after["plain"].next_start_at is None and after["plain"].next_key_start_at is None
+
+
 def test_a_worker_of_0_2_0_admits_nothing_from_a_budgeted_queue(
     queue: Queue, conn: psycopg.Connection[Any]
 ) -> None:

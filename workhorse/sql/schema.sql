@@ -562,7 +562,8 @@ DECLARE
     b_rate_hit boolean[] := '{}';
     v_blocked text[] := '{}';  -- budgets passed over for the rest of the call
     v_held_budget bigint[] := '{}';
-    v_wake text[] := '{}';
+    b_waiter text[] := '{}';  -- a waiting queue to wake if places are left
+    v_waiter record;
     v_b integer;
     v_bname text;
     v_passed text[] := '{}';
@@ -651,24 +652,30 @@ BEGIN
                 budget_windows := COALESCE(budget_windows, '{}')
                                   || v_row.burst_window::double precision;
             END IF;
-            -- Turns: another queue of the budget whose turn is older wants it and still has
-            -- ready jobs of it: this call leaves the budget's places to it, and wakes it.
-            IF v_row.last_turn IS NOT NULL THEN
-                SELECT array_agg(r.queue) INTO v_wake
-                FROM (SELECT w.queue FROM workhorse.budget_queues w
-                      WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
-                        AND (w.last_turn IS NULL OR w.last_turn < v_row.last_turn)
-                        AND w.queue <> p_queue
-                        AND w.wanted_at > p_now - interval '10 seconds'
-                        AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                                    WHERE j.budget = v_row.budget AND j.queue = w.queue
-                                      AND j.status = 'ready')
-                      ORDER BY w.budget, w.last_turn NULLS FIRST
-                      LIMIT 1) AS r;
-                IF v_wake IS NOT NULL THEN
-                    v_blocked := v_blocked || v_row.budget;
-                    PERFORM workhorse._wake_v1(v_wake[1]);
-                END IF;
+            -- Turns: the other queue of the budget that waits for it with the oldest turn (a
+            -- claim of it met a job of the budget it could not take in the last 10 s, and it
+            -- still has ready jobs of it). If its turn is older than this queue's, this call
+            -- leaves the budget's places to it and wakes it; else it is woken at the end if
+            -- places are left.
+            SELECT w.queue, w.last_turn INTO v_waiter
+            FROM workhorse.budget_queues w
+            WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
+              AND w.queue <> p_queue
+              AND w.wanted_at > p_now - interval '10 seconds'
+              AND EXISTS (SELECT 1 FROM workhorse.jobs j
+                          WHERE j.budget = v_row.budget AND j.queue = w.queue
+                            AND j.status = 'ready')
+            ORDER BY w.budget, w.last_turn NULLS FIRST
+            LIMIT 1;
+            IF NOT FOUND THEN
+                b_waiter := b_waiter || NULL::text;
+            ELSIF v_row.last_turn IS NOT NULL
+                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn) THEN
+                v_blocked := v_blocked || v_row.budget;
+                PERFORM workhorse._wake_v1(v_waiter.queue);
+                b_waiter := b_waiter || NULL::text;
+            ELSE
+                b_waiter := b_waiter || v_waiter.queue;
             END IF;
         END LOOP;
     END IF;
@@ -1034,6 +1041,11 @@ BEGIN
         WHERE bq.budget = t.budget AND bq.queue = p_queue
           AND (t.took OR (t.wanted AND (bq.wanted_at IS NULL
                                         OR bq.wanted_at < clock_timestamp() - interval '1 second')));
+        -- Places of a budget left after this call, and another queue waits for them: wake it.
+        PERFORM workhorse._wake_v1(w.queue)
+        FROM (SELECT DISTINCT x.queue
+              FROM unnest(b_waiter, b_free, b_rate_left, b_burst_left) AS x(queue, free, r, b)
+              WHERE x.queue IS NOT NULL AND x.free > 0 AND x.r > 0 AND x.b > 0) AS w;
         SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
                array_agg(b.burst ORDER BY b.ord)
         INTO budget_stopped, budget_rates, budget_bursts

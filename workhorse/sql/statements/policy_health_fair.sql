@@ -40,7 +40,18 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
                  AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
             THEN c.rate_burst_per_key ELSE p.rate_burst_per_key END AS rate_burst_per_key,
        c.rate_burst AS override_rate_burst, c.rate_burst_per_key AS override_rate_burst_per_key,
-       a.jobs AS active_jobs
+       a.jobs AS active_jobs,
+       -- When the queue's rate and burst let the next start happen (now, or later while out of
+       -- starts; NULL without a rate), and the soonest next start among the keys out of starts.
+       CASE WHEN l.rate_limit IS NOT NULL THEN clock_timestamp() + make_interval(secs => GREATEST(
+           workhorse._rate_next_start_v1(q.queue, '', l.rate_limit, l.rate_period,
+                                         clock_timestamp()),
+           CASE WHEN bw.burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+               q.queue, '', bw.burst, bw.len, clock_timestamp()) END)) END AS next_start_at,
+       (SELECT clock_timestamp() + make_interval(secs => min(workhorse._rate_next_start_v1(
+                   q.queue, k.ckey, l.rate_limit_per_key, l.rate_period_per_key,
+                   clock_timestamp())))
+        FROM unnest(r.limited) AS k(ckey)) AS next_key_start_at
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -50,6 +61,15 @@ CROSS JOIN LATERAL (
                 ELSE workhorse._rate_used_v1(q.queue, '', l.rate_period, clock_timestamp())
            END AS queue_used
 ) AS s
+CROSS JOIN LATERAL (
+    -- The queue's burst in force (at most the N in force) and its window P*B/N.
+    SELECT x.burst, floor(l.rate_period * x.burst / l.rate_limit * 1000) / 1000 AS len
+    FROM (SELECT CASE WHEN l.rate_limit IS NULL THEN NULL ELSE LEAST(l.rate_limit,
+                     CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
+                               AND (c.override_expires_at IS NULL
+                                    OR c.override_expires_at > clock_timestamp())
+                          THEN c.rate_burst ELSE p.rate_burst END) END AS burst) AS x
+) AS bw
 CROSS JOIN LATERAL (
     SELECT COALESCE(sum(k.n), 0)::integer AS active,
            COALESCE(sum(k.jobs), 0)::integer AS jobs,
