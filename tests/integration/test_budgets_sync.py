@@ -1,6 +1,6 @@
-"""Named budgets, part 1 (issue #30, DESIGN.md "Named budgets ... and rate bursts"): declaration,
-sync, storage, validation, listing, overrides and health. Admission by budget comes with the
-claim's next step (docs/budgets.md); nothing here claims."""
+"""Named budgets (issue #30, DESIGN.md "Named budgets ... and rate bursts"): declaration, sync,
+storage, validation, listing, overrides and health. Admission by budget is in
+test_budget_admission.py; nothing here claims."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_budget_health_counts_active_units_and_queues(
                         ("t", {}, EnqueueOptions(queue="embeddings", budget="openai")),
                         ("t", {}, EnqueueOptions(queue="other", budget="ghost")),
                         ("t", {}, EnqueueOptions(queue="other"))])
-    # Two jobs active (made so by hand: the claim of this step knows no budget), one expired.
+    # Two jobs active (made so by hand), one expired.
     conn.execute("UPDATE workhorse.jobs SET status = 'active', fence = 1, attempts = 1,"
                  " lease_until = clock_timestamp() + interval '1 minute'"
                  " WHERE queue = 'summaries' AND cost = 3")
@@ -340,7 +340,10 @@ def test_budget_health_counts_active_units_and_queues(
         "ns", 50, "3000/m", 100)
     assert openai.active_units == 3            # the expired lease holds nothing
     assert openai.queues == ["embeddings", "summaries"]
-    assert (openai.ready, openai.blocked_ready, openai.next_start_at) == (1, 0, None)
+    assert (openai.ready, openai.blocked_ready) == (1, 0)
+    now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    assert openai.next_start_at is not None and openai.next_start_at <= now  # starts left
+    assert health["idle"].next_start_at is None                             # no rate
     assert health["idle"].max_active == 1 and health["idle"].override is not None
     assert health["idle"].queues == [] and health["idle"].active_units == 0
     ghost = health["ghost"]                      # named, declared by nobody: limits nothing

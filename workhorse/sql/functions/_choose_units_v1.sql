@@ -113,6 +113,11 @@ DECLARE
     v_held_budget bigint[] := '{}';
     b_waiter text[] := '{}';  -- a waiting queue to wake if places are left
     v_waiter record;
+    v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
+    v_found boolean;
+    v_upto_rank integer;
+    v_upto_id bigint;
+    c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
     v_passed text[] := '{}';
@@ -147,6 +152,7 @@ BEGIN
             WHERE bq.queue = p_queue ORDER BY bq.queue, bq.budget
         LOOP
             PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_bname));
+            v_classes := v_classes || v_bname;
         END LOOP;
         FOR v_row IN
             SELECT l.*,
@@ -278,10 +284,23 @@ BEGIN
         FOR v_i IN 1 .. cardinality(k_key) LOOP
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (k_key[v_i] <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = k_key[v_i] AND j.status = 'ready'
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                -- The keyless jobs past the budgets passed over: at most c_look rows looked at.
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE k_key[v_i] = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
@@ -309,7 +328,64 @@ BEGIN
 
         v_best := NULL;
         v_from_head := false;
-        IF v_all THEN
+        IF v_all AND p_budgeted AND NOT p_filter THEN
+            -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
+            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
+            -- the first job that names none ahead of it (at most c_look rows looked at past the
+            -- jobs of budgets passed over), and the first expired job.
+            SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
+            INTO v_head
+            FROM unnest(v_classes) AS b(budget)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                FROM workhorse.jobs j
+                WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
+                  AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                ORDER BY j.budget, j.queue, j.rank, j.id
+                LIMIT 1) AS c
+            WHERE NOT (b.budget = ANY(v_blocked))
+            ORDER BY c.rank, c.id
+            LIMIT 1;
+            v_found := FOUND;
+            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
+            -- dropped below; an upper bound in the index condition would not stop the scan.)
+            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
+            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
+            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            INTO v_row
+            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                  FROM workhorse.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'ready'
+                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  ORDER BY j.queue, j.rank, j.id
+                  LIMIT c_look) AS w
+            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
+            ORDER BY w.rank, w.id
+            LIMIT 1;
+            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+                v_head := v_row;
+                v_found := true;
+            END IF;
+            IF p_expired THEN
+                SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
+                INTO v_row
+                FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'active'
+                  AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                ORDER BY j.rank, j.id
+                LIMIT 1;
+                IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
+                THEN
+                    v_head := v_row;
+                    v_found := true;
+                END IF;
+            END IF;
+            EXIT WHEN NOT v_found;
+            v_all_rank := v_head.rank;
+            v_all_id := v_head.id;
+            v_key := v_head.ckey;
+        ELSIF v_all THEN
             -- One stream: the next ready row or expired job after the last one taken.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget INTO v_head
             FROM (
@@ -510,11 +586,24 @@ BEGIN
             k_pos_id[v_best] := v_head.id;
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.task, c.budget INTO v_row
             FROM (
-                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
+                (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                 FROM workhorse.jobs j
+                 WHERE (v_key <> '' OR cardinality(v_blocked) = 0)
+                   AND j.queue = p_queue AND j.ckey = v_key AND j.status = 'ready'
                    AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
-                   AND (j.ckey <> '' OR NOT (COALESCE(j.budget, '') = ANY(v_blocked)))
                  ORDER BY j.queue, j.ckey, j.rank, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.task, w.budget
+                 FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget
+                       FROM workhorse.jobs j
+                       WHERE v_key = '' AND cardinality(v_blocked) > 0
+                         AND j.queue = p_queue AND j.ckey = '' AND j.status = 'ready'
+                         AND (j.rank, j.id) > (k_pos_rank[v_best], k_pos_id[v_best])
+                       ORDER BY j.queue, j.ckey, j.rank, j.id
+                       LIMIT c_look) AS w
+                 WHERE NOT (COALESCE(w.budget, '') = ANY(v_blocked))
+                 ORDER BY w.rank, w.id
                  LIMIT 1)
                 UNION ALL
                 (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.task, j.budget FROM workhorse.jobs j

@@ -238,9 +238,11 @@ BEGIN
         -- their windows, P*B/N in whole milliseconds.
         SELECT p.fairness = 'key' AS fair, p.max_active, p.max_active_per_key, p.rate_limit,
                p.rate_limit_per_key, p.rate_burst, p.rate_burst_per_key,
-               CASE WHEN v_rate IS NOT NULL
+               -- (LEAST ignores a NULL: no burst must stay NULL, not become N.)
+               CASE WHEN v_rate IS NOT NULL AND COALESCE(o.rate_burst, p.rate_burst) IS NOT NULL
                     THEN LEAST(COALESCE(o.rate_burst, p.rate_burst), v_rate) END AS burst,
                CASE WHEN v_rate_key IS NOT NULL
+                         AND COALESCE(o.rate_burst_per_key, p.rate_burst_per_key) IS NOT NULL
                     THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
                END AS burst_key
         INTO v_policy

@@ -61,15 +61,17 @@ CROSS JOIN LATERAL (
                 ELSE workhorse._rate_used_v1(q.queue, '', l.rate_period, clock_timestamp())
            END AS queue_used
 ) AS s
-CROSS JOIN LATERAL (
+LEFT JOIN LATERAL (
     -- The queue's burst in force (at most the N in force) and its window P*B/N.
     SELECT x.burst, floor(l.rate_period * x.burst / l.rate_limit * 1000) / 1000 AS len
-    FROM (SELECT CASE WHEN l.rate_limit IS NULL THEN NULL ELSE LEAST(l.rate_limit,
-                     CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
-                               AND (c.override_expires_at IS NULL
-                                    OR c.override_expires_at > clock_timestamp())
-                          THEN c.rate_burst ELSE p.rate_burst END) END AS burst) AS x
-) AS bw
+    FROM (SELECT LEAST(l.rate_limit, y.burst) AS burst   -- NULL without a burst or a rate
+          FROM (SELECT CASE WHEN l.rate_limit IS NULL THEN NULL
+                            WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
+                                 AND (c.override_expires_at IS NULL
+                                      OR c.override_expires_at > clock_timestamp())
+                            THEN c.rate_burst ELSE p.rate_burst END AS burst) AS y
+          WHERE y.burst IS NOT NULL) AS x
+) AS bw ON true
 CROSS JOIN LATERAL (
     SELECT COALESCE(sum(k.n), 0)::integer AS active,
            COALESCE(sum(k.jobs), 0)::integer AS jobs,
