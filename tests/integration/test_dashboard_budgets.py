@@ -132,10 +132,14 @@ def test_a_budget_out_of_rate_says_when_the_next_start_is_allowed(conn, queue):
     [api] = _data.budgets(conn).budgets
     assert api.window is not None and api.window.used == 10
     assert api.out_of_rate and not api.full
-    assert api.next_start is not None and 38 <= api.next_start <= 40
+    # (40 s less the moments the test took so far: allow for a loaded machine)
+    assert api.next_start is not None and 30 <= api.next_start <= 40
     assert api.next_start_at is not None
-    assert re.fullmatch(r"budget api out of rate \(next start in (3[89]|40) s\)", api.hold or "")
-    assert _data.overview(conn).holds["calls"] == [api.hold]
+    out_of_rate = r"budget api out of rate \(next start in (3[0-9]|40) s\)"
+    assert re.fullmatch(out_of_rate, api.hold or "")
+    # The overview reads the windows again, a moment later: the seconds may have moved on.
+    [hold] = _data.overview(conn).holds["calls"]
+    assert re.fullmatch(out_of_rate, hold), hold
     # The rate's window moves on: 9 of 10 and the burst window (12 s for 2 of 10/m) is empty.
     conn.execute("DELETE FROM workhorse.budget_starts WHERE n = 4")
     _starts(conn, "api", 0, 3, 50.0)  # 9 in the window
@@ -146,7 +150,7 @@ def test_a_budget_out_of_rate_says_when_the_next_start_is_allowed(conn, queue):
     _starts(conn, "api", 1, 2, 3.0)
     [api] = _data.budgets(conn).budgets
     assert api.window is not None and api.window.burst_used == 2
-    assert api.out_of_rate and api.next_start is not None and 8 <= api.next_start <= 9
+    assert api.out_of_rate and api.next_start is not None and 0 < api.next_start <= 9
 
 
 def test_the_ready_count_is_capped_at_the_health_sample(conn, queue, client):
@@ -297,8 +301,9 @@ def test_what_real_claims_leave_is_what_the_pages_say(conn, queue):
     assert queue.claim("calls", 5, 600) == []
     [api] = [b for b in _data.budgets(conn).budgets if b.name == "api"]
     assert api.window is not None and api.window.used == 3
-    assert api.out_of_rate and api.next_start is not None and 55 < api.next_start <= 61
+    assert api.out_of_rate and api.next_start is not None and 45 < api.next_start <= 61
     assert api.health.next_start_at is not None and api.blocked_ready == 2
-    assert re.fullmatch(r"budget api out of rate \(next start in (5[5-9]|6[01]) s\)",
-                        api.hold or "")
-    assert _data.overview(conn).holds["calls"] == [api.hold]
+    out_of_rate = r"budget api out of rate \(next start in (4[5-9]|5[0-9]|6[01]) s\)"
+    assert re.fullmatch(out_of_rate, api.hold or "")
+    [hold] = _data.overview(conn).holds["calls"]
+    assert re.fullmatch(out_of_rate, hold), hold
