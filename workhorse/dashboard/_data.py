@@ -142,6 +142,7 @@ class Governance:
 class BudgetsPage:
     budgets: list[BudgetRow]
     sample: int = _ops.HEALTH_SAMPLE
+    pair_sample: int = _queries.PAIR_SAMPLE   # a queue's ready jobs of a budget: "100+"
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ def budget_rows(conn: psycopg.Connection[Any], health: QueueHealth,
     """health()'s budgets with their rate windows, whether each is full or out of rate now, and
     their ready jobs per queue."""
     if uses is None:
-        uses = _ops.execute(conn, _queries.budget_uses(_ops.HEALTH_SAMPLE))
+        uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
     rates: dict[str, tuple[str, int, float, int | None]] = {}
     for b in health.budgets:
         if b.rate_limit is None:
@@ -339,7 +340,7 @@ def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance
     """Every governed queue, with a queue that only a budget governs (it has used a budget and
     has no policy and no control; DESIGN.md "Named budgets") as a row of its own, and the
     limits that hold each one's ready work back: its policy's (holds) and its budgets'."""
-    uses = _ops.execute(conn, _queries.budget_uses(_ops.HEALTH_SAMPLE))
+    uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
     budgets = budget_rows(conn, health, uses)
     by_name = {b.name: b for b in budgets}
     by_queue: dict[str, list[_queries.BudgetUse]] = {}

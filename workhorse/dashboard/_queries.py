@@ -263,8 +263,11 @@ def queue_minutes(queue: str, minutes: int = 60) -> Operation[tuple[list[Through
 
 # ---- named budgets (DESIGN.md "Named budgets") --------------------------------------------------
 
-# At most this many (queue, budget) pairs of budget_queues are read for one page.
+# At most this many (queue, budget) pairs of budget_queues are read for one page, and each
+# pair's ready jobs are counted up to this many ("100+"): the pages need to know which budgets a
+# queue's ready jobs name, and roughly how many, not a census (health() counts each budget's).
 BUDGET_PAIRS = 10_000
+PAIR_SAMPLE = 100
 
 
 @dataclass(frozen=True)
