@@ -21,7 +21,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from workhorse import BudgetDefinition, ConcurrencyPolicyDefinition, EnqueueOptions, Queue, _ops
-from workhorse.dashboard import _data, create_app
+from workhorse.dashboard import _data, _queries, create_app
 
 
 @pytest.fixture
@@ -245,11 +245,19 @@ def test_the_budget_statements_read_no_backlog(conn, queue):
         queue.enqueue_many([
             ("t", {}, EnqueueOptions(queue=f"q{i % 2}", budget="flood" if i % 4 else None))
             for i in range(start, start + 5000)])
+    # q1 waits for the budget and had its turn before q0: q0 leaves the places to it (the
+    # turns' probe of q1's ready jobs runs too).
+    conn.execute("UPDATE workhorse.budget_queues SET last_turn = now() - interval '1 minute'"
+                 " WHERE queue = 'q0'")
+    conn.execute("UPDATE workhorse.budget_queues SET last_turn = now() - interval '2 minutes',"
+                 " wanted_at = clock_timestamp() + interval '1 minute' WHERE queue = 'q1'")
     conn.execute("ANALYZE workhorse.jobs")
-    bound = 2 * (sample + 1)  # two queues, one capped sample each
+    bound = 2 * (sample + 1) + 2  # two queues, one capped sample each; one probe per waiter
     uses = _sql.statement("dashboard_budget_queues")
     params = {"sample": sample, "pairs": 10_000}
     assert _bounded(_jobs_read(conn, uses, params), bound)
+    assert [(u.queue, u.defers_to) for u in _ops.execute(conn, _queries.budget_uses(sample))
+            ] == [("q0", "q1"), ("q1", None)]
     counted = _sql.statement("dashboard_budgeted_queues")
     assert _bounded(_jobs_read(conn, counted, {"queues": ["q0", "q1"], "blocked": ["flood"],
                                                "sample": sample}), bound)
@@ -270,7 +278,7 @@ def test_what_real_claims_leave_is_what_the_pages_say(conn, queue):
     """Claims fill `openai` (max_active 2) from two queues, one without a policy; then the
     dashboard says it is full and holds both queues' ready work back, as the claim does (a further
     claim takes nothing), and agrees with health()'s blocked_ready. Completing one frees a place:
-    the reason goes, and a claim takes a job again (the queue whose turn it is). A budget rate
+    the pages say it is the other queue's turn, as the claims then do. A budget rate
     (3/m) exhausted by claims is out of rate, with the next start about a minute away."""
     queue.sync_concurrency_policies("ai", [ConcurrencyPolicyDefinition("summaries", max_active=10)])
     queue.sync_budgets("ai", [BudgetDefinition("openai", max_active=2),
@@ -289,11 +297,15 @@ def test_what_real_claims_leave_is_what_the_pages_say(conn, queue):
     assert view.holds["summaries"] == view.holds["embeddings"] == [openai.hold]
     assert {p.queue: p.blocked_ready for p in view.policies} == {"summaries": 2, "embeddings": 2}
     queue.complete(first.id, first.fence)
-    view = _data.overview(conn)
-    assert view.holds == {}
-    # The freed place is summaries' turn (its last one is older): embeddings defers to it.
+    # The freed place is summaries' turn (it wanted one and its last turn is older): the pages
+    # say embeddings leaves it to summaries, and a claim of embeddings indeed takes nothing.
+    turns = {"embeddings": ["budget openai turns: its next places go to queue summaries first "
+                            "(it has waited longer)"]}
+    assert _data.overview(conn).holds == turns
     assert queue.claim("embeddings", 5, 600) == []
+    assert _data.overview(conn).holds == turns
     assert len(queue.claim("summaries", 5, 600)) == 1
+    assert _data.overview(conn).holds["summaries"] == [openai.hold]  # full again
 
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="calls", budget="api"))
                         for _ in range(5)])

@@ -327,12 +327,18 @@ def budget_rows(conn: psycopg.Connection[Any], health: QueueHealth,
 
 def budget_holds(budgets: dict[str, BudgetRow], uses: list[_queries.BudgetUse]) -> list[str]:
     """The budgets that hold this queue's ready work back: those its ready jobs name that are
-    full or out of rate now, each in words ("budget openai full (3 of 3 units)")."""
+    full or out of rate now, each in words ("budget openai full (3 of 3 units)"), or whose
+    places go to another queue first (turns between queues, DESIGN.md "Named budgets")."""
     found = []
     for use in uses:
         row = budgets.get(use.budget)
-        if use.ready and row is not None and row.hold is not None:
+        if not use.ready or row is None:
+            continue
+        if row.hold is not None:
             found.append(row.hold)
+        elif use.defers_to is not None and row.limited:
+            found.append(f"budget {row.name} turns: its next places go to queue "
+                         f"{use.defers_to} first (it has waited longer)")
     return found
 
 

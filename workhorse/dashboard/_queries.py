@@ -300,14 +300,16 @@ def budget_windows(rates: list[tuple[str, int, float, int | None]]
 @dataclass(frozen=True)
 class BudgetUse:
     """One (queue, budget) pair of budget_queues: the budget's ready jobs in the queue (up to
-    the sample, `capped` beyond), and whether health() lists the queue already (it has a
-    policy or a control)."""
+    the sample, `capped` beyond), whether health() lists the queue already (it has a policy or
+    a control), and the queue a claim of this one leaves the budget's places to now (turns
+    between queues: it has waited longer)."""
 
     queue: str
     budget: str
     ready: int
     capped: bool
     listed: bool
+    defers_to: str | None = None   # the queue whose turn the budget's next places are
 
 
 def budget_uses(sample: int) -> Operation[list[BudgetUse]]:
@@ -315,7 +317,7 @@ def budget_uses(sample: int) -> Operation[list[BudgetUse]]:
     rows = yield _sql.statement("dashboard_budget_queues"), {"sample": sample,
                                                               "pairs": BUDGET_PAIRS}
     return [BudgetUse(str(r[0]), str(r[1]), min(int(r[2]), sample), int(r[2]) > sample,
-                      bool(r[3])) for r in rows]
+                      bool(r[3]), None if r[4] is None else str(r[4])) for r in rows]
 
 
 @dataclass(frozen=True)
