@@ -1,8 +1,8 @@
 """Claim benchmarks: claim+complete throughput, claim latency against queue shape, rate limits
-(what counting starts costs the product's claim), and drift.
+(what counting starts costs the product's claim), fair share, named budgets, and drift.
 
     .venv/bin/python benchmarks/bench_claim.py [--database-url URL] [--quick]
-                                               [--only throughput|latency|rate|drift]
+                                               [--only throughput|latency|rate|drift|fair|budget]
 
 1. Throughput. No-op jobs, `Queue.claim(queue, 32, lease)` then `Queue.complete_many(...)` in a
    loop, 4 connections in 4 OS processes (multiprocessing, spawn). Each repeat truncates and
@@ -53,6 +53,24 @@
    claims since the last VACUUM, then after a VACUUM: what the dead rows that claims and
    enqueues leave behind cost until vacuum removes them.
 
+6. Budgets (`--only budget`). The latency measurement above (Queue.claim timed, the batch
+   completed, as many jobs enqueued at the tail untimed, naming the queue's budget if it has
+   one) on 2 and on 8 queues that share one budget, each queue with its own backlog of 5,000
+   ready keyless jobs (20,000 in full mode); the claimer rotates through a case's queues, one
+   claim each. Four variants, each its own set of queues in one table, interleaved round by
+   round in rotated order, batch 1 and 32:
+     unbudgeted          no policy, no budget (the ungoverned fast path)
+     unbudgeted+policy   each queue a policy max_active=64 (the governed path without budgets)
+     budgeted            every job names one declared budget max_active=64, no policy
+     budgeted, full      the same, with 63 of the 64 units held by active jobs (a lease of a
+                         day) of one more queue of the budget that is never claimed from, so
+                         each claim takes the one place its predecessor freed (batch 1's steady
+                         state; batch 32 takes 1 too, and marks the queue as wanting the
+                         budget): the cost of the turn bookkeeping. Checked every round: 63
+                         units held, one job per claim, else the run stops.
+   p50/p99 and buffers/claim per case, and 8 queues against 2: whether the claim's cost grows
+   with the number of queues that share a budget.
+
 Full mode: depth 1k/100k/1M, backlog 10/10k/1M, keys 10/1k/100k, 5 rounds of 200 claims, drift to
 4,000 claims. `--quick` caps sizes at 100k and shortens windows, rounds and drift, for a run of a
 few minutes (benchmarks/README.md has the run times seen). Before each measurement the run waits
@@ -96,10 +114,13 @@ LAT_QUEUE = "lat"
 
 
 def reset(conn: psycopg.Connection[Any]) -> None:
-    """An empty schema: no jobs, no policies, no heads or hints, no start buckets or controls."""
+    """An empty schema: no jobs, no policies or budgets, no heads or hints, no start buckets or
+    controls, no queue levels."""
     conn.execute(
         "TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints, workhorse.policies, "
-        "workhorse.rate_starts, workhorse.queue_controls"
+        "workhorse.rate_starts, workhorse.queue_controls, workhorse.burst_starts, "
+        "workhorse.budgets, workhorse.budget_controls, workhorse.budget_queues, "
+        "workhorse.budget_starts, workhorse.queue_levels"
     )
 
 
@@ -109,27 +130,31 @@ def prefill(
     n: int,
     ckey: str = "''",
     status: str = "'ready'",
+    budget: str | None = None,
 ) -> None:
-    """n jobs in one INSERT ... SELECT; `ckey`/`status` are SQL expressions over g.i (1-based)."""
+    """n jobs in one INSERT ... SELECT; `ckey`/`status` are SQL expressions over g.i (1-based);
+    `budget` is the budget every job names (a value, not SQL). The rows alone do not make the
+    queue budgeted: an enqueue through the product does (see bench_budget)."""
     if n <= 0:
         return
     conn.execute(
         sql.SQL(
             """
             INSERT INTO workhorse.jobs (task, queue, ckey, payload, status, run_at,
-                                        attempts, lease_until, fence, started_at)
+                                        attempts, lease_until, fence, started_at, budget)
             SELECT %(task)s, %(queue)s, s.ckey, '{{"args": [], "kwargs": {{}}}}'::jsonb, s.status,
                    now() - interval '1 minute',
                    CASE WHEN s.status = 'active' THEN 1 ELSE 0 END,
                    CASE WHEN s.status = 'active' THEN now() + interval '1 day' END,
                    CASE WHEN s.status = 'active' THEN nextval('workhorse.fence_seq') END,
-                   CASE WHEN s.status = 'active' THEN now() END
+                   CASE WHEN s.status = 'active' THEN now() END,
+                   %(budget)s::text
             FROM (SELECT g.i, {ckey} AS ckey, {status} AS status
                   FROM generate_series(1, %(n)s) AS g(i)) AS s
             ORDER BY s.i
             """
         ).format(ckey=sql.SQL(ckey), status=sql.SQL(status)),
-        {"task": TASK, "queue": queue, "n": n},
+        {"task": TASK, "queue": queue, "n": n, "budget": budget},
     )
 
 
@@ -447,13 +472,15 @@ _BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
 
 
 def claim_function() -> str:
-    """The SQL function that the product's claim statement (sql/statements/claim.sql) calls, read
-    from the statement itself, so that no version is spelled here."""
-    text = resources.files("workhorse").joinpath("sql", "statements", "claim.sql").read_text()
+    """The SQL function that Queue.claim's statement (sql/statements/claim_next.sql, the claim
+    with no successes to record) calls, read from the statement itself, so that no version is
+    spelled here."""
+    path = ("sql", "statements", "claim_next.sql")
+    text = resources.files("workhorse").joinpath(*path).read_text()
     body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     found = re.search(r"workhorse\.(\w+)\(", body)
     if found is None:
-        sys.exit("benchmarks: sql/statements/claim.sql calls no workhorse function")
+        sys.exit(f"benchmarks: {'/'.join(path)} calls no workhorse function")
     return found.group(1)
 
 
@@ -1241,6 +1268,328 @@ def bench_fair(url: str, out: c.Printer, gate: c.QuietGate, *, backlog: int, rou
     out.table(table)
 
 
+# ---- 6. budgets: what admission by a shared budget costs the claim ----
+
+BUDGET_MAX = 64
+BUDGET_HOLDERS = BUDGET_MAX - 1
+BUDGET_QUEUES = (2, 8)
+HOLD_LEASE = 86_400.0
+
+
+@dataclass(frozen=True)
+class BudgetVariant:
+    label: str
+    slug: str
+    policy: bool  # each queue has a policy max_active=64
+    budget: bool  # every job names the budget <slug><n> (max_active=64, no policy)
+    full: bool = False  # 63 of the budget's 64 units held by another queue's active jobs
+
+
+BUDGET_VARIANTS = [
+    BudgetVariant("unbudgeted", "nobudget", policy=False, budget=False),
+    BudgetVariant("unbudgeted+policy", "policy", policy=True, budget=False),
+    BudgetVariant("budgeted", "budget", policy=False, budget=True),
+    BudgetVariant("budgeted, full", "full", policy=False, budget=True, full=True),
+]
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    variant: BudgetVariant
+    n: int  # queues sharing the budget (claimed in rotation)
+
+    @property
+    def budget(self) -> str | None:
+        return f"{self.variant.slug}{self.n}" if self.variant.budget else None
+
+    @property
+    def queues(self) -> list[str]:
+        return [f"{self.variant.slug}{self.n}-{i}" for i in range(self.n)]
+
+    @property
+    def holder(self) -> str:
+        """The queue of the budget whose long-leased active jobs hold 63 of its 64 units: never
+        claimed from, so for every claimed queue they are another queue's."""
+        return f"{self.variant.slug}{self.n}-held"
+
+
+class BudgetClaimer(Claimer):
+    """The latency claimer, with each queue's top-up naming its queue's budget (if any)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], budget_of: dict[str, str | None]) -> None:
+        super().__init__(conn)
+        self.budget_of = budget_of
+
+    def top_up(
+        self,
+        queue: str,
+        jobs: list[Any],
+        rekey: Callable[[str | None], str | None] | None = None,
+    ) -> None:
+        if not jobs:
+            return
+        opt = self._options.get((queue, None))
+        if opt is None:
+            opt = self._options[(queue, None)] = self._opt(
+                queue=queue, budget=self.budget_of.get(queue)
+            )
+        self.q.enqueue_many([(TASK, {"args": [], "kwargs": {}}, opt)] * len(jobs))
+
+
+def _budget_units(conn: psycopg.Connection[Any], budget: str) -> int:
+    row = conn.execute(
+        "SELECT COALESCE(sum(cost), 0) FROM workhorse.jobs WHERE budget = %s "
+        "AND status = 'active' AND lease_until > now()",
+        (budget,),
+    ).fetchone()
+    return int(row[0])  # type: ignore[index]
+
+
+def build_budget_cases(
+    conn: psycopg.Connection[Any], claimer: BudgetClaimer, cases: list[BudgetCase], backlog: int
+) -> None:
+    """Each case's queues with `backlog` ready keyless jobs each. A budgeted queue's first job
+    is enqueued through the product (which records the (budget, queue) pair and the queue's
+    level, as every enqueue naming a budget does), the rest by prefill with the same budget.
+    A full budget's holder queue gets 63 jobs through the product, claimed by the product's
+    claim with a lease of a day."""
+    from workhorse import BudgetDefinition, ConcurrencyPolicyDefinition, EnqueueOptions, Queue
+
+    q = Queue(conn)
+    q.sync_budgets(
+        NAMESPACE,
+        [BudgetDefinition(bc.budget, max_active=BUDGET_MAX) for bc in cases if bc.budget],
+        prune=True,
+    )
+    q.sync_concurrency_policies(
+        NAMESPACE,
+        [
+            ConcurrencyPolicyDefinition(name, BUDGET_MAX, None)
+            for bc in cases
+            if bc.variant.policy
+            for name in bc.queues
+        ],
+        prune=True,
+    )
+    payload: dict[str, Any] = {"args": [], "kwargs": {}}
+    for bc in cases:
+        for name in bc.queues:
+            claimer.budget_of[name] = bc.budget
+            first = 0
+            if bc.budget:
+                q.enqueue_many([(TASK, payload, EnqueueOptions(queue=name, budget=bc.budget))])
+                first = 1
+            prefill(conn, name, backlog - first, budget=bc.budget)
+        if bc.variant.full and bc.budget:
+            opt = EnqueueOptions(queue=bc.holder, budget=bc.budget)
+            q.enqueue_many([(TASK, payload, opt)] * BUDGET_HOLDERS)
+            held = q.claim(bc.holder, BUDGET_HOLDERS, HOLD_LEASE)
+            if len(held) != BUDGET_HOLDERS:
+                sys.exit(f"{bc.holder}: the claim took {len(held)} of {BUDGET_HOLDERS} jobs")
+        if bc.budget:
+            units = _budget_units(conn, bc.budget)
+            want = BUDGET_HOLDERS if bc.variant.full else 0
+            if units != want:
+                sys.exit(f"budget {bc.budget}: {units} units active after the build, not {want}")
+    settle(conn)
+    conn.execute("VACUUM ANALYZE workhorse.budget_queues, workhorse.budget_starts")
+
+
+def bench_budget(
+    url: str,
+    out: c.Printer,
+    gate: c.QuietGate,
+    *,
+    backlog: int,
+    rounds: int,
+    claims: int,
+    warm: int,
+) -> None:
+    """The product's claim on queues whose jobs name a budget, beside the same queues without
+    one: what admission by a shared budget (its lock, its units across queues, the turns
+    between its queues) costs a claim, and whether that grows with the queues sharing it."""
+    batches = (1, BATCH)
+    cases = [BudgetCase(v, n) for n in BUDGET_QUEUES for v in BUDGET_VARIANTS]
+    out.heading(
+        f"Budgets: claim latency on 2 and 8 queues sharing a budget (max_active={BUDGET_MAX}) "
+        f"beside the same queues unbudgeted; single claimer rotating through the queues, batch 1 "
+        f"and {BATCH}, {claims} claims per measurement after {warm} warm-up, median of "
+        f"{rounds} rounds"
+    )
+    results = {
+        (bc, b): LatResult(Variant(bc.variant.label, bc.variant.slug, None, None), "", bc.n, b)
+        for bc in cases
+        for b in batches
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        reset(conn)
+        claimer = BudgetClaimer(conn, {})
+        build_budget_cases(conn, claimer, cases, backlog)
+        out.line(
+            f"  {len(cases)} cases, {sum(bc.n for bc in cases)} queues of {c.count(backlog)} "
+            f"ready jobs built in {time.perf_counter() - t0:.1f} s"
+        )
+        turn = dict.fromkeys(cases, 0)
+        for r in range(rounds):
+            busiest = 0.0
+            k = r % len(cases)
+            for bc in cases[k:] + cases[:k]:
+                busiest = max(busiest, gate.wait())
+                names = bc.queues
+                for b in batches:
+                    res = results[(bc, b)]
+                    lat: list[float] = []
+                    comp: list[float] = []
+                    for i in range(warm + claims):
+                        queue = names[turn[bc] % bc.n]
+                        turn[bc] += 1
+                        claim_s, complete_s, got = claimer.cycle(queue, b)
+                        if i >= warm:
+                            lat.append(claim_s)
+                            comp.append(complete_s)
+                            res.jobs += got
+                            res.claims += 1
+                    for _ in range(5):
+                        res.buffers.extend(claimer.buffers(names[turn[bc] % bc.n], b, 1))
+                        turn[bc] += 1
+                    res.p50.append(c.percentile(lat, 50))
+                    res.p99.append(c.percentile(lat, 99))
+                    res.complete_p50.append(c.percentile(comp, 50))
+                if bc.variant.full and bc.budget:
+                    # Each claim must have found the budget full but for the one place its
+                    # predecessor freed: 63 units held throughout, one job per claim.
+                    units = _budget_units(conn, bc.budget)
+                    per_claim = {
+                        b: results[(bc, b)].jobs / results[(bc, b)].claims for b in batches
+                    }
+                    if units != BUDGET_HOLDERS or any(v != 1.0 for v in per_claim.values()):
+                        sys.exit(
+                            f"budget {bc.budget}: {units} units active between measurements "
+                            f"(want {BUDGET_HOLDERS}), jobs/claim "
+                            + ", ".join(f"batch {b}: {v:.2f}" for b, v in per_claim.items())
+                            + " (want 1.00): not the full budget's steady state"
+                        )
+            out.line(
+                f"    round {r + 1}/{rounds}: "
+                + "  ".join(
+                    f"{bc.variant.slug}{bc.n} b{b} {c.ms(results[(bc, b)].p50[-1])}"
+                    for bc in cases
+                    for b in batches
+                )
+                + f"  [machine up to {busiest:.0%} busy before]"
+            )
+        reset(conn)
+
+    def p50(bc: BudgetCase, b: int) -> float:
+        return c.median(results[(bc, b)].p50)
+
+    def bufs(bc: BudgetCase, b: int) -> float:
+        found = results[(bc, b)].buffers
+        return c.median(found) if found else math.nan
+
+    def ratio(x: float, y: float, digits: int = 2) -> str:
+        return f"{x / y:.{digits}f}" if x == x and y == y and y else "-"
+
+    table = c.Table(
+        "Claim latency on budgeted queues, ms: client round trip of Queue.claim, commit included "
+        f"(p50 and p99 per round, median of {rounds} rounds)",
+        [
+            "queues",
+            "variant",
+            "batch",
+            "p50",
+            "p99",
+            "p50 vs unbudgeted",
+            "jobs/claim",
+            "complete p50",
+            "buffers/claim",
+        ],
+    )
+    by = {(bc.variant.slug, bc.n): bc for bc in cases}
+    for n in BUDGET_QUEUES:
+        for b in batches:
+            base = p50(by[("nobudget", n)], b)
+            for v in BUDGET_VARIANTS:
+                bc = by[(v.slug, n)]
+                res = results[(bc, b)]
+                table.add(
+                    n,
+                    v.label,
+                    b,
+                    c.ms(p50(bc, b)),
+                    c.ms(c.median(res.p99)),
+                    ratio(p50(bc, b), base),
+                    f"{res.jobs / max(res.claims, 1):.1f}",
+                    c.ms(c.median(res.complete_p50)),
+                    f"{bufs(bc, b):.0f}" if bufs(bc, b) == bufs(bc, b) else "-",
+                )
+    table.notes.append(
+        f"Each queue has {c.count(backlog)} ready keyless jobs, topped up at the tail after each "
+        "claim (untimed; a budgeted queue's top-up names its budget). unbudgeted: no policy, no "
+        f"budget (the fast path); +policy: each queue max_active={BUDGET_MAX}; budgeted: every "
+        f"job names one budget max_active={BUDGET_MAX} shared by the queues, no policy; full: "
+        f"as budgeted, with {BUDGET_HOLDERS} of the {BUDGET_MAX} units held by long-leased active "
+        "jobs of one more queue of the budget that is never claimed from, so every claim takes "
+        "the one place its predecessor freed (jobs/claim 1.0 at both batches, checked)."
+    )
+    table.notes.append(
+        "buffers/claim: shared buffers hit+read by one claim, nested statements included "
+        "(auto_explain, median of 5 per round), as in the latency table."
+    )
+    out.table(table)
+
+    flat = c.Table(
+        "Budgets: 8 queues sharing the budget against 2 (target: claim p50 within ±30%)",
+        ["variant", "batch", "p50 ms 2 / 8 queues", "8 / 2", "buffers/claim 2 / 8", "8 / 2"],
+    )
+    worst_p50 = worst_buf = 0.0
+    for v in BUDGET_VARIANTS:
+        for b in batches:
+            two, eight = by[(v.slug, 2)], by[(v.slug, 8)]
+            flat.add(
+                v.label,
+                b,
+                f"{c.ms(p50(two, b))} / {c.ms(p50(eight, b))}",
+                ratio(p50(eight, b), p50(two, b)),
+                f"{bufs(two, b):.0f} / {bufs(eight, b):.0f}",
+                ratio(bufs(eight, b), bufs(two, b)),
+            )
+            if v.budget:
+                worst_p50 = max(worst_p50, p50(eight, b) / p50(two, b))
+                worst_buf = max(worst_buf, bufs(eight, b) / bufs(two, b))  # nan: no buffers
+    reading = []
+    for b in batches:
+        pol = [p50(by[("policy", n)], b) for n in BUDGET_QUEUES]
+        bud = [p50(by[("budget", n)], b) for n in BUDGET_QUEUES]
+        full = [p50(by[("full", n)], b) for n in BUDGET_QUEUES]
+        reading.append(
+            f"batch {b}: budgeted / +policy p50 "
+            + " and ".join(ratio(x, y) for x, y in zip(bud, pol, strict=True))
+            + ", full / budgeted "
+            + " and ".join(ratio(x, y) for x, y in zip(full, bud, strict=True))
+            + " (2 and 8 queues)"
+        )
+    # The work done (buffers) decides when it was read, as in the latency flatness table: time
+    # on a shared 2-core machine moves with outside load.
+    if worst_buf == worst_buf:
+        verdict = (
+            "does not grow" if worst_buf <= 1.3 else "GROWS"
+        ) + f" (buffers 8 / 2 queues at worst {worst_buf:.2f}, p50 {worst_p50:.2f})"
+    else:
+        verdict = (
+            "does not grow" if worst_p50 <= 1.3 else "GROWS or is noise"
+        ) + f" (p50 8 / 2 queues at worst {worst_p50:.2f}; no buffers read)"
+    flat.notes.append(
+        "Reading: "
+        + "; ".join(reading)
+        + ". The claim's cost on a budgeted queue "
+        + verdict
+        + " with the number of queues that share its budget."
+    )
+    out.table(flat)
+
+
 def _autovacuum_on(url: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SHOW autovacuum").fetchone()[0] == "on"  # type: ignore[index]
@@ -1255,8 +1604,9 @@ def main(
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     c.add_common_args(parser, default_db="wh_bench_claim")
     parser.add_argument("--quick", action="store_true", help="sizes capped at 100k, shorter rounds")
-    parser.add_argument("--only", choices=("throughput", "latency", "rate", "drift", "fair"),
-                        default=None)
+    parser.add_argument(
+        "--only", choices=("throughput", "latency", "rate", "drift", "fair", "budget"), default=None
+    )
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (%(default)s)")
     parser.add_argument(
         "--window", type=float, default=None, help="throughput window, s (default 10, quick 3)"
@@ -1345,6 +1695,16 @@ def main(
         if args.only in (None, "fair"):
             bench_fair(url, out, gate, backlog=20_000 if args.quick else 50_000,
                        rounds=args.rounds or 3, claims=claims)
+        if args.only in (None, "budget"):
+            bench_budget(
+                url,
+                out,
+                gate,
+                backlog=5_000 if args.quick else 20_000,
+                rounds=rounds,
+                claims=claims,
+                warm=5,
+            )
         if args.only in (None, "drift"):
             bench_drift(
                 url, out, gate, checkpoints=[0, 300, 600] if args.quick else [0, 1000, 2000, 4000]

@@ -1704,17 +1704,13 @@ def enqueue_workflow(
     if on_error is None:
         error_args: tuple[Any, ...] = (None,) * 7
         error_units: tuple[int, int, int] = (1, 1, 1)
+        error_budget: str | None = None
     else:
         task, payload, options, on_failure = on_error
-        if options.budget is not None:
-            # The on_error job is made by the release from the workflow's row, which keeps no
-            # budget: refused rather than dropped.
-            raise InvalidOptionsError(
-                f"a workflow's on_error signature cannot name a budget yet, got "
-                f"budget={options.budget!r}")
         error_args = (task, options.queue, options.concurrency_key, options.priority,
                       encode_json(payload), options.max_attempts, on_failure)
         error_units = (options.cost, options.rate_cost, options.weight)
+        error_budget = options.budget
     rows = yield _sql.statement("enqueue_workflow"), (
         [m.task for m in members], [m.options.queue for m in members],
         [m.options.concurrency_key for m in members], [m.options.priority for m in members],
@@ -1727,7 +1723,7 @@ def enqueue_workflow(
         _or_null([_unless_one(m.options.rate_cost) for m in members]),
         _or_null([_unless_one(m.options.weight) for m in members]),
         [m.retention for m in members], *error_units,
-        _or_null([m.options.budget for m in members]))
+        _or_null([m.options.budget for m in members]), error_budget)
     workflow_id, ids, missing = rows[0]
     if workflow_id is None:
         raise InvalidOptionsError(

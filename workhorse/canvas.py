@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # The options `.set()` takes (Celery's names too: countdown, eta).
 SET_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "eta", "run_at",
-               "max_attempts", "cost", "rate_cost", "weight")
+               "max_attempts", "cost", "rate_cost", "weight", "budget")
 
 # Incoming results of a node: the members whose results feed it, and how ('one': the single
 # parent's result; 'list': the list of the parents' results in order). None: nothing incoming.
@@ -144,10 +144,10 @@ class Signature(Canvas):
 
     def set(self, **options: Any) -> Signature:
         """A copy with these options (queue, concurrency_key, priority, delay, countdown, eta,
-        run_at, max_attempts, cost, rate_cost, weight). `cost` and `rate_cost` may be callables
-        of the member's arguments, called at enqueue as apply_async calls them (a parent's
-        result is not known then: a member that receives one passes a placeholder in its
-        place, so give such a member a value); unset, the task's own defaults apply.
+        run_at, max_attempts, cost, rate_cost, weight, budget). `cost` and `rate_cost` may be
+        callables of the member's arguments, called at enqueue as apply_async calls them (a
+        parent's result is not known then: a member that receives one passes a placeholder in
+        its place, so give such a member a value); unset, the task's own defaults apply.
 
         >>> add.s(2).set(queue="math", countdown=10, cost=4, weight=2)  # doctest: +SKIP
         """
@@ -213,6 +213,11 @@ def _check_set(options: dict[str, Any]) -> None:
         raise InvalidOptionsError(
             f"set() got unknown option(s) {', '.join(map(repr, unknown))}; valid options are "
             f"{', '.join(SET_OPTIONS)}")
+    if options.get("budget") is not None:
+        # Checked as the enqueue will check it (a spec or a name of 1-255 characters).
+        from .task import budget_name
+        from .types import EnqueueOptions
+        EnqueueOptions(budget=budget_name(options["budget"]))
     for name in ("cost", "rate_cost", "weight"):
         value = options.get(name)
         high = 1_000 if name == "weight" else 1_000_000

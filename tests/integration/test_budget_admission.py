@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from sql_names import called_function
 
 from workhorse import (
@@ -244,3 +245,95 @@ def test_claims_of_queues_sharing_budgets_never_deadlock_nor_overshoot(
         t.join()
     assert errors == []
     assert 0 < peaks["a"] <= 3 and 0 < peaks["b"] <= 2
+
+
+# ---- cost: index entries one claim reads with 200 and with 20,000 jobs of a full budget ahead --
+
+CHOOSE = _sql.function_name("_choose_units")
+
+
+def _full_budget_ahead(database_url: str, path: str, flood: int) -> None:
+    """Queue q: one job of budget `api` (max_active=1) active, `flood` more of it ready ahead
+    of 12 jobs that name no budget (each job its own key on the keyed paths)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE workhorse.jobs, workhorse.key_heads, workhorse.key_hints,"
+                     " workhorse.policies, workhorse.queue_controls, workhorse.budget_queues,"
+                     " workhorse.budgets CASCADE")
+        q = Queue(conn)
+        q.sync_budgets("ns", [BudgetDefinition("api", max_active=1)])
+        keyed = path != "stream"
+        q.enqueue("t", {}, EnqueueOptions(queue="q", budget="api"))
+        conn.execute(
+            "INSERT INTO workhorse.jobs (task, queue, ckey, payload, budget, feature_level, status)"
+            " SELECT 't', 'q', CASE WHEN %s THEN 'b' || g ELSE '' END, '{}', 'api', 2, 'ready'"
+            " FROM generate_series(1, %s) g", (keyed, flood))
+        for i in range(12):
+            key = f"u{i}" if keyed else None
+            q.enqueue("t", {}, EnqueueOptions(queue="q", concurrency_key=key))
+        policy = {"per_key": ConcurrencyPolicyDefinition("q", max_active_per_key=2),
+                  "fair": ConcurrencyPolicyDefinition("q", max_active=64, fairness="key")}
+        if path in policy:
+            q.sync_concurrency_policies("ns", [policy[path]])   # rebuilds the key heads
+        conn.execute("ANALYZE workhorse.jobs")
+        assert len(q.claim("q", 1, 600)) == 1                   # the budget is full now
+
+
+def _entries_read(database_url: str, claim: str) -> tuple[int, int]:
+    """(jobs taken, index entries of jobs read) by one claim of up to 4, rolled back."""
+    with psycopg.connect(database_url) as conn:
+        took = conn.execute(f"SELECT count(id) FROM workhorse.{claim}"
+                            "('q', 4, 30, NULL, NULL, NULL, NULL, NULL)").fetchone()
+        row = conn.execute(
+            "SELECT COALESCE(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)"
+            " FROM pg_index i WHERE i.indrelid = 'workhorse.jobs'::regclass").fetchone()
+        conn.rollback()
+    assert took is not None and row is not None
+    return int(took[0]), int(row[0])
+
+
+def _growth(database_url: str, claim: str, path: str) -> tuple[int, int]:
+    _full_budget_ahead(database_url, path, 200)
+    took_small, small = _entries_read(database_url, claim)
+    _full_budget_ahead(database_url, path, 20_000)
+    took_big, big = _entries_read(database_url, claim)
+    assert took_small == took_big == 4, "the jobs behind the full budget must run"
+    return small, big
+
+
+@pytest.mark.parametrize("path", ["stream", "per_key", "fair"])
+def test_a_claims_cost_does_not_grow_with_a_full_budgets_backlog(
+        database_url: str, queue: Queue, path: str) -> None:
+    small, big = _growth(database_url, CLAIM, path)
+    assert small > 0, "nothing read: the measure would be vacuous"
+    assert big <= 2 * small + 50, (small, big)
+
+
+@pytest.mark.parametrize("path", ["stream", "per_key"])
+def test_the_cost_check_catches_a_choice_that_reads_the_full_budgets_jobs(
+        database_url: str, queue: Queue, path: str) -> None:
+    """The same check on a copy of the choice that reads past a full budget's jobs and heads
+    one by one (the jobs that name no budget found by filtering the queue's ready rows, the heads
+    of no budget by their job's budget) must fail."""
+    choose = _sql.function_files()[CHOOSE]
+    stream = """            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id"""
+    heads = """                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id"""
+    assert choose.count(stream) == choose.count(heads) == 1
+    broken_choose = (choose.replace(f"workhorse.{CHOOSE}(", "workhorse.choose_reading_all(", 1)
+                     .replace(stream, """            WHERE j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id) AND COALESCE(j.budget, '') = ''
+            ORDER BY j.queue, j.rank, j.id""")
+                     .replace(heads, """                 WHERE h.queue = p_queue
+                   AND (SELECT hj.budget FROM workhorse.jobs hj WHERE hj.id = h.head_id) IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.head_rank, h.head_id"""))
+    claim = _sql.function_files()[CLAIM]
+    broken_claim = (claim.replace(f"workhorse.{CLAIM}(", "workhorse.claim_reading_all(", 1)
+                    .replace(f"workhorse.{CHOOSE}(", "workhorse.choose_reading_all("))
+    queue.conn.execute(broken_choose)
+    queue.conn.execute(broken_claim)
+    small, big = _growth(database_url, "claim_reading_all", path)
+    assert big > 2 * small + 50, (small, big)

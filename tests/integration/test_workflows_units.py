@@ -92,6 +92,26 @@ def test_members_store_set_units_and_the_tasks_defaults(app: App) -> None:
     assert row[3]["args"][0] == g.jobs()[0].id
 
 
+def test_members_and_the_on_error_job_take_a_budget_from_set(app: App, database_url: str) -> None:
+    """`.set(budget=...)` names a budget for a member and for the on_error signature (issue
+    #30); the on_error job names it when a member fails, and its queue is budgeted."""
+    t = app.t  # type: ignore[attr-defined]
+    g = group(t["boom"].s().set(budget="api"), t["add"].si(1),
+              on_error=t["note"].s().set(budget="alerts")).delay()
+    assert [j.budget for j in g.jobs()] == ["api", None]
+    drain(app, ["wfu-plain"])
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT budget, queue FROM workhorse.jobs "
+                           "WHERE id = (SELECT on_error_job FROM workhorse.workflows "
+                           "WHERE id = %s)", (g.id,)).fetchone()
+        pairs = conn.execute("SELECT budget, queue FROM workhorse.budget_queues "
+                             "ORDER BY 1, 2").fetchall()
+    assert row == ("alerts", "wfu-fair")
+    assert pairs == [("alerts", "wfu-fair"), ("api", "wfu-plain")]
+    with pytest.raises(InvalidOptionsError):
+        t["note"].s().set(budget="")
+
+
 def test_bad_units_typed_and_nothing_written(app: App, database_url: str) -> None:
     t = app.t  # type: ignore[attr-defined]
     before = _count_jobs(database_url)

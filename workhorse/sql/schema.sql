@@ -141,6 +141,7 @@ CREATE TABLE workhorse.key_heads (
     ckey text NOT NULL,
     head_rank integer NOT NULL,
     head_id bigint NOT NULL,
+    budget text,
     CONSTRAINT key_heads_pkey PRIMARY KEY (queue, ckey)
 );
 
@@ -347,6 +348,8 @@ CREATE TABLE workhorse.workflows (
     on_error_rate_cost integer DEFAULT 1 NOT NULL,
     on_error_weight smallint DEFAULT 1 NOT NULL,
     on_error_job bigint,
+    on_error_budget text,
+    CONSTRAINT workflows_on_error_budget_check CHECK (((length(on_error_budget) >= 1) AND (length(on_error_budget) <= 255))),
     CONSTRAINT workflows_pkey PRIMARY KEY (id),
     CONSTRAINT workflows_result_kind_check CHECK ((result_kind = ANY (ARRAY['one'::text, 'list'::text])))
 );
@@ -367,7 +370,7 @@ CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) 
 
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease_until) INCLUDE (cost, queue) WHERE ((status = 'active'::text) AND (budget IS NOT NULL));
 
-CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE ((status = 'ready'::text) AND (budget IS NOT NULL));
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE (status = 'ready'::text);
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
@@ -396,6 +399,8 @@ CREATE INDEX jobs_waiting_idx ON workhorse.jobs USING btree (queue) WHERE (statu
 CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs USING btree (workflow_id, expires_at DESC) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX jobs_workflow_idx ON workhorse.jobs USING btree (workflow_id, id) WHERE (workflow_id IS NOT NULL);
+
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads USING btree (queue, budget, head_rank, head_id);
 
 CREATE INDEX key_heads_order_idx ON workhorse.key_heads USING btree (queue, head_rank, head_id);
 
@@ -566,8 +571,7 @@ DECLARE
     v_waiter record;
     v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
     v_found boolean;
-    v_upto_rank integer;
-    v_upto_id bigint;
+    v_other_wait boolean := false;  -- a job waits for something other than a budget's rate
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
@@ -594,6 +598,24 @@ DECLARE
 BEGIN
     rate_blocked := false;
     ids := '{}';
+    SELECT COALESCE(sum(j.cost), 0) INTO v_units
+    FROM workhorse.jobs j
+    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
+    v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
+    v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
+                        ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
+    -- A queue without room or starts takes nothing: its budgets are not even locked.
+    IF v_free <= 0 THEN
+        RETURN;
+    END IF;
+    IF v_rate_left <= 0 THEN
+        rate_blocked := true;
+        RETURN;
+    END IF;
     IF p_budgeted THEN
         -- The queue's budgets, locked in name order (after the queue's lock, as every statement
         -- that takes both), then read afresh: every claim of every queue that counts them and
@@ -661,46 +683,42 @@ BEGIN
             -- Turns: the other queue of the budget that waits for it with the oldest turn (a
             -- claim of it met a job of the budget it could not take in the last 10 s, and it
             -- still has ready jobs of it). If its turn is older than this queue's, this call
-            -- leaves the budget's places to it and wakes it; else it is woken at the end if
-            -- places are left.
+            -- leaves the budget's places to it and wakes it, and wants the budget itself if it
+            -- has ready jobs of it (they are not read, so nothing else would say so); else it
+            -- is woken at the end if places are left. Only while the budget has room (units,
+            -- rate and burst): a full budget is full for every queue, and a wake would only make
+            -- the other queue's claim wake this one back (two budgets deferred opposite ways
+            -- woke each other at claim speed until a window opened).
             SELECT w.queue, w.last_turn INTO v_waiter
             FROM workhorse.budget_queues w
             WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
               AND w.queue <> p_queue
               AND w.wanted_at > p_now - interval '10 seconds'
-              AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                          WHERE j.budget = v_row.budget AND j.queue = w.queue
-                            AND j.status = 'ready')
+              -- (A scalar probe: an EXISTS may be planned as a hash over all the budget's
+              -- ready jobs.)
+              AND (SELECT j.id FROM workhorse.jobs j
+                   WHERE j.budget = v_row.budget AND j.queue = w.queue AND j.status = 'ready'
+                   ORDER BY j.budget, j.queue, j.rank, j.id
+                   LIMIT 1) IS NOT NULL
             ORDER BY w.budget, w.last_turn NULLS FIRST
             LIMIT 1;
             IF NOT FOUND THEN
                 b_waiter := b_waiter || NULL::text;
             ELSIF v_row.last_turn IS NOT NULL
-                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn) THEN
+                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn)
+                  AND b_free[cardinality(b_name)] > 0 AND b_rate_left[cardinality(b_name)] > 0
+                  AND b_burst_left[cardinality(b_name)] > 0 THEN
                 v_blocked := v_blocked || v_row.budget;
                 PERFORM workhorse._wake_v1(v_waiter.queue);
                 b_waiter := b_waiter || NULL::text;
+                b_wanted[cardinality(b_name)] := EXISTS (
+                    SELECT 1 FROM workhorse.jobs j
+                    WHERE j.budget = v_row.budget AND j.queue = p_queue AND j.status = 'ready');
+                v_other_wait := v_other_wait OR b_wanted[cardinality(b_name)];
             ELSE
                 b_waiter := b_waiter || v_waiter.queue;
             END IF;
         END LOOP;
-    END IF;
-    SELECT COALESCE(sum(j.cost), 0) INTO v_units
-    FROM workhorse.jobs j
-    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
-    v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
-    v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
-                        ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
-    IF p_burst IS NOT NULL THEN
-        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
-            p_queue, '', p_burst_window, p_now));
-    END IF;
-    IF v_free <= 0 THEN
-        RETURN;
-    END IF;
-    IF v_rate_left <= 0 THEN
-        rate_blocked := true;
-        RETURN;
     END IF;
 
     IF NOT v_all THEN
@@ -781,9 +799,8 @@ BEGIN
         v_from_head := false;
         IF v_all AND p_budgeted AND NOT p_filter THEN
             -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
-            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
-            -- the first job that names none ahead of it (at most c_look rows looked at past the
-            -- jobs of budgets passed over), and the first expired job.
+            -- jobs in the queue and the first of those that name none (jobs_budget_ready_idx; a
+            -- budget passed over is not read), and the first expired job.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
             INTO v_head
             FROM unnest(v_classes) AS b(budget)
@@ -798,22 +815,14 @@ BEGIN
             ORDER BY c.rank, c.id
             LIMIT 1;
             v_found := FOUND;
-            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
-            -- dropped below; an upper bound in the index condition would not stop the scan.)
-            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
-            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
-            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
             INTO v_row
-            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
-                  FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'ready'
-                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  ORDER BY j.queue, j.rank, j.id
-                  LIMIT c_look) AS w
-            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
-            ORDER BY w.rank, w.id
+            FROM workhorse.jobs j
+            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
-            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+            IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
                 v_head := v_row;
                 v_found := true;
             END IF;
@@ -881,10 +890,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;
@@ -985,6 +1018,7 @@ BEGIN
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
                     -- The key's head does not fit the key's units or starts left: passed over.
                     v_passed := v_passed || v_key;
+                    v_other_wait := true;
                     CONTINUE;
                 END IF;
             END IF;
@@ -1000,6 +1034,7 @@ BEGIN
                     v_blocked := v_blocked || v_head.budget;
                     b_rate_hit[v_b] := v_head.rate_cost > b_rate_left[v_b]
                                        OR v_head.rate_cost > b_burst_left[v_b];
+                    v_other_wait := v_other_wait OR NOT b_rate_hit[v_b];
                 END IF;
                 b_wanted[v_b] := true;
                 IF v_key <> '' AND NOT v_all THEN
@@ -1008,6 +1043,7 @@ BEGIN
                 END IF;
             ELSE
                 IF v_head.cost > v_free THEN
+                    v_other_wait := true;
                     EXIT;  -- no starvation: nothing behind it takes the units it waits for
                 END IF;
                 IF v_head.rate_cost > v_rate_left THEN
@@ -1135,7 +1171,12 @@ BEGIN
         FROM (SELECT DISTINCT x.queue
               FROM unnest(b_waiter, b_free, b_rate_left, b_burst_left) AS x(queue, free, r, b)
               WHERE x.queue IS NOT NULL AND x.free > 0 AND x.r > 0 AND x.b > 0) AS w;
-        SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
+        -- A budget's rate stopped a job, and nothing else keeps a job of this queue waiting
+        -- (its units, a key, a full or deferred budget free up without a clock: the caller
+        -- must not sleep until a rate's next start then).
+        v_other_wait := v_other_wait OR v_free <= 0;
+        SELECT array_agg(b.hit AND NOT v_other_wait ORDER BY b.ord),
+               array_agg(b.rate ORDER BY b.ord),
                array_agg(b.burst ORDER BY b.ord)
         INTO budget_stopped, budget_rates, budget_bursts
         FROM unnest(b_name, b_rate_hit, b_rate, b_burst) WITH ORDINALITY
@@ -1222,6 +1263,16 @@ BEGIN
     SELECT p_queue, k
     FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k <> '') AS keys
     WHERE workhorse._keyed_v2(p_queue);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._key_head_budget_v1()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    NEW.budget := (SELECT j.budget FROM workhorse.jobs j WHERE j.id = NEW.head_id);
+    RETURN NEW;
 END
 $function$;
 
@@ -1715,14 +1766,15 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level, cost, rate_cost, weight)
+                 feature_level, cost, rate_cost, weight, budget)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
                               jsonb_build_array(NEW.id)
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
                     'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
-                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight)
+                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight,
+                    v_wf.on_error_budget)
             RETURNING id, queue, ckey INTO v_job;
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
@@ -3643,7 +3695,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[], p_on_error_budget text DEFAULT NULL::text)
  RETURNS TABLE(workflow_id bigint, ids bigint[], missing bigint[])
  LANGUAGE plpgsql
 AS $function$
@@ -3714,15 +3766,20 @@ BEGIN
           UNION ALL
           SELECT p_on_error_queue
           WHERE p_on_error_task IS NOT NULL
-            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1))
+            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1
+                 OR p_on_error_budget IS NOT NULL))
          AS qs
     ORDER BY 1
     ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
         WHERE lv.feature_level < excluded.feature_level;
     -- The named budget of each member (NULL: none), recorded as enqueue_v2 records it.
-    IF p_budgets IS NOT NULL THEN
+    IF p_budgets IS NOT NULL OR p_on_error_budget IS NOT NULL THEN
         INSERT INTO workhorse.budget_queues (budget, queue)
-        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        SELECT DISTINCT t.budget, t.queue
+        FROM (SELECT * FROM unnest(p_budgets, p_queues) AS u(budget, queue)
+              UNION ALL
+              SELECT p_on_error_budget, p_on_error_queue WHERE p_on_error_task IS NOT NULL)
+             AS t(budget, queue)
         WHERE t.budget IS NOT NULL
         ORDER BY 1, 2
         ON CONFLICT DO NOTHING;
@@ -3743,13 +3800,14 @@ BEGIN
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
          on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
-         on_error_cost, on_error_rate_cost, on_error_weight)
+         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
             p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
-            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1))
+            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1),
+            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END)
     RETURNING id INTO v_wf;
 
     WITH edges AS (
@@ -5154,3 +5212,5 @@ CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WH
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
 
 CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();
+
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();

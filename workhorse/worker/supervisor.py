@@ -203,13 +203,17 @@ def run_worker(
     with database.connect(url, role="supervisor-start", autocommit=True,
                           connect_timeout=10) as conn:
         stored = Queue(conn).list_concurrency_policies()
-        in_force = {p.queue: p for p in Queue(conn).health().policies}
+        health = Queue(conn).health()
+        in_force = {p.queue: p for p in health.policies}
         stored_schedules = Queue(conn).list_schedules(app.name)
     _print_banner(console, app, settings, url, stored, report, app_reference, in_force)
     for line in schedules_banner(app, stored_schedules):
         console.print(line, highlight=False)
     supervisor = Supervisor(app, settings, url, console=console, app_reference=app_reference,
-                            governed={p.queue for p in stored})
+                            # Queues whose jobs name a budget are governed too (the wake-up
+                            # timer keeps this up to date; this is its first reading).
+                            governed={p.queue for p in stored}
+                            | {q for b in health.budgets for q in b.queues})
     return supervisor.run()
 
 

@@ -53,8 +53,10 @@
 -- passing over at most the tracked and passed-over keys: bounded by the batch and the keys with
 -- active jobs, never by the backlog. Budgets add per budget of the queue one read of its active
 -- jobs (at most its max_active rows), of its start buckets (~101 per window) and of the queues
--- waiting for it; a queue without key heads walks past a full budget's ready rows (read and
--- filtered: its backlog ahead of the next other job; docs/budgets.md, open points).
+-- waiting for it, and per job chosen one probe per budget of the queue: the heads of a budget
+-- passed over are skipped as a range of key_heads_budget_idx, a queue without heads reads each
+-- budget's ready jobs (and those that name none) through jobs_budget_ready_idx. Only a keyed
+-- queue's keyless jobs are read past a full budget's keyless ones (at most c_look rows).
 CREATE FUNCTION workhorse._choose_units_v1(
     p_queue text, p_limit integer, p_now timestamptz,
     p_max integer, p_per_key integer,
@@ -115,8 +117,7 @@ DECLARE
     v_waiter record;
     v_classes text[] := '{}';  -- the budgets the queue's jobs name, declared or not
     v_found boolean;
-    v_upto_rank integer;
-    v_upto_id bigint;
+    v_other_wait boolean := false;  -- a job waits for something other than a budget's rate
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
@@ -143,6 +144,24 @@ DECLARE
 BEGIN
     rate_blocked := false;
     ids := '{}';
+    SELECT COALESCE(sum(j.cost), 0) INTO v_units
+    FROM workhorse.jobs j
+    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
+    v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
+    v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
+                        ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
+    IF p_burst IS NOT NULL THEN
+        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
+            p_queue, '', p_burst_window, p_now));
+    END IF;
+    -- A queue without room or starts takes nothing: its budgets are not even locked.
+    IF v_free <= 0 THEN
+        RETURN;
+    END IF;
+    IF v_rate_left <= 0 THEN
+        rate_blocked := true;
+        RETURN;
+    END IF;
     IF p_budgeted THEN
         -- The queue's budgets, locked in name order (after the queue's lock, as every statement
         -- that takes both), then read afresh: every claim of every queue that counts them and
@@ -210,46 +229,42 @@ BEGIN
             -- Turns: the other queue of the budget that waits for it with the oldest turn (a
             -- claim of it met a job of the budget it could not take in the last 10 s, and it
             -- still has ready jobs of it). If its turn is older than this queue's, this call
-            -- leaves the budget's places to it and wakes it; else it is woken at the end if
-            -- places are left.
+            -- leaves the budget's places to it and wakes it, and wants the budget itself if it
+            -- has ready jobs of it (they are not read, so nothing else would say so); else it
+            -- is woken at the end if places are left. Only while the budget has room (units,
+            -- rate and burst): a full budget is full for every queue, and a wake would only make
+            -- the other queue's claim wake this one back (two budgets deferred opposite ways
+            -- woke each other at claim speed until a window opened).
             SELECT w.queue, w.last_turn INTO v_waiter
             FROM workhorse.budget_queues w
             WHERE w.budget = v_row.budget AND w.wanted_at IS NOT NULL
               AND w.queue <> p_queue
               AND w.wanted_at > p_now - interval '10 seconds'
-              AND EXISTS (SELECT 1 FROM workhorse.jobs j
-                          WHERE j.budget = v_row.budget AND j.queue = w.queue
-                            AND j.status = 'ready')
+              -- (A scalar probe: an EXISTS may be planned as a hash over all the budget's
+              -- ready jobs.)
+              AND (SELECT j.id FROM workhorse.jobs j
+                   WHERE j.budget = v_row.budget AND j.queue = w.queue AND j.status = 'ready'
+                   ORDER BY j.budget, j.queue, j.rank, j.id
+                   LIMIT 1) IS NOT NULL
             ORDER BY w.budget, w.last_turn NULLS FIRST
             LIMIT 1;
             IF NOT FOUND THEN
                 b_waiter := b_waiter || NULL::text;
             ELSIF v_row.last_turn IS NOT NULL
-                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn) THEN
+                  AND (v_waiter.last_turn IS NULL OR v_waiter.last_turn < v_row.last_turn)
+                  AND b_free[cardinality(b_name)] > 0 AND b_rate_left[cardinality(b_name)] > 0
+                  AND b_burst_left[cardinality(b_name)] > 0 THEN
                 v_blocked := v_blocked || v_row.budget;
                 PERFORM workhorse._wake_v1(v_waiter.queue);
                 b_waiter := b_waiter || NULL::text;
+                b_wanted[cardinality(b_name)] := EXISTS (
+                    SELECT 1 FROM workhorse.jobs j
+                    WHERE j.budget = v_row.budget AND j.queue = p_queue AND j.status = 'ready');
+                v_other_wait := v_other_wait OR b_wanted[cardinality(b_name)];
             ELSE
                 b_waiter := b_waiter || v_waiter.queue;
             END IF;
         END LOOP;
-    END IF;
-    SELECT COALESCE(sum(j.cost), 0) INTO v_units
-    FROM workhorse.jobs j
-    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now;
-    v_free := CASE WHEN p_max IS NULL THEN c_big ELSE p_max - v_units END;
-    v_rate_left := CASE WHEN p_rate IS NULL THEN c_big
-                        ELSE p_rate - workhorse._rate_used_v1(p_queue, '', p_period, p_now) END;
-    IF p_burst IS NOT NULL THEN
-        v_rate_left := LEAST(v_rate_left, p_burst - workhorse._burst_used_v1(
-            p_queue, '', p_burst_window, p_now));
-    END IF;
-    IF v_free <= 0 THEN
-        RETURN;
-    END IF;
-    IF v_rate_left <= 0 THEN
-        rate_blocked := true;
-        RETURN;
     END IF;
 
     IF NOT v_all THEN
@@ -330,9 +345,8 @@ BEGIN
         v_from_head := false;
         IF v_all AND p_budgeted AND NOT p_filter THEN
             -- One stream, in a queue whose jobs name budgets: the first of each budget's ready
-            -- jobs in the queue (jobs_budget_ready_idx; a budget passed over is not read), then
-            -- the first job that names none ahead of it (at most c_look rows looked at past the
-            -- jobs of budgets passed over), and the first expired job.
+            -- jobs in the queue and the first of those that name none (jobs_budget_ready_idx; a
+            -- budget passed over is not read), and the first expired job.
             SELECT c.id, c.rank, c.cost, c.rate_cost, c.weight, c.ckey, c.task, c.budget
             INTO v_head
             FROM unnest(v_classes) AS b(budget)
@@ -347,22 +361,14 @@ BEGIN
             ORDER BY c.rank, c.id
             LIMIT 1;
             v_found := FOUND;
-            -- (It stops at the budgets' best: the first row at or past it ends the walk, and is
-            -- dropped below; an upper bound in the index condition would not stop the scan.)
-            v_upto_rank := CASE WHEN v_found THEN v_head.rank ELSE 2147483647 END;
-            v_upto_id := CASE WHEN v_found THEN v_head.id ELSE c_big END;
-            SELECT w.id, w.rank, w.cost, w.rate_cost, w.weight, w.ckey, w.task, w.budget
+            SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
             INTO v_row
-            FROM (SELECT j.id, j.rank, j.cost, j.rate_cost, j.weight, j.ckey, j.task, j.budget
-                  FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'ready'
-                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  ORDER BY j.queue, j.rank, j.id
-                  LIMIT c_look) AS w
-            WHERE w.budget IS NULL OR (w.rank, w.id) >= (v_upto_rank, v_upto_id)
-            ORDER BY w.rank, w.id
+            FROM workhorse.jobs j
+            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
+              AND (j.rank, j.id) > (v_all_rank, v_all_id)
+            ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
-            IF FOUND AND (v_row.rank, v_row.id) < (v_upto_rank, v_upto_id) THEN
+            IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
                 v_head := v_row;
                 v_found := true;
             END IF;
@@ -430,10 +436,34 @@ BEGIN
             -- units (ratio 0).
             SELECT h.ckey, h.head_rank, h.head_id INTO v_row
             FROM workhorse.key_heads h
-            WHERE h.queue = p_queue
+            WHERE cardinality(v_blocked) = 0 AND h.queue = p_queue
               AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
             ORDER BY h.queue, h.head_rank, h.head_id
             LIMIT 1;
+            IF NOT FOUND AND cardinality(v_blocked) > 0 THEN
+                -- Heads whose job names a budget passed over are passed over too (its key with
+                -- it), as whole ranges of key_heads_budget_idx: the first head of each other
+                -- budget the queue's jobs name, and of the heads that name none.
+                SELECT c.ckey, c.head_rank, c.head_id INTO v_row
+                FROM (SELECT x.budget FROM unnest(v_classes) AS x(budget)
+                      WHERE NOT (x.budget = ANY(v_blocked))) AS b
+                CROSS JOIN LATERAL (
+                    SELECT h.ckey, h.head_rank, h.head_id
+                    FROM workhorse.key_heads h
+                    WHERE h.queue = p_queue AND h.budget = b.budget
+                      AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                    ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                    LIMIT 1) AS c
+                UNION ALL
+                (SELECT h.ckey, h.head_rank, h.head_id
+                 FROM workhorse.key_heads h
+                 WHERE h.queue = p_queue AND h.budget IS NULL
+                   AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))
+                 ORDER BY h.queue, h.budget, h.head_rank, h.head_id
+                 LIMIT 1)
+                ORDER BY 2, 3
+                LIMIT 1;
+            END IF;
             IF FOUND THEN
                 v_best_rank := v_row.head_rank;
                 v_best_id := v_row.head_id;
@@ -534,6 +564,7 @@ BEGIN
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
                     -- The key's head does not fit the key's units or starts left: passed over.
                     v_passed := v_passed || v_key;
+                    v_other_wait := true;
                     CONTINUE;
                 END IF;
             END IF;
@@ -549,6 +580,7 @@ BEGIN
                     v_blocked := v_blocked || v_head.budget;
                     b_rate_hit[v_b] := v_head.rate_cost > b_rate_left[v_b]
                                        OR v_head.rate_cost > b_burst_left[v_b];
+                    v_other_wait := v_other_wait OR NOT b_rate_hit[v_b];
                 END IF;
                 b_wanted[v_b] := true;
                 IF v_key <> '' AND NOT v_all THEN
@@ -557,6 +589,7 @@ BEGIN
                 END IF;
             ELSE
                 IF v_head.cost > v_free THEN
+                    v_other_wait := true;
                     EXIT;  -- no starvation: nothing behind it takes the units it waits for
                 END IF;
                 IF v_head.rate_cost > v_rate_left THEN
@@ -684,7 +717,12 @@ BEGIN
         FROM (SELECT DISTINCT x.queue
               FROM unnest(b_waiter, b_free, b_rate_left, b_burst_left) AS x(queue, free, r, b)
               WHERE x.queue IS NOT NULL AND x.free > 0 AND x.r > 0 AND x.b > 0) AS w;
-        SELECT array_agg(b.hit ORDER BY b.ord), array_agg(b.rate ORDER BY b.ord),
+        -- A budget's rate stopped a job, and nothing else keeps a job of this queue waiting
+        -- (its units, a key, a full or deferred budget free up without a clock: the caller
+        -- must not sleep until a rate's next start then).
+        v_other_wait := v_other_wait OR v_free <= 0;
+        SELECT array_agg(b.hit AND NOT v_other_wait ORDER BY b.ord),
+               array_agg(b.rate ORDER BY b.ord),
                array_agg(b.burst ORDER BY b.ord)
         INTO budget_stopped, budget_rates, budget_bursts
         FROM unnest(b_name, b_rate_hit, b_rate, b_burst) WITH ORDINALITY

@@ -80,14 +80,15 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level, cost, rate_cost, weight)
+                 feature_level, cost, rate_cost, weight, budget)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
                               jsonb_build_array(NEW.id)
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
                     'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
-                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight)
+                    v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight,
+                    v_wf.on_error_budget)
             RETURNING id, queue, ckey INTO v_job;
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN

@@ -54,7 +54,8 @@ CREATE FUNCTION workhorse.enqueue_workflow_v1(
     p_on_error_cost integer DEFAULT 1,
     p_on_error_rate_cost integer DEFAULT 1,
     p_on_error_weight smallint DEFAULT 1,
-    p_budgets text[] DEFAULT NULL
+    p_budgets text[] DEFAULT NULL,
+    p_on_error_budget text DEFAULT NULL
 ) RETURNS TABLE (workflow_id bigint, ids bigint[], missing bigint[])
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -125,15 +126,20 @@ BEGIN
           UNION ALL
           SELECT p_on_error_queue
           WHERE p_on_error_task IS NOT NULL
-            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1))
+            AND (COALESCE(p_on_error_cost, 1) <> 1 OR COALESCE(p_on_error_rate_cost, 1) <> 1
+                 OR p_on_error_budget IS NOT NULL))
          AS qs
     ORDER BY 1
     ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
         WHERE lv.feature_level < excluded.feature_level;
     -- The named budget of each member (NULL: none), recorded as enqueue_v2 records it.
-    IF p_budgets IS NOT NULL THEN
+    IF p_budgets IS NOT NULL OR p_on_error_budget IS NOT NULL THEN
         INSERT INTO workhorse.budget_queues (budget, queue)
-        SELECT DISTINCT t.budget, t.queue FROM unnest(p_budgets, p_queues) AS t(budget, queue)
+        SELECT DISTINCT t.budget, t.queue
+        FROM (SELECT * FROM unnest(p_budgets, p_queues) AS u(budget, queue)
+              UNION ALL
+              SELECT p_on_error_budget, p_on_error_queue WHERE p_on_error_task IS NOT NULL)
+             AS t(budget, queue)
         WHERE t.budget IS NOT NULL
         ORDER BY 1, 2
         ON CONFLICT DO NOTHING;
@@ -154,13 +160,14 @@ BEGIN
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
          on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
-         on_error_cost, on_error_rate_cost, on_error_weight)
+         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
             p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
-            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1))
+            COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1),
+            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END)
     RETURNING id INTO v_wf;
 
     WITH edges AS (

@@ -28,12 +28,14 @@ ALTER TABLE workhorse.jobs
 -- (the claim counts them under the budget's lock; health sums their cost).
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs (budget, lease_until) INCLUDE (cost, queue)
     WHERE status = 'active' AND budget IS NOT NULL;
--- A budget's ready work, by queue in admission order: health's "queues with ready jobs naming
--- it" (a skip-scan, one probe per queue), the claim's per-budget streams of a queue without
--- per-key limits (so a full budget's backlog is never read), and "does this queue still want
--- the budget" for the turns between queues.
+-- Ready work by budget (NULL: none) and queue, in admission order: the claim's streams of a
+-- queue without key heads, one per budget its jobs name and one of the jobs that name none, so
+-- that a full budget's backlog is never read (every ready job is here: the jobs that name no
+-- budget are a stream too, and the claim cannot tell which queues hold them otherwise); health's
+-- "queues with ready jobs naming it" (a skip-scan, one probe per queue); and "does this queue
+-- still want the budget" for the turns between queues.
 CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
-    WHERE status = 'ready' AND budget IS NOT NULL;
+    WHERE status = 'ready';
 
 -- ---- rate bursts on queue policies --------------------------------------------------------------
 -- rate_burst B (1 <= B <= N) beside rate_limit N/P: besides at most N units in any window P, at
@@ -142,6 +144,21 @@ CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues (budget, last_
 ALTER TABLE workhorse.budget_queues SET (
     autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0);
+
+-- ---- a workflow's on_error job may name a budget -------------------------------------------------
+ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
+    CHECK (length(on_error_budget) BETWEEN 1 AND 255);
+
+-- ---- key heads by budget ----------------------------------------------------------------------
+-- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
+-- heads of a full budget as one range (DESIGN.md: a key whose head names a full budget is passed
+-- over like a saturated key, its cost never growing with them). Every head of a database that
+-- predates this migration heads a job without a budget: nothing to fill.
+ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
+\ir ../functions/_key_head_budget_v1.sql
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads
+    FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
 
 \ir ../functions/_budget_lock_id_v1.sql
 \ir ../functions/_budget_starts_used_v1.sql
