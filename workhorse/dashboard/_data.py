@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from dataclasses import dataclass, field
@@ -12,14 +13,18 @@ import psycopg
 
 from .. import _incident, _ops
 from .._occurrences import MISSED_AFTER
+from ..errors import InvalidPolicyError
 from ..types import (
     Attempt,
+    BudgetHealth,
     ConcurrencyPolicy,
     Job,
     KeyPressure,
     KeyShare,
     PolicyHealth,
+    QueueHealth,
     QueueSummary,
+    RateLimit,
     ThroughputMinute,
     WorkerInfo,
 )
@@ -81,6 +86,66 @@ def _round_up(value: float) -> float:
 
 
 @dataclass(frozen=True)
+class BudgetRow:
+    """One budget on the budgets page: its `BudgetHealth`, its rate windows now (None without a
+    rate in force), and what follows from them: `full` (its active units reach its max_active),
+    `out_of_rate` (its rate or its burst window allows no start now; `next_start` the seconds
+    until one is allowed, 0 when one is, None without a rate; `next_start_at` that moment while
+    it is out of rate), its ready jobs held back (`blocked_ready`, within the health
+    sample), and its ready jobs per queue (from budget_queues)."""
+
+    health: BudgetHealth
+    window: _queries.BudgetWindow | None = None
+    full: bool = False
+    out_of_rate: bool = False
+    next_start: float | None = None
+    next_start_at: datetime | None = None
+    blocked_ready: int = 0
+    ready_by_queue: dict[str, int] = field(default_factory=dict)
+    rate_n: int | None = None   # the N of the rate in force
+
+    @property
+    def name(self) -> str:
+        return self.health.name
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is in force (a name nobody declared or overrode limits nothing)."""
+        return self.health.max_active is not None or self.health.rate_limit is not None
+
+    @property
+    def hold(self) -> str | None:
+        """Why the budget holds its ready work back now, in words (None: it does not)."""
+        h = self.health
+        parts = []
+        if self.full:
+            parts.append(f"budget {h.name} full ({h.active_units} of {h.max_active} units)")
+        if self.out_of_rate:
+            parts.append(f"budget {h.name} out of rate (next start {_in(self.next_start)})")
+        return "; ".join(parts) or None
+
+
+@dataclass(frozen=True)
+class Governance:
+    """What the governed-queue views need beyond health(): health's policy rows plus one for
+    each queue that only a budget governs, which limits hold each queue's ready work back, the
+    budgets, and each queue's budgets (with their ready jobs in it)."""
+
+    policies: list[PolicyHealth]
+    holds: dict[str, list[str]]
+    budgets: list[BudgetRow]
+    uses: dict[str, list[_queries.BudgetUse]]
+    rates: dict[str, _queries.RateWindow]
+
+
+@dataclass(frozen=True)
+class BudgetsPage:
+    budgets: list[BudgetRow]
+    sample: int = _ops.HEALTH_SAMPLE
+    pair_sample: int = _queries.PAIR_SAMPLE   # a queue's ready jobs of a budget: "100+"
+
+
+@dataclass(frozen=True)
 class Overview:
     policies: list[PolicyHealth]
     queues: list[QueueSummary]
@@ -106,6 +171,8 @@ class QueuePage:
     rate: _queries.RateWindow | None = None
     chart: Chart | None = None
     shares: list[KeyShare] = field(default_factory=list)  # a fair queue's keys by units
+    # The budgets the queue's jobs have named, with the queue's ready jobs of each.
+    budgets: list[tuple[BudgetRow, _queries.BudgetUse]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -216,22 +283,133 @@ def _in(seconds: float | None) -> str:
     return f"in {seconds:.0f} s" if seconds < 120 else f"in {seconds / 60:.0f} min"
 
 
+def budget_rows(conn: psycopg.Connection[Any], health: QueueHealth,
+                uses: list[_queries.BudgetUse] | None = None) -> list[BudgetRow]:
+    """health()'s budgets with their rate windows, whether each is full or out of rate now, and
+    their ready jobs per queue."""
+    if uses is None:
+        uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
+    rates: dict[str, tuple[str, int, float, int | None]] = {}
+    for b in health.budgets:
+        if b.rate_limit is None:
+            continue
+        try:
+            rate = RateLimit.parse(b.rate_limit)
+        except InvalidPolicyError:  # health printed it from a stored pair: cannot happen
+            continue
+        rates[b.name] = (b.name, rate.n, rate.period, b.rate_burst)
+    windows = _ops.execute(conn, _queries.budget_windows(list(rates.values())))
+    by_budget: dict[str, dict[str, int]] = {}
+    for use in uses:
+        if use.ready:
+            by_budget.setdefault(use.budget, {})[use.queue] = use.ready
+    now = datetime.now(UTC)
+    rows = []
+    for b in health.budgets:
+        window = windows.get(b.name)
+        full = b.max_active is not None and b.active_units >= b.max_active
+        next_start = None
+        if window is not None:
+            # The claim's own count (need 1 unit): a start is allowed once both windows say 0.
+            next_start = max(window.next_start, window.burst_next_start or 0.0)
+        elif b.next_start_at is not None:
+            next_start = max((b.next_start_at - now).total_seconds(), 0.0)
+        out_of_rate = next_start is not None and next_start > 0
+        next_start_at = now + timedelta(seconds=next_start or 0.0) if out_of_rate else None
+        blocked = max(b.blocked_ready, b.ready if full or out_of_rate else 0)
+        rows.append(BudgetRow(
+            health=b, window=window, full=full, out_of_rate=out_of_rate, next_start=next_start,
+            next_start_at=next_start_at, blocked_ready=blocked,
+            ready_by_queue=by_budget.get(b.name, {}),
+            rate_n=rates[b.name][1] if b.name in rates else None))
+    return rows
+
+
+def budget_holds(budgets: dict[str, BudgetRow], uses: list[_queries.BudgetUse]) -> list[str]:
+    """The budgets that hold this queue's ready work back: those its ready jobs name that are
+    full or out of rate now, each in words ("budget openai full (3 of 3 units)"), or whose
+    places go to another queue first (turns between queues, DESIGN.md "Named budgets")."""
+    found = []
+    for use in uses:
+        row = budgets.get(use.budget)
+        if not use.ready or row is None:
+            continue
+        if row.hold is not None:
+            found.append(row.hold)
+        elif use.defers_to is not None and row.limited:
+            found.append(f"budget {row.name} turns: its next places go to queue "
+                         f"{use.defers_to} first (it has waited longer)")
+    return found
+
+
+def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance:
+    """Every governed queue, with a queue that only a budget governs (it has used a budget and
+    has no policy and no control; DESIGN.md "Named budgets") as a row of its own, and the
+    limits that hold each one's ready work back: its policy's (holds) and its budgets'."""
+    uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
+    budgets = budget_rows(conn, health, uses)
+    by_name = {b.name: b for b in budgets}
+    by_queue: dict[str, list[_queries.BudgetUse]] = {}
+    for use in uses:
+        by_queue.setdefault(use.queue, []).append(use)
+    listed = {p.queue for p in health.policies}
+    only_budget = sorted(q for q, found in by_queue.items()
+                         if q not in listed and not any(u.listed for u in found))
+    budget_lines = {q: lines for q, found in by_queue.items()
+                    if (lines := budget_holds(by_name, found))}
+    blocked = sorted(b.name for b in budgets if b.hold is not None)
+    counted = _ops.execute(conn, _queries.budgeted_queues(
+        sorted(set(only_budget) | (set(budget_lines) & listed)), blocked, _ops.HEALTH_SAMPLE))
+    policies = []
+    for p in health.policies:
+        found = counted.get(p.queue)
+        if found is not None and found.blocked > p.blocked_ready:
+            # health() does not count what a budget holds back: at least these are blocked.
+            p = dataclasses.replace(p, blocked_ready=found.blocked,
+                                    capped=p.capped or found.sampled > _ops.HEALTH_SAMPLE)
+        policies.append(p)
+    for queue in only_budget:
+        found = counted.get(queue)
+        if found is None:
+            continue
+        policies.append(PolicyHealth(
+            namespace=None, queue=queue, max_active=None, max_active_per_key=None,
+            active=found.units, available=None, blocked_ready=found.blocked, saturated_keys=0,
+            capped=found.sampled > _ops.HEALTH_SAMPLE, active_units=found.units,
+            active_jobs=found.jobs))
+    policies.sort(key=lambda p: (p.namespace is None, p.namespace or "", p.queue))
+    held = [p.queue for p in policies if p.blocked_ready]
+    rates = _ops.execute(conn, _queries.rate_windows(held))
+    holds_by_queue = {}
+    for p in policies:
+        if p.blocked_ready or p.queue in budget_lines:
+            lines = holds(p, rates.get(p.queue)) + budget_lines.get(p.queue, [])
+            if lines:
+                holds_by_queue[p.queue] = lines
+    return Governance(policies=policies, holds=holds_by_queue, budgets=budgets, uses=by_queue,
+                      rates=rates)
+
+
 def overview(conn: psycopg.Connection[Any]) -> Overview:
     health = _ops.execute(conn, _ops.health())
     queues = _ops.execute(conn, _ops.list_queues())
     minutes = _ops.execute(conn, _ops.throughput(CHART_MINUTES))
     workers = _ops.execute(conn, _ops.list_workers())
-    blocked = [p.queue for p in health.policies if p.blocked_ready]
-    rates = _ops.execute(conn, _queries.rate_windows(blocked))
+    governed = governance(conn, health)
     now = datetime.now(UTC)
     return Overview(
-        policies=health.policies, queues=queues, depth=health.depth,
+        policies=governed.policies, queues=queues, depth=health.depth,
         chart=chart(minutes, now), workers_alive=sum(1 for w in workers if w.alive),
-        stalled=health.stalled,
-        holds={p.queue: holds(p, rates.get(p.queue)) for p in health.policies
-               if p.blocked_ready},
+        stalled=health.stalled, holds=governed.holds,
         unknown_task_ready=health.unknown_task_ready,
     )
+
+
+def budgets(conn: psycopg.Connection[Any]) -> BudgetsPage:
+    """The budgets page: every declared, overridden or named budget, as health() has it, with
+    its rate windows and what it holds back."""
+    health = _ops.execute(conn, _ops.health())
+    return BudgetsPage(budgets=budget_rows(conn, health))
 
 
 def queue_known(conn: psycopg.Connection[Any], queue: str) -> bool:
@@ -250,9 +428,13 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
     health = _ops.execute(conn, _ops.health())
     summaries = _ops.execute(conn, _ops.list_queues())
     policies = _ops.execute(conn, _ops.list_policies(None))
-    row = next((p for p in health.policies if p.queue == queue), None)
-    rate = _ops.execute(conn, _queries.rate_windows([queue])).get(queue) if row else None
+    governed = governance(conn, health)
+    row = next((p for p in governed.policies if p.queue == queue), None)
+    rate = governed.rates.get(queue)
+    if row is not None and rate is None:
+        rate = _ops.execute(conn, _queries.rate_windows([queue])).get(queue)
     minutes, now = _ops.execute(conn, _queries.queue_minutes(queue, CHART_MINUTES))
+    by_name = {b.name: b for b in governed.budgets}
     return QueuePage(
         queue=queue,
         health=row,
@@ -263,11 +445,13 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         running=_ops.execute(conn, _ops.list_jobs(queue=queue, status="active",
                                                   limit=RUNNING_SHOWN)),
         stalled=health.stalled.get(queue),
-        holds=holds(row, rate) if row is not None and row.blocked_ready else [],
+        holds=governed.holds.get(queue, []),
         rate=rate,
         chart=chart(minutes, now or datetime.now(UTC), scope=f"queue {queue}"),
         shares=(_ops.execute(conn, _ops.key_shares(queue, row.max_active))
                 if row is not None and row.fairness == "key" else []),
+        budgets=[(by_name[u.budget], u) for u in governed.uses.get(queue, [])
+                 if u.budget in by_name],
     )
 
 

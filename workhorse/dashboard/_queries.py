@@ -259,3 +259,86 @@ def queue_minutes(queue: str, minutes: int = 60) -> Operation[tuple[list[Through
         found.append(ThroughputMinute(minute, int(started), int(succeeded), int(failed),
                                       0, 0, 0, seconds=seconds))
     return found, now
+
+
+# ---- named budgets (DESIGN.md "Named budgets") --------------------------------------------------
+
+# At most this many (queue, budget) pairs of budget_queues are read for one page, and each
+# pair's ready jobs are counted up to this many ("100+"): the pages need to know which budgets a
+# queue's ready jobs name, and roughly how many, not a census (health() counts each budget's).
+BUDGET_PAIRS = 10_000
+PAIR_SAMPLE = 100
+
+
+@dataclass(frozen=True)
+class BudgetWindow:
+    """A budget's rate windows now: the starts in its rate window and the seconds until it
+    allows one more (0: now); the same for its burst window (None without a burst)."""
+
+    name: str
+    used: int
+    next_start: float
+    burst_used: int | None
+    burst_next_start: float | None
+
+
+def budget_windows(rates: list[tuple[str, int, float, int | None]]
+                   ) -> Operation[dict[str, BudgetWindow]]:
+    """For each (budget, N, period, burst) in force: its windows, read from budget_starts."""
+    for name, *_ in rates:
+        check_optional_name("budget", name)
+    if not rates:
+        return {}
+    rows = yield _sql.statement("dashboard_budget_windows"), {
+        "names": [r[0] for r in rates], "n": [r[1] for r in rates],
+        "period": [float(r[2]) for r in rates], "burst": [r[3] for r in rates]}
+    return {row[0]: BudgetWindow(row[0], int(row[1]), float(row[2]),
+                                 None if row[3] is None else int(row[3]),
+                                 None if row[4] is None else float(row[4])) for row in rows}
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """One (queue, budget) pair of budget_queues: the budget's ready jobs in the queue (up to
+    the sample, `capped` beyond), whether health() lists the queue already (it has a policy or
+    a control), and the queue a claim of this one leaves the budget's places to now (turns
+    between queues: it has waited longer)."""
+
+    queue: str
+    budget: str
+    ready: int
+    capped: bool
+    listed: bool
+    defers_to: str | None = None   # the queue whose turn the budget's next places are
+
+
+def budget_uses(sample: int) -> Operation[list[BudgetUse]]:
+    """Every queue that has used a budget, with each budget (at most BUDGET_PAIRS pairs)."""
+    rows = yield _sql.statement("dashboard_budget_queues"), {"sample": sample,
+                                                              "pairs": BUDGET_PAIRS}
+    return [BudgetUse(str(r[0]), str(r[1]), min(int(r[2]), sample), int(r[2]) > sample,
+                      bool(r[3]), None if r[4] is None else str(r[4])) for r in rows]
+
+
+@dataclass(frozen=True)
+class BudgetedQueue:
+    """A queue that uses a budget: its active units and jobs, its ready jobs within the sample
+    (`sampled`, up to sample + 1) and how many of them name a budget that holds them back."""
+
+    queue: str
+    units: int
+    jobs: int
+    sampled: int
+    blocked: int
+
+
+def budgeted_queues(queues: list[str], blocked: list[str], sample: int
+                    ) -> Operation[dict[str, BudgetedQueue]]:
+    for queue in queues:
+        check_optional_name("queue", queue)
+    if not queues:
+        return {}
+    rows = yield _sql.statement("dashboard_budgeted_queues"), {
+        "queues": queues, "blocked": blocked, "sample": sample}
+    return {str(r[0]): BudgetedQueue(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+            for r in rows}

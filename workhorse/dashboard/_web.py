@@ -79,7 +79,7 @@ LOGIN_WINDOW = 60.0
 LOGIN_CLIENTS = 10_000
 _BROWSER_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 # The pages with a live region (`_<page>.html`, re-fetched with `?live=1`).
-LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules"}
+LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules", "budgets"}
 # Pages anyone may fetch: the login form and its assets.
 PUBLIC_PREFIXES = ("/login", "/static/")
 # Actions refused by --read-only (every POST but logging in and out, and revealing a payload).
@@ -646,6 +646,9 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
     def schedules(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         return {"view": _data.schedules(conn)}
 
+    def budgets(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        return {"view": _data.budgets(conn)}
+
     def action(fn: Callable[[Request, FormData, psycopg.Connection[Any]], Response]
                ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -846,6 +849,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         Route("/workflows/{workflow_id:workhorse_job_id}", page("workflow", workflow)),
         Route("/workers", page("workers", workers)),
         Route("/schedules", page("schedules", schedules)),
+        Route("/budgets", page("budgets", budgets)),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
