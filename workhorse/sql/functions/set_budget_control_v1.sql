@@ -3,9 +3,9 @@
 -- `clear_override` or until p_expires_in seconds pass (NULL: until cleared); 'clear_override'
 -- deletes it. It may target any budget name, declared or not (an override of a budget nobody
 -- declared limits it by the override's own fields, as the claim and health read it). A burst
--- must fit the N in force (the override's rate,
--- else the declared one): WH002 otherwise, before anything is written. Takes the budget's lock
--- exclusively. Returns the control row (none after a clear).
+-- must fit the N in force (the override's rate, else the declared one): WH002 otherwise, before
+-- anything is written. Takes the budget's lock exclusively. Returns the control row (none after
+-- a clear).
 CREATE FUNCTION workhorse.set_budget_control_v1(
     p_name text, p_action text,
     p_max_active integer, p_rate_limit integer, p_rate_period double precision,
