@@ -28,11 +28,11 @@ import pytest
 from ci_guard import skip_or_fail
 from test_dashboard_browser import (
     ARTEFACTS,
-    CHROMIUM,
     Process,
     _free_port,
     _missing,
     _responds,
+    launch_chromium,
     wait_for,
 )
 
@@ -92,17 +92,8 @@ def dashboard(database_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launch_chromium() as chromium:
+        yield chromium
 
 
 def _tab(browser: Any, width: int = 1280, height: int = 900) -> Any:

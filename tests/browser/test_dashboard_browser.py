@@ -7,6 +7,7 @@ shots are also copied into docs/images/ for docs/dashboard.md."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -152,8 +153,10 @@ def _responds(base: str) -> bool:
         return False
 
 
-@pytest.fixture
-def page(fleet: dict[str, Any]) -> Iterator[Any]:
+@contextlib.contextmanager
+def launch_chromium() -> Iterator[Any]:
+    """Debian's chromium under Playwright (its own download is not available here), closed
+    afterwards: the browser of every test in this folder."""
     from playwright.sync_api import sync_playwright
 
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
@@ -162,23 +165,29 @@ def page(fleet: dict[str, Any]) -> Iterator[Any]:
             executable_path=str(CHROMIUM), headless=True,
             args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
         try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.alerts = []  # any alert() would mean that markup from the database ran
-            tab.errors = []
-
-            def on_dialog(dialog: Any) -> None:
-                if dialog.type == "confirm":
-                    dialog.accept()  # the dashboard asks before pause and cancel
-                else:
-                    tab.alerts.append(dialog.message)
-                    dialog.dismiss()
-
-            tab.on("dialog", on_dialog)
-            tab.on("pageerror", lambda error: tab.errors.append(str(error)))
-            tab.set_default_timeout(15_000)
-            yield tab
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(fleet: dict[str, Any]) -> Iterator[Any]:
+    with launch_chromium() as browser:
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.alerts = []  # any alert() would mean that markup from the database ran
+        tab.errors = []
+
+        def on_dialog(dialog: Any) -> None:
+            if dialog.type == "confirm":
+                dialog.accept()  # the dashboard asks before pause and cancel
+            else:
+                tab.alerts.append(dialog.message)
+                dialog.dismiss()
+
+        tab.on("dialog", on_dialog)
+        tab.on("pageerror", lambda error: tab.errors.append(str(error)))
+        tab.set_default_timeout(15_000)
+        yield tab
 
 
 def shot(page: Any, name: str) -> Path:

@@ -38,11 +38,11 @@ from ci_guard import skip_or_fail
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from test_dashboard_browser import (
     ARTEFACTS,
-    CHROMIUM,
     Process,
     _free_port,
     _missing,
     _responds,
+    launch_chromium,
     scalar,
     wait_for,
 )
@@ -131,17 +131,8 @@ def fleet(module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True,
-            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with launch_chromium() as chromium:
+        yield chromium
 
 
 def _tab(browser: Any, width: int = 1280, height: int = 900) -> Any:
