@@ -11,15 +11,15 @@ Variants, each with the same N rows (task, queue, payload {"args": [i], "kwargs"
 and two for context:
   a' plain INSERT, one row per transaction (autocommit): the commit cost (a) pays
   c' Queue.enqueue_many of keyed jobs into a per-key-governed queue (writes key hints)
-and the job keys of DESIGN.md "Job keys" beside plain enqueue, one job per transaction and in
+and the job keys of docs/design.md "Job keys" beside plain enqueue, one job per transaction and in
 batches of 1,000 (`enqueue_many`, 1,000 jobs a call, N/1,000 calls):
   p1    plain Queue.enqueue, one per transaction (as a)         p1k   plain, batches of 1,000
   u1    unique=Unique() (every job new: distinct arguments)      u1k   unique, batches of 1,000
   u1=   unique, every job a duplicate of one existing job        u1k=  duplicates, batches
   k1    job_key (every key new: inserts)                          k1k   job_key, batches of 1,000
   k1=   job_key, one key (every enqueue updates its job)          k1k=  1,000 keys, each updated
-  b1    budget="bench-budget" (DESIGN.md "Named budgets")        b1k   budget, batches of 1,000
-and on_key_full (DESIGN.md "Job keys"), keyed jobs one per transaction on a per-key-governed
+  b1    budget="bench-budget" (docs/design.md "Named budgets")        b1k   budget, batches of 1,000
+and on_key_full (docs/design.md "Job keys"), keyed jobs one per transaction on a per-key-governed
 queue:
   q1    100 keys, on_key_full="queue" (the default)
   f1    100 keys, on_key_full="cancel_in_progress", a limit never reached (the lock and the count)

@@ -1,9 +1,9 @@
 """The SQL function a statement calls, read from the statement's own text.
 
-Tests never spell a versioned function name (DESIGN "Releases and SQL versioning"): the name a
-worker really calls changes with each version, and a test that names an old one checks nothing.
-`called_function("claim")` is the function `sql/statements/claim.sql` calls, whatever its
-version is today.
+Tests never spell a versioned function name (docs/design.md "Releases and SQL versioning"): the name
+a worker really calls changes with each version, and a test that names an old one checks nothing.
+`called_function("claim")` is the function `sql/statements/claim.sql` calls, whatever its version is
+today.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Durations as users write them: `<number>[ms|s|m|h|d]`; a bare number means seconds.
 
-A duration is at most 366 days; a lease is between 1 s and 24 h (DESIGN.md). Both are checked
+A duration is at most 366 days; a lease is between 1 s and 24 h (docs/design.md). Both are checked
 where the value is read (the CLI, the task decorator, the worker's settings), so that a value
 no timer can hold (`--lease 99999999999h`) or one shorter than a heartbeat round trip
 (`--lease 10ms`) never reaches a running worker.

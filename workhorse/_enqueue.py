@@ -416,7 +416,7 @@ class AppEnqueuer(Enqueuer):
         calls = [self._send_call(name, args, kwargs, options)]
         return (await self.enqueue_calls_async(calls, connection))[0]
 
-    # ---- workflows (DESIGN.md "Workflows") ---------------------------------------------------
+    # ---- workflows (docs/design.md "Workflows") --------------------------------------------------
 
     def enqueue_workflow(self, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
                          kind: str, on_error: Any = None, connection: Any = None) -> Any:

@@ -1,4 +1,4 @@
-"""What an operator must be able to trust in an incident (DESIGN.md, "The dashboard in an
+"""What an operator must be able to trust in an incident (docs/design.md, "The dashboard in an
 incident"): why a queue's ready work is not moving (`stalled`), and whether a queue an action
 names exists at all (so that a typo is refused instead of creating a queue).
 

@@ -428,7 +428,7 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         meta=meta or {}, cancel_requested=bool(cancel_requested),
         idempotency_key=idempotency_key, expires_at=expires_at,
         # The list statements of 0.2.0 (frozen) end at expires_at; get_job and the list and
-        # dashboard statements of 0.3.0 read the job key and the costs (DESIGN.md "Fair share
+        # dashboard statements of 0.3.0 read the job key and the costs (docs/design.md "Fair share
         # and job cost") after it, and only get_job the progress.
         job_key=keys[0] if keys else None,
         cost=keys[1] if len(keys) > 1 else 1,
@@ -438,7 +438,7 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         # get_job and the workflow statements read the workflow columns too.
         workflow_id=keys[6] if len(keys) > 6 else None,
         depends_on=list(keys[7] or []) if len(keys) > 7 else [],
-        # get_job and workflow_jobs read the budget too (DESIGN.md "Named budgets"); the list
+        # get_job and workflow_jobs read the budget too (docs/design.md "Named budgets"); the list
         # statements fill it in with job_extras (with_progress).
         budget=keys[8] if len(keys) > 8 else None,
     )
@@ -504,7 +504,7 @@ def job_attempts(job_id: int) -> Operation[list[Attempt] | None]:
 def job_own_error(job: Job, attempts: Sequence[Attempt]) -> dict[str, Any] | None:
     """The error to show as the job's own: its last failure, while the job rests because of it
     (failed, held, or canceled by that failure). A succeeded, waiting or running job shows its
-    earlier attempts' errors under its attempts, never as its own (DESIGN.md "The dashboard in
+    earlier attempts' errors under its attempts, never as its own (docs/design.md "The dashboard in
     an incident"); `Job.error` keeps its meaning, the last failure."""
     if job.error is None:
         return None
@@ -708,7 +708,7 @@ def prune_jobs(
         or not 0 <= older_than <= MAX_DELAY_SECONDS  # also NaN, which compares false
     ):
         raise InvalidOptionsError(f"older_than must be seconds >= 0, got {shown(older_than)}")
-    # The prune that skips members of unfinished workflows (DESIGN.md "Workflows").
+    # The prune that skips members of unfinished workflows (docs/design.md "Workflows").
     rows = yield _sql.statement("prune_jobs_workflows"), (limit, older_than, chosen)
     return int(rows[0][0])
 
@@ -810,7 +810,7 @@ def health() -> Operation[QueueHealth]:
                        budgets=budgets)
 
 
-# ---- named budgets (DESIGN.md "Named budgets") -------------------------------------------------
+# ---- named budgets (docs/design.md "Named budgets") ----------------------------------------------
 
 
 def _budget_override(row: Sequence[Any]) -> BudgetOverride:
@@ -1648,7 +1648,7 @@ def install_schema() -> Operation[int]:
     return current
 
 
-# ---- workflows (DESIGN.md "Workflows") --------------------------------------------------------
+# ---- workflows (docs/design.md "Workflows") ------------------------------------------------------
 
 WORKFLOW_MEMBERS_MAX = 10_000
 

@@ -117,7 +117,7 @@ class App(AppEnqueuer):
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.queues: dict[str, QueueSpec] = {}
         self.schedules: dict[str, ScheduleDefinition] = {}
-        # DESIGN.md "Named budgets": the budgets this app declares (owns, syncs, prunes).
+        # docs/design.md "Named budgets": the budgets this app declares (owns, syncs, prunes).
         self.budgets: dict[str, BudgetSpec] = {}
 
     def __repr__(self) -> str:
@@ -559,7 +559,7 @@ class App(AppEnqueuer):
             key = resolve_key(registered.concurrency_key, tuple(args), dict(kwargs or {}))
             # The task's cost callables are called here, once, with the schedule's arguments
             # (which never change): the stored schedule carries the values, so every
-            # supervisor fires the same costs whatever its code (DESIGN.md "Fair share and
+            # supervisor fires the same costs whatever its code (docs/design.md "Fair share and
             # job cost").
             cost = resolve_cost("cost", registered.cost, tuple(args), dict(kwargs or {}))
             rate_cost = resolve_cost("rate_cost", registered.rate_cost, tuple(args),
@@ -680,8 +680,8 @@ def _sync_plan(
 
 
 class UndeclaredBudgetWarning(UserWarning):
-    """`app.sync()` found budgets that the app's tasks name and no namespace declares (DESIGN.md
-    "Named budgets": such jobs are limited by their queue alone).
+    """`app.sync()` found budgets that the app's tasks name and no namespace declares
+    (docs/design.md "Named budgets": such jobs are limited by their queue alone).
 
     >>> with warnings.catch_warnings(record=True) as caught:  # doctest: +SKIP
     ...     app.sync()

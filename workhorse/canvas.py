@@ -1,4 +1,4 @@
-"""Celery's canvas on workhorse (DESIGN.md "Workflows"): signatures, `chain`, `group`, `chord`,
+"""Celery's canvas on workhorse (docs/design.md "Workflows"): signatures, `chain`, `group`, `chord`,
 and the `WorkflowHandle` that reads a canvas back.
 
 A canvas is flattened here into members (one job each) and dependencies, and inserted whole in

@@ -357,7 +357,7 @@ def _limits_text(max_active: int | None, per_key: int | None, rate: str | None,
 
 
 def _in_units(p: PolicyHealth) -> bool:
-    """Whether a queue's active jobs cost other than 1 each (DESIGN.md "Fair share and job
+    """Whether a queue's active jobs cost other than 1 each (docs/design.md "Fair share and job
     cost"): its `active` and `available` are units, not jobs, and `top` says so."""
     return p.active_units != p.active_jobs
 
@@ -732,7 +732,7 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
 
 @main.group()
 def workflows() -> None:
-    """Inspect workflows (chain, group, chord; DESIGN.md "Workflows")."""
+    """Inspect workflows (chain, group, chord; docs/design.md "Workflows")."""
 
 
 @workflows.command("show")

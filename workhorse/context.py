@@ -34,7 +34,7 @@ from .types import ClaimedJob, check_progress
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Durations at most 366 days, as everywhere else a user writes one (DESIGN.md, CLI durations).
+# Durations at most 366 days, as everywhere else a user writes one (docs/design.md, CLI durations).
 MAX_DELAY = 366 * 86400.0
 
 

@@ -1,4 +1,4 @@
-"""Which database, by one rule in every process (DESIGN.md, "Which database wins"):
+"""Which database, by one rule in every process (docs/design.md, "Which database wins"):
 
   1. `--database-url` on the command line (the CLI sets it on the App, or passes it here);
   2. `App(database_url=...)` in code;

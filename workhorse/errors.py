@@ -164,7 +164,7 @@ class JobTimeoutError(WorkhorseError, TimeoutError):
 
 class CostExceedsLimitError(WorkhorseError):
     """Recorded: on a job the claim held because its `cost` (or `rate_cost`) can never fit its
-    queue's synced policy (DESIGN.md "Fair share and job cost"). An enqueue that knows the
+    queue's synced policy (docs/design.md "Fair share and job cost"). An enqueue that knows the
     policy refuses such a job with InvalidOptionsError instead.
 
     >>> job.error["type"]    # a job of cost 8 on a queue of max_active=4  # doctest: +SKIP

@@ -140,7 +140,7 @@ class Queue:
         definitions: Iterable[BudgetDefinition],
         prune: bool = True,
     ) -> list[Budget]:
-        """Make `namespace`'s stored budgets equal `definitions` (DESIGN.md "Named budgets");
+        """Make `namespace`'s stored budgets equal `definitions` (docs/design.md "Named budgets");
         returns that namespace's budgets. With `prune`, deletes its other budgets. A budget
         another namespace owns raises PolicyConflictError and nothing is written.
 

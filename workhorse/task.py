@@ -224,9 +224,10 @@ class Task(Generic[P, R]):
         budget: str | None = None,
     ) -> None:
         self.enqueuer = enqueuer
-        # DESIGN.md "Named budgets": the budget its jobs name unless the call site names another.
+        # docs/design.md "Named budgets": the budget its jobs name unless the call site names
+        # another.
         self.budget = budget
-        # DESIGN.md "Fair share and job cost": the job's units (a value or a callable of the
+        # docs/design.md "Fair share and job cost": the job's units (a value or a callable of the
         # arguments, called at enqueue), its rate units and its key's weight.
         self.cost = cost
         self.rate_cost = rate_cost
@@ -520,7 +521,7 @@ class Task(Generic[P, R]):
         return JobHandle(handle.jobs()[0].id, self.enqueuer)
 
     def s(self, *args: Any, **kwargs: Any) -> Any:
-        """A signature of this task (DESIGN.md "Workflows"): in a chain it gets the previous
+        """A signature of this task (docs/design.md "Workflows"): in a chain it gets the previous
         member's result as its first argument.
 
         >>> add.s(2)                                               # doctest: +SKIP

@@ -19,7 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from .types import PolicyHealth, QueueHealth, RateLimit
 
 QUEUE_ATTRIBUTE = "workhorse.queue"
-# The one attribute of the budget gauges (DESIGN.md "Named budgets").
+# The one attribute of the budget gauges (docs/design.md "Named budgets").
 BUDGET_ATTRIBUTE = "workhorse.budget"
 _TRACE_META_KEY = "trace"
 

@@ -20,18 +20,18 @@ PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_POLICY_DEFINITIONS = 1000
 LIMIT_MAX = 1_000_000
-# DESIGN.md "Fair share and job cost": a job's cost and rate cost, and its key's weight.
+# docs/design.md "Fair share and job cost": a job's cost and rate cost, and its key's weight.
 COST_MAX = 1_000_000
 WEIGHT_MAX = 1000
 FAIRNESS_MODES = ("fifo", "key")
-# DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+# docs/design.md "Job keys": what an enqueue does when its job's key is full.
 ON_KEY_FULL_MODES = ("queue", "cancel_in_progress", "cancel_newest")
 # A due time must stay a datetime that both Python and PostgreSQL can represent.
 MAX_DELAY_SECONDS = 1000 * 366 * 86400.0
 
 
 class JobStatus(enum.StrEnum):
-    """A job's status (DESIGN.md's status table). A `str`, so it compares to its value.
+    """A job's status (docs/design.md's status table). A `str`, so it compares to its value.
 
     >>> JobStatus("held") is JobStatus.HELD, JobStatus.READY == "ready"
     (True, True)
@@ -255,18 +255,19 @@ class EnqueueOptions:
     delay: float | str | timedelta | None = None
     max_attempts: int = 3
     idempotency_key: str | None = None
-    # DESIGN.md "Job keys": at most one of idempotency_key, unique and job_key.
+    # docs/design.md "Job keys": at most one of idempotency_key, unique and job_key.
     unique: Unique | None = None
     job_key: str | None = None
     job_key_mode: str = "replace"
-    # DESIGN.md "Fair share and job cost": units of max_active (and of max_active_per_key) the
+    # docs/design.md "Fair share and job cost": units of max_active (and of max_active_per_key) the
     # job occupies, starts it counts against the rate limits, and its key's weight.
     cost: int = 1
     rate_cost: int = 1
     weight: int = 1
-    # DESIGN.md "Workflows": job ids, JobHandles or WorkflowHandles it runs after (empty: none).
+    # docs/design.md "Workflows": job ids, JobHandles or WorkflowHandles it runs after (empty:
+    # none).
     depends_on: tuple[Any, ...] = ()
-    # DESIGN.md "Named budgets": the budget the job names (declared or not), or None.
+    # docs/design.md "Named budgets": the budget the job names (declared or not), or None.
     budget: str | None = None
 
     def __post_init__(self) -> None:
@@ -363,7 +364,7 @@ def delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         return delay.total_seconds()
     if isinstance(delay, str):
-        # "5s", "2m": DESIGN.md's job_key example spells a delay so. A bare "5" stays refused:
+        # "5s", "2m": docs/design.md's job_key example spells a delay so. A bare "5" stays refused:
         # a number comes as a number, not as text that happens to parse.
         if not delay.strip()[-1:].isalpha():
             raise InvalidOptionsError(
@@ -457,7 +458,7 @@ def rate_text(n: int | None, period: float | None) -> str | None:
 
 def check_rate_burst(owner: str, what: str, burst: object, rate: RateLimit | None,
                      rate_name: str) -> int | None:
-    """A rate burst B (DESIGN.md "rate bursts"): None, or an int (not a bool) with
+    """A rate burst B (docs/design.md "rate bursts"): None, or an int (not a bool) with
     1 <= B <= N of its rate; a burst without a rate is InvalidPolicyError, as is any other value.
 
     >>> check_rate_burst("queue 'mail'", "rate_burst", 10, RateLimit(100, 60.0), "rate_limit")
@@ -532,13 +533,13 @@ class ConcurrencyPolicyDefinition:
     max_active_per_key: int | None = None
     rate_limit: str | None = None
     rate_limit_per_key: str | None = None
-    # DESIGN.md "Fair share and job cost": "fifo" (admission order) or "key" (a freed place goes
-    # to the key with the smallest active cost per weight); "key" needs max_active.
+    # docs/design.md "Fair share and job cost": "fifo" (admission order) or "key" (a freed place
+    # goes to the key with the smallest active cost per weight); "key" needs max_active.
     fairness: str = "fifo"
-    # DESIGN.md "Job keys": "queue" (wait), "cancel_in_progress" (the newest job of a full key
+    # docs/design.md "Job keys": "queue" (wait), "cancel_in_progress" (the newest job of a full key
     # wins) or "cancel_newest" (the new job is canceled); the last two need max_active_per_key.
     on_key_full: str = "queue"
-    # DESIGN.md "rate bursts": at most B units in any window of P*B/N, beside N per P.
+    # docs/design.md "rate bursts": at most B units in any window of P*B/N, beside N per P.
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
 
@@ -708,7 +709,7 @@ def _budget_limits(owner: str, max_active: object, rate_limit: object,
 
 @dataclass(frozen=True, slots=True)
 class BudgetDefinition:
-    """A named budget as declared (DESIGN.md "Named budgets"): one limit shared by every queue
+    """A named budget as declared (docs/design.md "Named budgets"): one limit shared by every queue
     whose jobs name it. `max_active` counts the cost units of its active jobs, `rate_limit`
     ("N/P") their rate_cost units per window, `rate_burst` B (1 <= B <= N, only with a rate)
     at most B units in any window of P*B/N. Validated when constructed (InvalidPolicyError).
@@ -992,18 +993,18 @@ class Job:
     cancel_requested: bool = False
     idempotency_key: str | None = None
     expires_at: datetime | None = None
-    # The job key it holds (DESIGN.md "Job keys"); None once a newer job took the key over.
+    # The job key it holds (docs/design.md "Job keys"); None once a newer job took the key over.
     job_key: str | None = None
-    # DESIGN.md "Fair share and job cost".
+    # docs/design.md "Fair share and job cost".
     cost: int = 1
     rate_cost: int = 1
     weight: int = 1
     # The latest progress of its current (or last) attempt; None before the attempt reported any.
     progress: Progress | None = None
-    # The workflow it is a member of (DESIGN.md "Workflows"), and the ids it runs after.
+    # The workflow it is a member of (docs/design.md "Workflows"), and the ids it runs after.
     workflow_id: int | None = None
     depends_on: list[int] = field(default_factory=list)
-    # The named budget it names (DESIGN.md "Named budgets"), or None.
+    # The named budget it names (docs/design.md "Named budgets"), or None.
     budget: str | None = None
 
     @property
@@ -1023,7 +1024,7 @@ ATTEMPT_HISTORY_MAX = 20
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One attempt of a job (DESIGN.md "The dashboard in an incident"): its number (the job's
+    """One attempt of a job (docs/design.md "The dashboard in an incident"): its number (the job's
     `attempts` after the claim that started it), when it started and ended, how it ended
     (`outcome`: "failed", "retried", "snoozed", "lost", "canceled" or "succeeded") and its error
     (`{"type", "message", "traceback"}`, or None). Oldest first; attempts that did not succeed
@@ -1100,19 +1101,19 @@ class PolicyHealth:
     rate_limited_keys: int = 0
     paused: bool = False
     override: PolicyOverride | None = None
-    # DESIGN.md "Fair share and job cost": the policy's fairness, and the sum of the active
+    # docs/design.md "Fair share and job cost": the policy's fairness, and the sum of the active
     # jobs' cost (`active` and `available` count these units too).
     fairness: str = "fifo"
     active_units: int = 0
-    # DESIGN.md "Job keys": what an enqueue does when its job's key is full.
+    # docs/design.md "Job keys": what an enqueue does when its job's key is full.
     on_key_full: str = "queue"
-    # DESIGN.md "rate bursts": the bursts in force (an override's where it sets them).
+    # docs/design.md "rate bursts": the bursts in force (an override's where it sets them).
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
     # The number of active jobs (beside `active_units`, their cost): they differ where costs
     # differ from 1, and `workhorse top` then shows units.
     active_jobs: int = 0
-    # DESIGN.md "rate bursts": when the queue's rate and burst let its next start happen (now,
+    # docs/design.md "rate bursts": when the queue's rate and burst let its next start happen (now,
     # or later while it is out of starts; None without a rate), and the soonest next start
     # among its keys out of starts (None when none is).
     next_start_at: datetime | None = None
@@ -1124,7 +1125,7 @@ class QueueHealth:
     """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
     overridden queue, the number of jobs by status, `stalled`: queue -> why its ready or
     due work cannot move (no live supervisor serves it or declares its task, paused, a limit of
-    0; DESIGN.md "The dashboard in an incident"), and `unknown_task_ready`: queue -> ready jobs
+    0; docs/design.md "The dashboard in an incident"), and `unknown_task_ready`: queue -> ready jobs
     whose task no live supervisor serving the queue declares (within the bounded sample).
 
     >>> health = q.health()  # doctest: +SKIP
@@ -1139,7 +1140,7 @@ class QueueHealth:
     # queue -> ready jobs (within the bounded sample) whose task no live supervisor serving
     # the queue declares; only queues some live supervisor serves, and only those with any.
     unknown_task_ready: dict[str, int] = field(default_factory=dict)
-    # DESIGN.md "Named budgets": one row per declared, overridden or named budget.
+    # docs/design.md "Named budgets": one row per declared, overridden or named budget.
     budgets: list[BudgetHealth] = field(default_factory=list)
 
 
@@ -1255,7 +1256,7 @@ class ScheduleDefinition:
     max_attempts: int = 3
     concurrency_key: str | None = None
     on_failure: str = "fail"
-    # DESIGN.md "Fair share and job cost": every fired job's cost, rate cost and weight (an app
+    # docs/design.md "Fair share and job cost": every fired job's cost, rate cost and weight (an app
     # fills in its task's, resolving cost callables with `args`/`kwargs` at declaration).
     cost: int = 1
     rate_cost: int = 1
@@ -1400,7 +1401,7 @@ class ThroughputMinute:
 
 @dataclass(frozen=True, slots=True)
 class KeyShare:
-    """A key of a fair queue (DESIGN.md "Fair share and job cost"): its active `units` (and
+    """A key of a fair queue (docs/design.md "Fair share and job cost"): its active `units` (and
     `jobs`), its `weight`, whether it has ready work, and `share`, the units of max_active that
     fair share gives it among the keys with active or ready work (`capped`: more keys wait than
     were counted, so the shares are upper bounds)."""

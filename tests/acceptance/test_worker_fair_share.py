@@ -1,4 +1,4 @@
-"""Fair share and job cost across a real fleet (DESIGN.md "Fair share and job cost", invariants
+"""Fair share and job cost across a real fleet (docs/design.md "Fair share and job cost", invariants
 9 and 10): two supervisor processes serve one fairness="key" queue of max_active=8, and the
 handlers record when they ran (the database's clock). In one pass:
 

@@ -152,7 +152,7 @@ def test_retry_with_backoff_then_held_then_released(database_url, conn, tmp_path
         assert "f1 is not ready yet" in held.error["message"]
         assert "Traceback" in held.error["traceback"] and "flaky" in held.error["traceback"]
 
-        # Another app's job in the queue: passed over, never claimed (DESIGN.md "Errors").
+        # Another app's job in the queue: passed over, never claimed (docs/design.md "Errors").
         left = Queue(conn).get_job(unknown)
         assert left.status == "ready" and left.attempts == 0 and left.error is None
         not_json = Queue(conn).get_job(bad)

@@ -1,4 +1,4 @@
-"""Progress from a running handler in real workers (DESIGN.md "Job keys ... progress"): values
+"""Progress from a running handler in real workers (docs/design.md "Job keys ... progress"): values
 read from another process while the handler runs, the flush when the attempt ends, a new attempt
 starting with none, a stale handler that cannot write, 1,000 calls a second costing one write a
 second (counted, and the count shown to catch a variant that writes every call), and eager and

@@ -90,7 +90,7 @@ def test_group_of_100_never_runs_more_than_5(database_url, conn, tmp_path):
     assert scalar(conn, "SELECT count(DISTINCT token) FROM probe_runs") == 101
 
 
-# ---- budgets apply to released members: a rate limit, fair share (DESIGN.md "Workflows") -----
+# ---- budgets apply to released members: a rate limit, fair share (docs/design.md "Workflows") ----
 
 RATED = 20
 

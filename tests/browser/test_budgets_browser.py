@@ -1,7 +1,7 @@
 """The dashboard's budgets page in headless Chromium (Debian's /usr/bin/chromium, driven by
 Playwright) against a real database and a running `workhorse dashboard` (issue #30 item 4;
-DESIGN.md "Named budgets": "the dashboard has a budgets page and a full budget is a 'blocked by'
-reason"):
+docs/design.md "Named budgets": "the dashboard has a budgets page and a full budget is a 'blocked
+by' reason"):
 
 - /budgets, linked from the nav, has a row for a declared budget that is full (its units against
   max_active, its override and when it expires, its queues as links, "budget NAME full (a of m

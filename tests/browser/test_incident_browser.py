@@ -1,4 +1,4 @@
-"""The dashboard in an incident (issue #32; DESIGN.md "The dashboard in an incident"), in
+"""The dashboard in an incident (issue #32; docs/design.md "The dashboard in an incident"), in
 headless Chromium against a real fleet: a `workhorse worker` on tests/browser/dashapp.py and a
 `workhorse dashboard`, as in test_dashboard_browser.py.
 

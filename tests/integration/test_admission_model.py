@@ -1,6 +1,6 @@
 """Claims against a model of admission, over random histories.
 
-The model is the definition in DESIGN.md: a claim takes, in priority-descending then id order,
+The model is the definition in docs/design.md: a claim takes, in priority-descending then id order,
 every ready job it may admit (queue limit, then the job's key limit; keyless jobs use the queue
 limit only), passing over the ones it may not, up to its batch size. The key heads, hints and
 the three claim paths must together produce exactly that, whatever happened before: enqueues of

@@ -1,5 +1,5 @@
-"""Attempt history (DESIGN.md "The dashboard in an incident"): `JobHandle.attempts()` lists every
-way an attempt ended (retried, failed, held, Snooze, a cancel of a running job, a timeout, a
+"""Attempt history (docs/design.md "The dashboard in an incident"): `JobHandle.attempts()` lists
+every way an attempt ended (retried, failed, held, Snooze, a cancel of a running job, a timeout, a
 lease lost to a reclaim or to the sweep), keeps the last 20 that did not succeed, and a first-try
 success writes nothing more (the trigger is never called, the column stays NULL).
 

@@ -1,12 +1,12 @@
-"""Admission by named budget and rate bursts (issue #30, DESIGN.md "Named budgets (one limit shared
-by several queues) and rate bursts"), one claim at a time against the real claim, so that each
-rule is seen on its own: a budget counts units across queues, a full budget is passed over (with
-its key in a keyed queue) and never blocks the queue's other jobs, turns between the queues that
-share a budget, a budget nobody declared limits nothing, a job that can never fit is held,
-overrides, the rate and its burst (budgets, queues and keys), the next-start marker, health, and
-a worker of 0.2.0 admitting nothing from a budgeted queue. Every test here fails on the claim
-before budgets were admitted (it took every job: checked by running this file on that commit).
-The fleet, rate-window and model tests are in tests/acceptance/ and test_budget_model.py."""
+"""Admission by named budget and rate bursts (issue #30, docs/design.md "Named budgets (one limit
+shared by several queues) and rate bursts"), one claim at a time against the real claim, so that
+each rule is seen on its own: a budget counts units across queues, a full budget is passed over
+(with its key in a keyed queue) and never blocks the queue's other jobs, turns between the queues
+that share a budget, a budget nobody declared limits nothing, a job that can never fit is held,
+overrides, the rate and its burst (budgets, queues and keys), the next-start marker, health, and a
+worker of 0.2.0 admitting nothing from a budgeted queue. Every test here fails on the claim before
+budgets were admitted (it took every job: checked by running this file on that commit). The fleet,
+rate-window and model tests are in tests/acceptance/ and test_budget_model.py."""
 
 from __future__ import annotations
 

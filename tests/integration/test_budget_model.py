@@ -1,4 +1,4 @@
-"""Claims against a model of budget admission, over random seeded histories (DESIGN.md "Named
+"""Claims against a model of budget admission, over random seeded histories (docs/design.md "Named
 budgets"; docs/budgets.md; budget_semantics items 1-7; issue #30).
 
 Two or three queues share one database; jobs name one of two declared budgets (max_active 1-4,

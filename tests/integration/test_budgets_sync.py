@@ -1,4 +1,4 @@
-"""Named budgets (issue #30, DESIGN.md "Named budgets ... and rate bursts"): declaration, sync,
+"""Named budgets (issue #30, docs/design.md "Named budgets ... and rate bursts"): declaration, sync,
 storage, validation, listing, overrides and health. Admission by budget is in
 test_budget_admission.py; nothing here claims."""
 

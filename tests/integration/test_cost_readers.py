@@ -1,4 +1,4 @@
-"""Job costs where an operator reads them (issue #26 items 5, DESIGN.md "Fair share and job
+"""Job costs where an operator reads them (issue #26 items 5, docs/design.md "Fair share and job
 cost"): `workhorse top` shows units where a queue's costs differ from 1, and every reader of a
 job's row (get_job, list_jobs, `workhorse jobs list --json`, the dashboard's job search and its
 queue page's running jobs) carries the job's real `cost`, `rate_cost` and `weight`.

@@ -1,8 +1,8 @@
-"""The dashboard's budgets (issue #30 item 4; DESIGN.md "Named budgets" and "The dashboard in an
-incident"), without a browser, on a real database: the budgets page (one row per BudgetHealth,
-the limits and override in force, units against max_active, ready capped at the sample, the
-queues, the next start), a full or out-of-rate budget as a "blocked by" reason of the queues whose
-ready jobs name it, and a queue that only a budget governs listed where governed queues are.
+"""The dashboard's budgets (issue #30 item 4; docs/design.md "Named budgets" and "The dashboard in
+an incident"), without a browser, on a real database: the budgets page (one row per BudgetHealth,
+the limits and override in force, units against max_active, ready capped at the sample, the queues,
+the next start), a full or out-of-rate budget as a "blocked by" reason of the queues whose ready
+jobs name it, and a queue that only a budget governs listed where governed queues are.
 
 A budget is made full by marking its jobs active by hand, and out of rate by writing its starts
 into budget_starts, the stored state health() and the claim read."""

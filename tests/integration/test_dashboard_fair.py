@@ -1,4 +1,4 @@
-"""The queue page of a fair queue (DESIGN.md "Fair share and job cost", issue #26 item 5 and
+"""The queue page of a fair queue (docs/design.md "Fair share and job cost", issue #26 item 5 and
 #32 item 8): its keys by active units beside their fair share (max_active by weight among the
 keys with active or ready work), from the real claim on a real PostgreSQL; a FIFO queue's page
 has no such table."""

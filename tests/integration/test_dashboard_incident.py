@@ -1,4 +1,4 @@
-"""The dashboard in an incident (DESIGN.md "The dashboard in an incident"), without a browser:
+"""The dashboard in an incident (docs/design.md "The dashboard in an incident"), without a browser:
 stalled queues and why (health() and the pages, from one function), the limit that holds a
 budget-blocked queue back, unknown queues refused (dashboard 404, `queues pause` without
 --force), notices only from the server's own results, substring filters with counts and pages

@@ -1,4 +1,4 @@
-"""One rule for which database wins (DESIGN.md, "Which database wins"), in the CLI, the App and
+"""One rule for which database wins (docs/design.md, "Which database wins"), in the CLI, the App and
 under Django, for every combination of the command line's `--database-url`, the App's own
 `database_url` in code, (under the contrib app) the Django setting `WORKHORSE_DATABASE_URL` and
 Django's database, and the environment's `WORKHORSE_DATABASE_URL`.

@@ -1,4 +1,4 @@
-"""Inside `transaction.atomic()`, an enqueue joins Django's transaction (DESIGN.md, "Django and
+"""Inside `transaction.atomic()`, an enqueue joins Django's transaction (docs/design.md, "Django and
 FastAPI"), in a Django process of its own against real PostgreSQL: a job rolls back with the
 block; an explicit `app.using(conn)` wins; an App whose own database_url names another database
 never joins and warns once; one whose URL names Django's database joins; a handle reads the

@@ -1,4 +1,4 @@
-"""Claims against a model of fair share and job cost, over random histories (DESIGN.md "Fair
+"""Claims against a model of fair share and job cost, over random histories (docs/design.md "Fair
 share and job cost", invariants 9 and 10).
 
 The model: the limits count units (a job's `cost` of max_active and of its key's

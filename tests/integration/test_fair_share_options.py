@@ -1,4 +1,4 @@
-"""Fair share and job cost, the parts outside the claim (DESIGN.md "Fair share and job cost"):
+"""Fair share and job cost, the parts outside the claim (docs/design.md "Fair share and job cost"):
 `cost`, `rate_cost` and `weight` on EnqueueOptions, `@app.task` and the call site, stored on the
 job; the `fairness` policy field, synced, listed and in health; the feature levels that keep a
 0.2.0 claim away from a costed or fair queue (invariant 5); the refusal at enqueue of a job that

@@ -1,7 +1,7 @@
-"""Feature levels (DESIGN.md "Releases and SQL versioning"): every job and queue carries the level
-of the features it uses, an enqueue that uses a newer feature raises its queue's level, and a claim
-or outcome function admits and records nothing above its own level, its worker warning once. So
-the workers of one release run safely beside the next one's (invariant 5).
+"""Feature levels (docs/design.md "Releases and SQL versioning"): every job and queue carries the
+level of the features it uses, an enqueue that uses a newer feature raises its queue's level, and a
+claim or outcome function admits and records nothing above its own level, its worker warning once.
+So the workers of one release run safely beside the next one's (invariant 5).
 
 The package's claim is at `_ops.FEATURE_LEVEL`; these tests make a job or queue one level newer by
 hand, as the next release's enqueue will, through the enqueue function's feature levels. (The

@@ -1,4 +1,4 @@
-"""Job keys (issue #27, DESIGN.md "Job keys"): `Unique` jobs, `job_key` (debounce, throttle,
+"""Job keys (issue #27, docs/design.md "Job keys"): `Unique` jobs, `job_key` (debounce, throttle,
 superseding the active job), and `JobHandle.duplicate`, on a real PostgreSQL.
 
 The claim, complete, fail and snooze used here are 0.2.0's (`*_v1`): rows with keys must work

@@ -1,4 +1,4 @@
-"""on_key_full (DESIGN.md "Job keys"): what an enqueue does when its job's key is full, on a
+"""on_key_full (docs/design.md "Job keys"): what an enqueue does when its job's key is full, on a
 real PostgreSQL: the policy field synced, listed and in health; cancel_newest and
 cancel_in_progress at enqueue; a superseded run records no result and holds its place until it
 stops; concurrent enqueues of one key serialize (one survivor), shown to fail without the lock."""

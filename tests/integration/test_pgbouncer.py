@@ -1,4 +1,4 @@
-"""Everything through a real PgBouncer 1.18 in transaction mode, with no setting (DESIGN.md
+"""Everything through a real PgBouncer 1.18 in transaction mode, with no setting (docs/design.md
 "Connection poolers"): every statement path, `Queue(conn)` on a caller's connection, the CLI,
 results, and wake-ups that find out by themselves that LISTEN cannot work there. And no
 session-level advisory lock anywhere, statically and by watching pg_locks.

@@ -1,4 +1,4 @@
-"""Progress from the handler at the statement level (DESIGN.md "Job keys ... progress"): the
+"""Progress from the handler at the statement level (docs/design.md "Job keys ... progress"): the
 write under the job's fence, the newest value winning, the read rule that gives a new attempt
 none, bad input typed before anything is kept, and what jobs show and the dashboard print."""
 

@@ -1,9 +1,9 @@
-"""A scheduled occurrence's job gets its task's cost, rate_cost and weight (DESIGN.md "Fair share
-and job cost", issue #26): the app resolves cost callables with the schedule's args/kwargs when
-the schedule is declared, the sync stores the values on the schedule, and the firing pass (the
-fire_schedules function of 0.3.0) sets them on every job it makes, raising the queue's feature
-level as an enqueue with costs does. Against a real PostgreSQL, through the supervisors' own
-firing code (`Scheduler.fire`).
+"""A scheduled occurrence's job gets its task's cost, rate_cost and weight (docs/design.md "Fair
+share and job cost", issue #26): the app resolves cost callables with the schedule's args/kwargs
+when the schedule is declared, the sync stores the values on the schedule, and the firing pass (the
+fire_schedules function of 0.3.0) sets them on every job it makes, raising the queue's feature level
+as an enqueue with costs does. Against a real PostgreSQL, through the supervisors' own firing code
+(`Scheduler.fire`).
 
 Shown to fail on the broken variant: firing through 0.2.0's statement (the first
 fire_schedules function, what a 0.2.0 supervisor runs) makes jobs of cost 1, and

@@ -329,7 +329,7 @@ def test_a_paused_queue_is_not_drained(make_app: AppFactory, conn: psycopg.Conne
 def test_a_job_of_an_unknown_task_is_left_for_its_own_app(
     make_app: AppFactory, conn: psycopg.Connection[Any]
 ) -> None:
-    """Another app's job in a shared queue is passed over, never claimed (DESIGN.md "Errors",
+    """Another app's job in a shared queue is passed over, never claimed (docs/design.md "Errors",
     UnknownTaskError); the known job behind it runs."""
     app = make_app("drain")
 

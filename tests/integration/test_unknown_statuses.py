@@ -1,4 +1,4 @@
-"""Readers accept a status they do not know (DESIGN.md, `Job`): a newer release may store one
+"""Readers accept a status they do not know (docs/design.md, `Job`): a newer release may store one
 (a status such as `parked`) while this release's processes still read the same rows. The
 API, health and the CLI show it as it is instead of failing."""
 

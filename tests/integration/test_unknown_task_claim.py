@@ -1,4 +1,4 @@
-"""A worker never claims a job whose task its app does not declare (DESIGN.md "Errors",
+"""A worker never claims a job whose task its app does not declare (docs/design.md "Errors",
 UnknownTaskError; issue #24 item 6), on every admission path, and the claim's cost does not grow
 with the other app's jobs it passes over.
 
@@ -187,7 +187,7 @@ MODEL_POLICIES: list[tuple[int | None, int | None] | None] = [
 
 @dataclass
 class TaskModel:
-    """Admission as DESIGN.md defines it (priority descending, then id; the queue's limit, then
+    """Admission as docs/design.md defines it (priority descending, then id; the queue's limit, then
     the key's), seen by a worker that declares `tasks`: jobs of other tasks are never taken. On
     the row walk (no per-key limit) they are simply passed over; on the key-heads path a key's
     jobs start in their order, so nothing of a key (the keyless jobs are one stream) is taken

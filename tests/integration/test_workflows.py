@@ -1,4 +1,4 @@
-"""Workflows (issue #28, DESIGN.md "Workflows", invariant 11): chain, group, chord and
+"""Workflows (issue #28, docs/design.md "Workflows", invariant 11): chain, group, chord and
 `depends_on`, inserted whole, released in the transaction that records the last needed success
 (a row trigger), failures propagated, on a real PostgreSQL through the real claim path (drain)."""
 

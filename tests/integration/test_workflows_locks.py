@@ -1,4 +1,4 @@
-"""Completions of parents of shared dependents never deadlock (issue #28, DESIGN.md "Locks"):
+"""Completions of parents of shared dependents never deadlock (issue #28, docs/design.md "Locks"):
 two transactions on two connections complete the parents of two multi-parent dependents in
 opposite orders, concurrently, many rounds; both commit, and each dependent is released once.
 Nor does canceling a workflow while one of its members completes.

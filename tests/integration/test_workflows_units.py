@@ -1,4 +1,4 @@
-"""Workflow members carry every option an enqueue does (issue #28, DESIGN.md "Workflows" and
+"""Workflow members carry every option an enqueue does (issue #28, docs/design.md "Workflows" and
 "Fair share and job cost"): `.set(cost=, rate_cost=, weight=)`, the task's own defaults and
 callables, stored on the member's row and counted by the real claim once it is released; and
 the members the database ends itself get an expiry, so that a workflow is pruned whole, once

@@ -1,6 +1,7 @@
-"""The budget gauges (DESIGN.md "OpenTelemetry instrument names"): `workhorse.budget.concurrency
-.limit|active`, whose one attribute is `workhorse.budget`, fed by the published health snapshot.
-Run in a subprocess: the SDK's global meter provider can be set once per process."""
+"""The budget gauges (docs/design.md "OpenTelemetry instrument names"):
+`workhorse.budget.concurrency.limit|active`, whose one attribute is `workhorse.budget`, fed by the
+published health snapshot. Run in a subprocess: the SDK's global meter provider can be set once per
+process."""
 
 from __future__ import annotations
 

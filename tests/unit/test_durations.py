@@ -1,4 +1,4 @@
-"""Duration and lease bounds (DESIGN.md: a duration is at most 366 days, a lease between 1 s
+"""Duration and lease bounds (docs/design.md: a duration is at most 366 days, a lease between 1 s
 and 24 h), checked where the value is read: the task decorator and the worker's settings."""
 
 from __future__ import annotations

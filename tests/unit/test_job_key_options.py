@@ -1,4 +1,4 @@
-"""`Unique`, `job_key` and the rules of EnqueueOptions and Task.call for them (DESIGN.md "Job
+"""`Unique`, `job_key` and the rules of EnqueueOptions and Task.call for them (docs/design.md "Job
 keys"): validated when built, typed `InvalidOptionsError`, before anything is sent."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Properties, checked on generated input (hypothesis): durations, rate-limit specs, the
 schedule walk (every= and cron, in zones with DST), and enqueue-option bounds. Each states a
-rule of DESIGN.md for every value, where the other unit tests pick a few."""
+rule of docs/design.md for every value, where the other unit tests pick a few."""
 
 from __future__ import annotations
 

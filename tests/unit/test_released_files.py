@@ -1,4 +1,4 @@
-"""What a release shipped never changes (DESIGN.md "Releases and SQL versioning"):
+"""What a release shipped never changes (docs/design.md "Releases and SQL versioning"):
 `workhorse/sql/released.json` holds, for each release, the sha256 of every migration, function
 and statement file it shipped, and each of those files must still exist with that hash. A
 released function changes only as a new version beside it; a file not yet released may change.

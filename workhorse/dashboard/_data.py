@@ -328,7 +328,7 @@ def budget_rows(conn: psycopg.Connection[Any], health: QueueHealth,
 def budget_holds(budgets: dict[str, BudgetRow], uses: list[_queries.BudgetUse]) -> list[str]:
     """The budgets that hold this queue's ready work back: those its ready jobs name that are
     full or out of rate now, each in words ("budget openai full (3 of 3 units)"), or whose
-    places go to another queue first (turns between queues, DESIGN.md "Named budgets")."""
+    places go to another queue first (turns between queues, docs/design.md "Named budgets")."""
     found = []
     for use in uses:
         row = budgets.get(use.budget)
@@ -344,7 +344,7 @@ def budget_holds(budgets: dict[str, BudgetRow], uses: list[_queries.BudgetUse]) 
 
 def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance:
     """Every governed queue, with a queue that only a budget governs (it has used a budget and
-    has no policy and no control; DESIGN.md "Named budgets") as a row of its own, and the
+    has no policy and no control; docs/design.md "Named budgets") as a row of its own, and the
     limits that hold each one's ready work back: its policy's (holds) and its budgets'."""
     uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
     budgets = budget_rows(conn, health, uses)

@@ -30,7 +30,7 @@ QUEUE_CHART_WINDOW = 20_000
 # row, as it did before jobs_succeeded_task_idx (migration 0008).
 TASK_NAMES_CAP = 1_000
 RATE_SAMPLE = 1000
-# What each action applies to (DESIGN.md's status table).
+# What each action applies to (docs/design.md's status table).
 RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
 CANCELABLE = (JobStatus.WAITING.value, JobStatus.SCHEDULED.value, JobStatus.READY.value,
               JobStatus.ACTIVE.value, JobStatus.HELD.value)
@@ -135,7 +135,7 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     params = {**search.params(), "queues": matching}
     # With a task substring, each window's succeeded matches are read by (task, id) for the
     # names it matches, and the other statuses through their own indexes, instead of the window
-    # row by row (DESIGN.md "The dashboard in an incident"; migration 0008).
+    # row by row (docs/design.md "The dashboard in an incident"; migration 0008).
     window_statement, above_statement = "dashboard_jobs_window", "dashboard_jobs_above"
     if search.task is not None:
         tasks = yield from succeeded_task_names(search.task)
@@ -261,7 +261,7 @@ def queue_minutes(queue: str, minutes: int = 60) -> Operation[tuple[list[Through
     return found, now
 
 
-# ---- named budgets (DESIGN.md "Named budgets") --------------------------------------------------
+# ---- named budgets (docs/design.md "Named budgets") ----------------------------------------------
 
 # At most this many (queue, budget) pairs of budget_queues are read for one page, and each
 # pair's ready jobs are counted up to this many ("100+"): the pages need to know which budgets a

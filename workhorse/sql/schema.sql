@@ -3391,7 +3391,7 @@ BEGIN
                 USING ERRCODE = 'WH005';
         END IF;
         IF p_budgets IS NOT NULL THEN
-            -- The same for the declared budget a job names (DESIGN.md "Named budgets": its cost
+            -- The same for the declared budget a job names (docs/design.md "Named budgets": its cost
             -- counts against the budget's max_active, its rate cost against its rate and burst).
             SELECT t.budget, t.cost, t.rate_cost, b.max_active, b.rate_limit, b.rate_burst
             INTO v_row

@@ -1,4 +1,4 @@
-"""The progress app: handlers that report progress (DESIGN.md "Job keys ... progress").
+"""The progress app: handlers that report progress (docs/design.md "Job keys ... progress").
 
 Markers are files in the directory a job is given: a handler waits for the test to say "seen"
 before it goes on, so the test reads values while the handler runs, without any timing.

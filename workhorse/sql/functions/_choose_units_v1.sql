@@ -1,5 +1,5 @@
 -- The admission of a governed queue whose jobs may cost more than one unit, or whose policy
--- shares by key (DESIGN.md "Fair share and job cost", invariants 9 and 10). Called by the claim
+-- shares by key (docs/design.md "Fair share and job cost", invariants 9 and 10). Called by the claim
 -- under the queue's admission lock, after its housekeeping; returns the jobs to activate, in
 -- the order chosen, and `rate_blocked`: the queue's rate limit stopped the choice.
 --
@@ -33,7 +33,7 @@
 --  * with `p_filter`: one stream merges one walk per known task, so another app's jobs are never
 --    read; a key whose candidate is another app's job is passed over for the rest of the call,
 --    unless that job does not fit the queue's free units (then the choice ends, as for any job).
---  * with `p_budgeted` (the queue's jobs name budgets: DESIGN.md "Named budgets"): the queue's
+--  * with `p_budgeted` (the queue's jobs name budgets: docs/design.md "Named budgets"): the queue's
 --    budgets are locked here, in name order, after the queue's lock (every statement takes them
 --    in that order). A job of a budget with limits is taken only when it fits the budget's free
 --    units (its unexpired active jobs' cost, in every queue), its rate's starts left and its

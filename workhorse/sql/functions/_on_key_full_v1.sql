@@ -1,14 +1,14 @@
 -- After an enqueue inserted `p_ids`: for each of them (in id order, so the newest of a batch
 -- wins) that has a key, in one of `p_queues` (the queues whose admission lock the enqueue took,
 -- before its enqueue gates, because their policy said on_key_full), act on a full key
--- (DESIGN.md "Job keys"). A key is full for the new job when the cost of its active jobs, plus
+-- (docs/design.md "Job keys"). A key is full for the new job when the cost of its active jobs, plus
 -- that of its other pending (scheduled, ready) jobs, plus the new job's, exceeds the
 -- max_active_per_key in force.
 -- * 'cancel_newest': the new job is canceled at once.
 -- * 'cancel_in_progress': the key's older pending jobs are canceled, and its oldest active jobs
 --   that were not asked yet get cancel requests until what stays active leaves room for the new
 --   one. A job asked to cancel ends `canceled` and records no result (its fence check refuses a
---   success once the request is seen; DESIGN.md "Results and control"), and it holds its
+--   success once the request is seen; docs/design.md "Results and control"), and it holds its
 --   capacity until its handler has stopped, so the new job starts only after that.
 -- Holding the admission lock, this serializes with the key's claims: no claim admits a job of
 -- the key between the count and the cancels. `p_retention` fixes the expiry of what it cancels.

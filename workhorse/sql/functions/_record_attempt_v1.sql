@@ -1,5 +1,5 @@
 -- The row trigger jobs_attempt_ended (migration 0005): when an attempt ends other than by a clean
--- success, append it to the job's `attempt_history` (DESIGN.md "The dashboard in an incident"),
+-- success, append it to the job's `attempt_history` (docs/design.md "The dashboard in an incident"),
 -- keeping the last 20. An AFTER trigger, so that it costs the other updates nothing: a BEFORE row
 -- trigger on jobs would make every UPDATE of a job (claim, heartbeat, complete) lock its row
 -- first, one more WAL record each, whether or not its WHEN clause holds. Its WHEN clause fires it

@@ -5,7 +5,7 @@
 --   `workhorse.workflow_successes`; the release itself runs at commit, for all the
 --   transaction's successes at once, in _workflow_release_v1 (a deferred constraint trigger),
 --   so that the dependents' locks are taken in one order whatever order the successes were
---   recorded in (DESIGN.md "Locks": two completions of parents of shared dependents never
+--   recorded in (docs/design.md "Locks": two completions of parents of shared dependents never
 --   deadlock).
 -- * `failed`, `canceled`: every waiting member downstream becomes `canceled` with
 --   DependencyFailedError naming this member (locked in (queue, id) order), its expiry fixed

@@ -1,10 +1,10 @@
--- The release of workflow members (DESIGN.md "Workflows", invariant 11): a deferred constraint
+-- The release of workflow members (docs/design.md "Workflows", invariant 11): a deferred constraint
 -- trigger (migrations/0006_workflows.sql) on a member's success, so it runs at commit, in the
 -- transaction that recorded the success. Its first call in a commit takes every success the row
 -- trigger (_workflow_changed_v1) noted in `workhorse.workflow_successes` and clears the setting;
 -- the later calls of the same commit find it empty and return at once.
 --
--- Locks, in one order (DESIGN.md "Locks": by queue name, then job id): the dependents of all the
+-- Locks, in one order (docs/design.md "Locks": by queue name, then job id): the dependents of all the
 -- transaction's successes are locked FOR UPDATE in (queue, id) order, each before it is read
 -- or changed; their workflow_members rows are changed only under that lock.
 -- A dependent is taken at commit, after every queue lock the transaction took (a claim's), so two

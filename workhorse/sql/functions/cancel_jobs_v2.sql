@@ -3,7 +3,7 @@
 -- fixes the others' (its dependents' from their own tasks' retention, in the trigger). Returns
 -- the ids canceled or asked to cancel.
 --
--- Locks (DESIGN.md "Locks"): the targets a worker may be completing (scheduled, ready, active,
+-- Locks (docs/design.md "Locks"): the targets a worker may be completing (scheduled, ready, active,
 -- held) first, in (queue, id) order, then the waiting ones, in (queue, id) order. A completion
 -- holds its own jobs' rows and locks their waiting dependents at commit (_workflow_release_v1),
 -- so a cancel that took a waiting dependent first and then waited for its parent's row would

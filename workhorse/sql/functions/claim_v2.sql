@@ -22,7 +22,7 @@
 --    'feature_level' and the queue's level in `attempts`: nothing is admitted there.
 -- A governed queue's claimers are woken when this call freed more places than it took.
 --
--- Admission (DESIGN.md, invariants 1 to 7):
+-- Admission (docs/design.md, invariants 1 to 7):
 --  * A queue with a policy or a control row is governed: its claims hold the queue's admission
 --    lock exclusively, so each counts every committed claim; other queues' claims share it and
 --    walk the ready rows with SKIP LOCKED. Active means an unexpired lease; a job whose lease
@@ -35,14 +35,14 @@
 --    rate cost other than 1 was enqueued there, or its policy has fairness = 'key') is admitted
 --    by _choose_units_v1, one job at a time in units, and its touched keys' heads refreshed
 --    after the activation. Queues of level 1 keep the statements below, plans unchanged.
---  * Named budgets (DESIGN.md "Named budgets"): a queue whose jobs have named a budget
+--  * Named budgets (docs/design.md "Named budgets"): a queue whose jobs have named a budget
 --    (budget_queues) is governed, whatever its policy, and admitted in units by
 --    _choose_units_v1, which locks its budgets after the queue's lock and counts them; the
 --    activation files their starts. No other path activates a job that names a budget (one
 --    enqueued since this claim looked is left ready), so none is admitted uncounted.
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
---  * Another app's jobs (DESIGN.md "Errors", UnknownTaskError): a job whose task is not in
+--  * Another app's jobs (docs/design.md "Errors", UnknownTaskError): a job whose task is not in
 --    `p_tasks` is never claimed. One probe per distinct task with ready jobs in the queue says
 --    whether the queue has any; while it has none, every path below is the one it always was.
 --    While it has some (v_filter): the row walk merges one walk per task of `p_tasks`

@@ -35,7 +35,7 @@
 -- level of their own: see migrations/0002_job_keys.sql.
 --
 -- `p_costs`, `p_rate_costs` and `p_weights` (NULL: 1 for every job) are each job's cost, rate
--- cost and weight (DESIGN.md "Fair share and job cost"). A cost or rate cost other than 1
+-- cost and weight (docs/design.md "Fair share and job cost"). A cost or rate cost other than 1
 -- raises its queue's level to at least 2 (a claim of level 1 cannot count it); the job row
 -- keeps its own level (see migrations/0003_fair_share_and_cost.sql). A job whose cost exceeds
 -- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
@@ -48,7 +48,7 @@
 -- queues' claimers at commit. On a queue whose policy sets on_key_full, the new keyed jobs then
 -- go through _on_key_full_v1, under the queue's admission lock.
 --
--- `p_budgets` (NULL: none for every job) is the named budget each job names (DESIGN.md "Named
+-- `p_budgets` (NULL: none for every job) is the named budget each job names (docs/design.md "Named
 -- budgets"), stored on the row as it is, declared or not. A job that names one raises its
 -- queue's level to at least 2, as a cost does (see migrations/0009_budgets.sql), and records the
 -- (budget, queue) pair in budget_queues (ON CONFLICT DO NOTHING: no existing row is locked).
@@ -161,7 +161,7 @@ BEGIN
                 USING ERRCODE = 'WH005';
         END IF;
         IF p_budgets IS NOT NULL THEN
-            -- The same for the declared budget a job names (DESIGN.md "Named budgets": its cost
+            -- The same for the declared budget a job names (docs/design.md "Named budgets": its cost
             -- counts against the budget's max_active, its rate cost against its rate and burst).
             SELECT t.budget, t.cost, t.rate_cost, b.max_active, b.rate_limit, b.rate_burst
             INTO v_row

@@ -1,4 +1,4 @@
--- Insert a whole canvas (DESIGN.md "Workflows") in one statement, in the caller's transaction.
+-- Insert a whole canvas (docs/design.md "Workflows") in one statement, in the caller's transaction.
 -- Members are parallel arrays, as enqueue_v2's, plus `p_modes` (how parents' results reach
 -- each: 'none', 'one', 'list'). Dependencies are parallel arrays too: the dependent's position
 -- in the member arrays (1-based), and either the parent's position (`p_edge_parents`) or an

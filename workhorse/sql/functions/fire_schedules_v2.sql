@@ -6,7 +6,7 @@
 -- another supervisor, or an earlier pass) inserts no row, so it gets no job; a concurrent pass
 -- inserting the same occurrence waits for this transaction and then inserts nothing. Each job's
 -- run_at and scheduled_for are its occurrence, and its cost, rate_cost and weight the
--- schedule's (DESIGN.md "Fair share and job cost": resolved when the schedule was declared, stored
+-- schedule's (docs/design.md "Fair share and job cost": resolved when the schedule was declared, stored
 -- by sync_schedules_v2), set in the same UPDATE as scheduled_for, so they cost no extra row
 -- version. A cost or rate cost other than 1 raises the queue's feature level to 2 as enqueue_v2
 -- does, in this transaction, so no claim of level 1 sees the job. The cost is not checked

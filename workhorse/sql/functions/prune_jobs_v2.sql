@@ -1,4 +1,4 @@
--- prune_jobs_v1, with workflows pruned whole (DESIGN.md "Workflows", "Bounds"): a workflow's
+-- prune_jobs_v1, with workflows pruned whole (docs/design.md "Workflows", "Bounds"): a workflow's
 -- members go together, in one transaction, once every member has finished and
 --
 -- * (retention, `p_older_than` NULL) the last one's expiry has passed: the workflow's latest

@@ -1,4 +1,4 @@
--- An operator's override of a named budget (DESIGN.md "Named budgets": overridable like a
+-- An operator's override of a named budget (docs/design.md "Named budgets": overridable like a
 -- queue). p_action 'override' replaces the fields given (NULL: keep what the override had) until
 -- `clear_override` or until p_expires_in seconds pass (NULL: until cleared); 'clear_override'
 -- deletes it. It may target any budget name, declared or not (an override of a budget nobody

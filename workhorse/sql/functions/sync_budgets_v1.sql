@@ -1,4 +1,4 @@
--- Desired-state sync of one namespace's named budgets (DESIGN.md "Named budgets"). Returns one
+-- Desired-state sync of one namespace's named budgets (docs/design.md "Named budgets"). Returns one
 -- row per budget touched, with what happened to it: created, updated, unchanged or pruned. A rate
 -- comes as (N, period seconds), NULL for none; `p_rate_bursts` is B (1 <= B <= N) or NULL.
 -- A budget another namespace owns raises WH001 (PolicyConflictError) before anything is written.

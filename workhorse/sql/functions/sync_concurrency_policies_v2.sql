@@ -6,7 +6,7 @@
 -- policy is stored at feature level 2, so that a claim of level 1 admits nothing there, and its
 -- queue keeps per-key heads (_keyed_v2). Pauses and overrides live in queue_controls and are
 -- never touched here. `p_rate_bursts` / `p_rate_bursts_per_key` (NULL: none) are each rate's
--- burst B (1 <= B <= N, DESIGN.md "Named budgets ... and rate bursts"); a policy with a burst is
+-- burst B (1 <= B <= N, docs/design.md "Named budgets ... and rate bursts"); a policy with a burst is
 -- stored at feature level 2 too (the claim of level 1 cannot enforce it).
 CREATE FUNCTION workhorse.sync_concurrency_policies_v2(
     p_namespace text,

@@ -5,7 +5,7 @@
 -- occurrence. Any other change keeps the schedule's place.
 --
 -- `p_costs`, `p_rate_costs` and `p_weights` (NULL: 1 for every schedule) are the cost, rate cost
--- and weight of every job the schedule fires (DESIGN.md "Fair share and job cost"; the app
+-- and weight of every job the schedule fires (docs/design.md "Fair share and job cost"; the app
 -- resolves a task's cost callables with the schedule's arguments when the schedule is declared,
 -- so the stored row says what every supervisor fires, whatever its code). A schedule whose cost
 -- exceeds its queue's synced max_active or max_active_per_key (the latter with a concurrency

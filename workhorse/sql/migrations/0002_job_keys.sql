@@ -2,7 +2,7 @@
 -- writes them and says of each job whether the enqueue inserted it. Also claim_v2, the claim of
 -- feature level 2 (0.3.0's), which the worker of this release calls.
 --
--- Why job keys need no feature level (a deliberate deviation from DESIGN.md's "a job key
+-- Why job keys need no feature level (a deliberate deviation from docs/design.md's "a job key
 -- raises the queue's level"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
 -- The claim, complete, fail, snooze, retry and cancel functions of 0.2.0 (*_v1) never touch
 -- them, and the two unique indexes below are partial on the key columns alone, not on the
@@ -14,7 +14,7 @@
 -- status between `scheduled` and `ready`, hinting and waking as a retry does), so a 0.2.0
 -- worker claims and records it correctly beside a newer one.
 
--- The key a job was enqueued with (DESIGN.md "Job keys"), scoped to its task: while the job
+-- The key a job was enqueued with (docs/design.md "Job keys"), scoped to its task: while the job
 -- holds it, at most one job of the task has it. A newer job that takes the key over clears
 -- it here, so an older job that runs on (a retry, a snooze) runs without it.
 ALTER TABLE workhorse.jobs

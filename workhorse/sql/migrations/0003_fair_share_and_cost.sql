@@ -1,4 +1,4 @@
--- Fair share and job cost (issue #26, DESIGN.md "Fair share and job cost", invariants 9 and 10).
+-- Fair share and job cost (issue #26, docs/design.md "Fair share and job cost", invariants 9 and 10).
 --
 -- A job's `cost` is the units of max_active and max_active_per_key it occupies while active, its
 -- `rate_cost` the starts it counts against the rate limits, its `weight` the weight of its key

@@ -1,4 +1,4 @@
--- Progress from a running handler (issue #27, DESIGN.md "Job keys: ... progress").
+-- Progress from a running handler (issue #27, docs/design.md "Job keys: ... progress").
 --
 -- `progress` is the latest value a handler reported, as the slot last wrote it:
 -- {"done": n, "total": n|null, "message": text|null, "fence": the claim's fence, "seq": the

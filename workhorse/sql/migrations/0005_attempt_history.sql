@@ -1,4 +1,4 @@
--- Attempt history (issue #32, DESIGN.md "The dashboard in an incident") and registered tasks
+-- Attempt history (issue #32, docs/design.md "The dashboard in an incident") and registered tasks
 -- (issue #24 item 6: health counts another app's jobs; the claim never takes them).
 --
 -- Every attempt that ends other than by a clean success is appended to `attempt_history` (at

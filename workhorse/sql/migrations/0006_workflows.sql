@@ -1,4 +1,4 @@
--- Workflows (issue #28, DESIGN.md "Workflows"): Celery's canvas (chain, group, chord) and
+-- Workflows (issue #28, docs/design.md "Workflows"): Celery's canvas (chain, group, chord) and
 -- `depends_on`, every member a job row from the start.
 --
 -- A member whose dependencies have not all succeeded is `waiting`: it holds no capacity and no
@@ -38,7 +38,7 @@ CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs (workflow_id, expires_a
 -- chain's last member, a group's members in order), `result_kind` 'one' or 'list'. `on_error_*`:
 -- the signature to enqueue once, at the first failure of a member, with the failed member's id
 -- as its first argument; `on_error_job` the job it became; `on_error_cost`, `_rate_cost` and
--- `_weight` its units (DESIGN.md "Fair share and job cost").
+-- `_weight` its units (docs/design.md "Fair share and job cost").
 CREATE TABLE workhorse.workflows (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     created_at       timestamptz NOT NULL DEFAULT now(),

@@ -1,4 +1,4 @@
--- on_key_full (issue #27, DESIGN.md "Job keys"): what an enqueue does when the job's key is
+-- on_key_full (issue #27, docs/design.md "Job keys"): what an enqueue does when the job's key is
 -- full. 'queue' (the default) waits, as every 0.2.0 queue did; 'cancel_in_progress' makes the
 -- newest job win (the key's older pending jobs are canceled and its oldest active ones asked to
 -- cancel until the new one fits); 'cancel_newest' cancels the new job at once. Only an enqueue

@@ -1,4 +1,4 @@
--- The dashboard's task filter over a long history (issue #32, DESIGN.md "The dashboard in an
+-- The dashboard's task filter over a long history (issue #32, docs/design.md "The dashboard in an
 -- incident"; benchmarks/README.md "The dashboard's pages").
 --
 -- A task substring matched the succeeded history only through a window of the primary key,

@@ -1,4 +1,4 @@
--- Named budgets (issue #30, DESIGN.md "Named budgets (one limit shared by several queues) and
+-- Named budgets (issue #30, docs/design.md "Named budgets (one limit shared by several queues) and
 -- rate bursts"), part 1: declaration, storage, sync, overrides and health. Admission in the
 -- claim comes next (docs/budgets.md, "How the claim will use it", describes the design these
 -- tables are shaped for); until then a job's budget is stored, listed and counted, and limits
@@ -151,7 +151,7 @@ ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
 
 -- ---- key heads by budget ----------------------------------------------------------------------
 -- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
--- heads of a full budget as one range (DESIGN.md: a key whose head names a full budget is passed
+-- heads of a full budget as one range (docs/design.md: a key whose head names a full budget is passed
 -- over like a saturated key, its cost never growing with them). Every head of a database that
 -- predates this migration heads a job without a budget: nothing to fill.
 ALTER TABLE workhorse.key_heads ADD COLUMN budget text;

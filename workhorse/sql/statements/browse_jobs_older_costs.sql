@@ -1,4 +1,4 @@
--- browse_jobs_older.sql of 0.2.0 (frozen) with the job key and the costs (DESIGN.md "Fair share and
+-- browse_jobs_older.sql of 0.2.0 (frozen) with the job key and the costs (docs/design.md "Fair share and
 -- job cost"): the same rows, and after expires_at the columns get_job_keyed.sql reads next.
 -- The dashboard's job list, second part: the newest matches older than the window (id < lo), in
 -- every status but succeeded, one branch per status so that each reads its own partial index

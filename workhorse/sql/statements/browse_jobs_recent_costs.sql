@@ -1,4 +1,4 @@
--- browse_jobs_recent.sql of 0.2.0 (frozen) with the job key and the costs (DESIGN.md "Fair share and
+-- browse_jobs_recent.sql of 0.2.0 (frozen) with the job key and the costs (docs/design.md "Fair share and
 -- job cost"): the same rows, and after expires_at the columns get_job_keyed.sql reads next.
 -- The dashboard's job list, first part: the newest matches among the jobs with ids in [lo, hi),
 -- one bounded window of the primary key whatever the filters (see _ops.browse_jobs). Filters

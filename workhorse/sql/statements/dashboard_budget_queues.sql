@@ -1,4 +1,4 @@
--- Every queue that has used a budget (a budget_queues row: such a queue is governed, DESIGN.md
+-- Every queue that has used a budget (a budget_queues row: such a queue is governed, docs/design.md
 -- "Named budgets"), with each budget it used, that budget's ready jobs in it (counted up to
 -- %(sample)s + 1, through jobs_budget_ready_idx), whether a policy or an operator control lists
 -- the queue in health() already, and the queue it leaves the budget's places to now, as the

@@ -1,4 +1,4 @@
--- A fair queue's keys by active units (DESIGN.md "Fair share and job cost"), with what each
+-- A fair queue's keys by active units (docs/design.md "Fair share and job cost"), with what each
 -- needs for its fair share: its weight, and the sum of the weights of every key with active or
 -- ready work (a key's share of max_active is its weight over that sum). Keys with active jobs
 -- come from the active jobs (at most max_active units of them), keys with ready work from the

@@ -1,4 +1,4 @@
--- list_jobs.sql of 0.2.0 (frozen) with the job key and the costs (DESIGN.md "Fair share and
+-- list_jobs.sql of 0.2.0 (frozen) with the job key and the costs (docs/design.md "Fair share and
 -- job cost"): the same rows, and after expires_at the columns get_job_keyed.sql reads next.
 -- Newest first, bounded by the caller's limit. Filters are optional (NULL means any).
 SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,

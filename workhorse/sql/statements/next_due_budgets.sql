@@ -1,5 +1,5 @@
 -- For the worker's wake-up timer: per served queue, whether it is governed (a policy, a pause,
--- an override, or jobs that named a budget: DESIGN.md "Named budgets"), and the earliest moment a job may become claimable without a NOTIFY (a
+-- an override, or jobs that named a budget: docs/design.md "Named budgets"), and the earliest moment a job may become claimable without a NOTIFY (a
 -- scheduled job falling due, a lease running out, an override expiring). A few index probes per
 -- queue; never a scan of the backlog.
 SELECT q.queue,

@@ -2,7 +2,7 @@
 -- leases only), starts left, and the ready work the limits hold back, counted within a bounded
 -- sample of ready jobs in admission order, so the cost stays bounded however deep the queue is.
 -- Rate-limited keys are counted among at most %(sample)s keys that started in the window.
--- Capacity is counted in units (DESIGN.md "Fair share and job cost"): `active` and
+-- Capacity is counted in units (docs/design.md "Fair share and job cost"): `active` and
 -- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
 -- is 1), `active_jobs` their number, and a key is saturated when its units reach max_active_per_key.
 WITH queues AS (
@@ -32,7 +32,7 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        COALESCE(p.fairness, 'fifo') AS fairness,
        a.active AS active_units,
        COALESCE(p.on_key_full, 'queue') AS on_key_full,
-       -- The bursts in force: a live override's, else the policy's (DESIGN.md "rate bursts").
+       -- The bursts in force: a live override's, else the policy's (docs/design.md "rate bursts").
        CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
                  AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
             THEN c.rate_burst ELSE p.rate_burst END AS rate_burst,
