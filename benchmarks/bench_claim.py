@@ -472,10 +472,10 @@ _BUFFERS = re.compile(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?")
 
 
 def claim_function() -> str:
-    """The SQL function that Queue.claim's statement (sql/statements/claim_next.sql, the claim
+    """The SQL function that Queue.claim's statement (sql/statements/claim.sql, the claim
     with no successes to record) calls, read from the statement itself, so that no version is
     spelled here."""
-    path = ("sql", "statements", "claim_next.sql")
+    path = ("sql", "statements", "claim.sql")
     text = resources.files("workhorse").joinpath(*path).read_text()
     body = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     found = re.search(r"workhorse\.(\w+)\(", body)

@@ -9,6 +9,9 @@ today.
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from psycopg import sql
 
 from workhorse import _sql
 
@@ -31,3 +34,21 @@ def called_function(statement: str) -> str:
 def function_text(name: str) -> str:
     """The text of `sql/functions/<name>.sql`."""
     return _sql.function_files()[name]
+
+
+# The statements a 0.2.0 wheel sends, kept as fixtures for the rolling-upgrade tests: a worker of
+# that release still runs them beside this one (docs/design.md "Releases and SQL versioning").
+RELEASED_STATEMENTS = Path(__file__).parent / "fixtures" / "released"
+
+
+def released_statement(name: str, release: str = "0.2.0") -> sql.SQL:
+    """The statement `name` exactly as `release`'s wheel sends it."""
+    text = (RELEASED_STATEMENTS / release / "statements" / f"{name}.sql").read_text("utf-8")
+    return sql.SQL(text.strip().rstrip(";"))
+
+
+def released_called_function(name: str, release: str = "0.2.0") -> str:
+    """The function `release`'s statement `name` calls (its first)."""
+    names = _CALL.findall(released_statement(name, release).as_string())
+    assert names, f"{release} statements/{name}.sql calls no workhorse function"
+    return names[0]

@@ -325,7 +325,7 @@ def enqueue_outcomes(
         # One options object for the batch: each option goes once, not once a job.
         n = len(tasks)
         unique = first.unique
-        rows = yield _sql.statement("enqueue_keyed_shared_options"), (
+        rows = yield _sql.statement("enqueue_shared_options"), (
             tasks, first.queue, n, first.concurrency_key, n, first.priority, n, payloads,
             first.run_at, n, first.delay_seconds, n, first.max_attempts, n, failure_modes,
             _or_null(metas), first.idempotency_key, n, _or_null(unique_keys),
@@ -336,7 +336,7 @@ def enqueue_outcomes(
             _unless_one(first.weight), n, first.budget, n)
     else:
         uniques = [o.unique for o in every]
-        rows = yield _sql.statement("enqueue_keyed"), (
+        rows = yield _sql.statement("enqueue"), (
             tasks, [o.queue for o in every], _or_null([o.concurrency_key for o in every]),
             [o.priority for o in every], payloads, _or_null([o.run_at for o in every]),
             _or_null([o.delay_seconds for o in every]), [o.max_attempts for o in every],
@@ -454,7 +454,7 @@ def _job_id(job_id: object) -> int:
 
 
 def get_job(job_id: int) -> Operation[Job | None]:
-    rows = yield _sql.statement("get_job_keyed"), (_job_id(job_id),)
+    rows = yield _sql.statement("get_job"), (_job_id(job_id),)
     return _job_from_row(rows[0]) if rows else None
 
 
@@ -542,7 +542,7 @@ def list_jobs(
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
     status = _list_filters(status, limit, queue=queue, key=key, task=task)
-    rows = yield _sql.statement("list_jobs_costs"), {
+    rows = yield _sql.statement("list_jobs"), {
         "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
     }
     return (yield from with_progress([_job_from_row(row) for row in rows]))
@@ -604,12 +604,12 @@ def browse_jobs(
     lo = max(hi - window, oldest)
     params = {"queue": queue, "status": status, "key": key, "task": task, "limit": limit,
               "lo": lo, "hi": hi}
-    rows = yield _sql.statement("browse_jobs_recent_costs"), params
+    rows = yield _sql.statement("browse_jobs_recent"), params
     jobs = [_job_from_row(row) for row in rows]
     if len(jobs) == limit or lo <= oldest:
         return JobPage((yield from with_progress(jobs)))
     if status != JobStatus.SUCCEEDED:
-        older = yield _sql.statement("browse_jobs_older_costs"), {
+        older = yield _sql.statement("browse_jobs_older"), {
             **params, "limit": limit - len(jobs)}
         jobs += [_job_from_row(row) for row in older]
     return JobPage((yield from with_progress(jobs)),
@@ -659,7 +659,7 @@ def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]
 
 def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
-    rows = yield _sql.statement("retry_jobs_fair"), (_job_ids(ids),)
+    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
     return [row[0] for row in rows]
 
 
@@ -676,7 +676,7 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
     """Cancel jobs that have not finished (an active one gets a cancel request); returns the
     ids canceled or asked to cancel."""
     # The statement that also cancels waiting workflow members (and their dependents).
-    rows = yield _sql.statement("cancel_jobs_waiting"), (_job_ids(ids), retention)
+    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids), retention)
     return [row[0] for row in rows]
 
 
@@ -709,7 +709,7 @@ def prune_jobs(
     ):
         raise InvalidOptionsError(f"older_than must be seconds >= 0, got {shown(older_than)}")
     # The prune that skips members of unfinished workflows (docs/design.md "Workflows").
-    rows = yield _sql.statement("prune_jobs_workflows"), (limit, older_than, chosen)
+    rows = yield _sql.statement("prune_jobs"), (limit, older_than, chosen)
     return int(rows[0][0])
 
 
@@ -718,7 +718,7 @@ def prune_jobs(
 
 def list_policies(namespace: str | None) -> Operation[list[ConcurrencyPolicy]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_policies_fair"), (namespace, namespace)
+    rows = yield _sql.statement("list_policies"), (namespace, namespace)
     return [
         ConcurrencyPolicy(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
@@ -760,7 +760,7 @@ def sync_policies(
         seen.add(definition.queue)
     rates = [d.rate for d in definitions]
     per_key = [d.rate_per_key for d in definitions]
-    rows = yield _sql.statement("sync_policies_fair"), (
+    rows = yield _sql.statement("sync_policies"), (
         namespace,
         [d.queue for d in definitions],
         [d.max_active for d in definitions],
@@ -783,7 +783,7 @@ def sync_policies(
 
 
 def health() -> Operation[QueueHealth]:
-    rows = yield _sql.statement("policy_health_fair"), {"sample": HEALTH_SAMPLE}
+    rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
     policies = [
         PolicyHealth(
             namespace=row[0], queue=row[1], max_active=row[2], max_active_per_key=row[3],
@@ -992,7 +992,7 @@ def set_queue_control(
         or not 0 < expires_in <= MAX_DELAY_SECONDS
     ):
         raise InvalidOptionsError(f"expires_in must be positive seconds, got {expires_in!r}")
-    rows = yield _sql.statement("set_queue_control_fair"), (
+    rows = yield _sql.statement("set_queue_control"), (
         queue, action, max_active, max_active_per_key,
         rate.n if rate else None, rate.period if rate else None,
         rate_key.n if rate_key else None, rate_key.period if rate_key else None,
@@ -1028,7 +1028,7 @@ def list_queues() -> Operation[list[QueueSummary]]:
 def housekeeping() -> Operation[tuple[int, int]]:
     """Clear expired overrides (of queues and of budgets) and prune old start buckets:
     (overrides cleared, rows pruned)."""
-    rows = yield _sql.statement("housekeeping_budgets"), ()
+    rows = yield _sql.statement("housekeeping"), ()
     return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
 
 
@@ -1069,10 +1069,10 @@ def claim_as(
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
     if successes:
-        rows = yield _sql.statement("complete_and_claim_next"), (
+        rows = yield _sql.statement("complete_and_claim"), (
             queue, limit, lease, *_success_columns(successes), known)
     else:
-        rows = yield _sql.statement("claim_next"), (queue, limit, lease, known)
+        rows = yield _sql.statement("claim"), (queue, limit, lease, known)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
@@ -1183,7 +1183,7 @@ def release(
     a stale pair is left out."""
     if not jobs:
         return {}
-    rows = yield _sql.statement("release_fair"), (
+    rows = yield _sql.statement("release"), (
         [job_id for job_id, _ in jobs], [fence for _, fence in jobs], retention)
     return {row[0]: JobStatus.of_row(row[1]) for row in rows}
 
@@ -1328,7 +1328,7 @@ def ready_queues(queues: Sequence[str]) -> Operation[set[str]]:
 def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime | None, datetime]]]:
     """Per queue: governed?, the earliest moment a job may become claimable without a NOTIFY,
     and the database clock."""
-    rows = yield _sql.statement("next_due_budgets"), (list(queues),)
+    rows = yield _sql.statement("next_due"), (list(queues),)
     return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
 
 
@@ -1412,7 +1412,7 @@ def _schedule_from_row(row: Sequence[Any]) -> Schedule:
 
 def list_schedules(namespace: str | None = None) -> Operation[list[Schedule]]:
     check_optional_name("namespace", namespace)
-    rows = yield _sql.statement("list_schedules_costs"), (namespace, namespace)
+    rows = yield _sql.statement("list_schedules"), (namespace, namespace)
     return [_schedule_from_row(row) for row in rows]
 
 
@@ -1440,7 +1440,7 @@ def sync_schedules(
     timings = [_timing(d.cron, d.every, d.tz) for d in definitions]  # type: ignore[arg-type]
     rows = yield _sql.statement("database_now"), ()
     now = rows[0][0]
-    rows = yield _sql.statement("sync_schedules_costs"), (
+    rows = yield _sql.statement("sync_schedules"), (
         namespace,
         [d.name for d in definitions],
         [d.task for d in definitions],
@@ -1491,7 +1491,7 @@ def fire_due_schedules(namespace: str, limit: int = FIRING_BATCH) -> Operation[F
         next_run_ats.append(following)
     fired: list[tuple[int, datetime, int]] = []
     if ids:
-        fired_rows = yield _sql.statement("fire_schedules_costs"), (
+        fired_rows = yield _sql.statement("fire_schedules"), (
             run_ids, run_occurrences, ids, next_run_ats)
         fired = [(row[0], row[1], row[2]) for row in fired_rows]
     due_rows = yield _sql.statement("schedules_next_due"), (namespace,)

@@ -278,8 +278,8 @@ def test_a_budget_rate_and_burst_hold_across_two_queues(database_url, conn, tmp_
 
 def _claims(conn: Any) -> int:
     """Calls of the functions the worker's claim statements call (whatever their version)."""
-    functions = sorted({*called_functions("claim_next"),
-                        *called_functions("complete_and_claim_next")})
+    functions = sorted({*called_functions("claim"),
+                        *called_functions("complete_and_claim")})
     return scalar(conn, "SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions"
                         " WHERE schemaname = 'workhorse' AND funcname = ANY(%s)", functions)
 

@@ -63,8 +63,8 @@ def test_a_fleet_keeps_a_rate_limit_exactly(database_url, conn, tmp_path):
     # Sleeping until the next allowed start: a few claims per window per slot, not a poll loop.
     # Counted on the function the worker's claim statements really call (whatever its version):
     # above zero first, or the count would prove nothing.
-    claim_functions = sorted({*called_functions("claim_next"),
-                              *called_functions("complete_and_claim_next")})
+    claim_functions = sorted({*called_functions("claim"),
+                              *called_functions("complete_and_claim")})
     calls = scalar(conn, "SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions"
                          " WHERE schemaname = 'workhorse' AND funcname = ANY(%s)",
                    claim_functions)

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sql_names import called_function
+from sql_names import released_called_function
 
 from workhorse import (
     BudgetDefinition,
@@ -198,7 +198,7 @@ def test_a_worker_of_0_2_0_admits_nothing_from_a_budgeted_queue(
 ) -> None:
     queue.sync_budgets("ns", [BudgetDefinition("api", max_active=1)])
     _enqueue(queue, "q", 3, budget="api")
-    old_claim = called_function("claim")       # the function 0.2.0's claim statement calls
+    old_claim = released_called_function("claim")  # what 0.2.0's claim statement calls
     assert old_claim != CLAIM
     rows = conn.execute(f"SELECT id, status FROM workhorse.{old_claim}"
                         "('q', 10, 60, NULL, NULL, NULL, NULL, NULL)").fetchall()

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sql_names import released_statement
 
 from workhorse import (
     App,
@@ -127,7 +128,7 @@ def test_a_released_claim_admits_nothing_from_a_costed_or_fair_queue(queue, conn
         queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", cost=2))])
         queue.enqueue_many([("t", {}, EnqueueOptions(queue="q"))])
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="other"))])
-    old = _sql.statement("claim")
+    old = released_statement("claim")
     rows = conn.execute(old, ("q", 10, 30.0)).fetchall()
     assert [r[0] for r in rows if r[0] is not None] == []
     assert [r[15] for r in rows] == ["feature_level"]  # the marker its worker warns about
@@ -141,7 +142,7 @@ def test_a_checker_of_the_level_fails_when_the_level_is_not_raised(queue, conn):
     released claim admits the costed job (it cannot count its cost)."""
     queue.enqueue_many([("t", {}, EnqueueOptions(queue="q", cost=2))])
     conn.execute("DELETE FROM workhorse.queue_levels")
-    rows = conn.execute(_sql.statement("claim"), ("q", 10, 30.0)).fetchall()
+    rows = conn.execute(released_statement("claim"), ("q", 10, 30.0)).fetchall()
     assert len([r for r in rows if r[0] is not None]) == 1
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sql_names import released_statement
 
 from workhorse import (
     App,
@@ -114,8 +115,8 @@ def test_the_checker_fails_on_the_0_2_0_firing(conn: Any, queue: Queue,
                                                   cost=3, rate_cost=2, weight=4)])
     rewind(conn, "s")
     statement = _sql.statement
-    monkeypatch.setattr(_sql, "statement", lambda name: statement(
-        "fire_schedules" if name == "fire_schedules_costs" else name))
+    monkeypatch.setattr(_sql, "statement", lambda name: (
+        released_statement(name) if name == "fire_schedules" else statement(name)))
     assert Scheduler("a").fire(conn).fired
     assert fired_costs(conn, "s") == {(1, 1, 1)}  # what the checker above would reject
     assert level(conn, "q") == 1

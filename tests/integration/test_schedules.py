@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sql_names import released_statement
 
 import workhorse
 from workhorse import (
@@ -300,7 +301,7 @@ def test_the_unique_key_not_the_read_decides_one_job_per_occurrence(conn: Any,
     schedule_id, next_run_at = conn.execute(
         "SELECT id, next_run_at FROM workhorse.schedules").fetchone()
     occurrences = [next_run_at - timedelta(seconds=10 * k) for k in range(3)]
-    statement = _sql.statement("fire_schedules")
+    statement = released_statement("fire_schedules")
     first = conn.execute(statement, ([schedule_id] * 3, occurrences, [schedule_id],
                                      [next_run_at])).fetchall()
     again = conn.execute(statement, ([schedule_id] * 3, occurrences, [schedule_id],

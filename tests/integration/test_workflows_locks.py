@@ -156,7 +156,7 @@ def _cancel_while_completing(app: App, database_url: str, waiting_first: bool
             try:
                 if waiting_first:
                     t2.execute("SELECT 1 FROM workhorse.jobs WHERE id = %s FOR UPDATE", (c,))
-                t2.execute(_sql.statement("cancel_jobs_waiting"),
+                t2.execute(_sql.statement("cancel_jobs"),
                            ([p, c], _ops.DEFAULT_RETENTION_JSON))
                 t2.commit()
             except psycopg.Error as exc:

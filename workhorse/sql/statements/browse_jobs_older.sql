@@ -1,3 +1,5 @@
+-- A job's columns as get_job.sql reads them, with its key and costs (docs/design.md "Fair share
+-- and job cost").
 -- The dashboard's job list, second part: the newest matches older than the window (id < lo), in
 -- every status but succeeded, one branch per status so that each reads its own partial index
 -- (the index is named beside each branch). Succeeded history has no index but the primary key,
@@ -66,7 +68,7 @@ WITH found AS (
 SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, status, attempts,
        max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
        lease_until, meta, cancel_requested_at IS NOT NULL AS cancel_requested, idempotency_key,
-       expires_at
+       expires_at, job_key, cost, rate_cost, weight
 FROM workhorse.jobs
 WHERE id IN (SELECT id FROM found ORDER BY id DESC LIMIT %(limit)s)
 ORDER BY id DESC

@@ -1,1 +1,1 @@
-SELECT id FROM workhorse.cancel_jobs_v1(%s::bigint[], %s::text) AS id
+SELECT id FROM workhorse.cancel_jobs_v2(%s::bigint[], %s::text) AS id

@@ -1,1 +1,2 @@
-SELECT expired_overrides, pruned_starts FROM workhorse.housekeeping_v1()
+-- Expired overrides (queues and named budgets) and old start buckets.
+SELECT expired_overrides, pruned_starts FROM workhorse.housekeeping_v2()

@@ -2,6 +2,9 @@
 -- leases only), starts left, and the ready work the limits hold back, counted within a bounded
 -- sample of ready jobs in admission order, so the cost stays bounded however deep the queue is.
 -- Rate-limited keys are counted among at most %(sample)s keys that started in the window.
+-- Capacity is counted in units (docs/design.md "Fair share and job cost"): `active` and
+-- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
+-- is 1), `active_jobs` their number, and a key is saturated when its units reach max_active_per_key.
 WITH queues AS (
     SELECT p.queue FROM workhorse.policies p
     UNION
@@ -25,7 +28,30 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        c.rate_limit_per_key AS override_rate_limit_per_key,
        c.rate_period_per_key AS override_rate_period_per_key,
        c.override_set_at, c.override_expires_at,
-       s.queue_used AS rate_used
+       s.queue_used AS rate_used,
+       COALESCE(p.fairness, 'fifo') AS fairness,
+       a.active AS active_units,
+       COALESCE(p.on_key_full, 'queue') AS on_key_full,
+       -- The bursts in force: a live override's, else the policy's (docs/design.md "rate bursts").
+       CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
+                 AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+            THEN c.rate_burst ELSE p.rate_burst END AS rate_burst,
+       CASE WHEN c.override_set_at IS NOT NULL AND c.rate_burst_per_key IS NOT NULL
+                 AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
+            THEN c.rate_burst_per_key ELSE p.rate_burst_per_key END AS rate_burst_per_key,
+       c.rate_burst AS override_rate_burst, c.rate_burst_per_key AS override_rate_burst_per_key,
+       a.jobs AS active_jobs,
+       -- When the queue's rate and burst let the next start happen (now, or later while out of
+       -- starts; NULL without a rate), and the soonest next start among the keys out of starts.
+       CASE WHEN l.rate_limit IS NOT NULL THEN clock_timestamp() + make_interval(secs => GREATEST(
+           workhorse._rate_next_start_v1(q.queue, '', l.rate_limit, l.rate_period,
+                                         clock_timestamp()),
+           CASE WHEN bw.burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
+               q.queue, '', bw.burst, bw.len, clock_timestamp()) END)) END AS next_start_at,
+       (SELECT clock_timestamp() + make_interval(secs => min(workhorse._rate_next_start_v1(
+                   q.queue, k.ckey, l.rate_limit_per_key, l.rate_period_per_key,
+                   clock_timestamp())))
+        FROM unnest(r.limited) AS k(ckey)) AS next_key_start_at
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -35,13 +61,25 @@ CROSS JOIN LATERAL (
                 ELSE workhorse._rate_used_v1(q.queue, '', l.rate_period, clock_timestamp())
            END AS queue_used
 ) AS s
+LEFT JOIN LATERAL (
+    -- The queue's burst in force (at most the N in force) and its window P*B/N.
+    SELECT x.burst, floor(l.rate_period * x.burst / l.rate_limit * 1000) / 1000 AS len
+    FROM (SELECT LEAST(l.rate_limit, y.burst) AS burst   -- NULL without a burst or a rate
+          FROM (SELECT CASE WHEN l.rate_limit IS NULL THEN NULL
+                            WHEN c.override_set_at IS NOT NULL AND c.rate_burst IS NOT NULL
+                                 AND (c.override_expires_at IS NULL
+                                      OR c.override_expires_at > clock_timestamp())
+                            THEN c.rate_burst ELSE p.rate_burst END AS burst) AS y
+          WHERE y.burst IS NOT NULL) AS x
+) AS bw ON true
 CROSS JOIN LATERAL (
     SELECT COALESCE(sum(k.n), 0)::integer AS active,
+           COALESCE(sum(k.jobs), 0)::integer AS jobs,
            (count(*) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key))::integer
                AS saturated_keys,
            COALESCE(array_agg(k.ckey) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key),
                     '{}') AS saturated
-    FROM (SELECT j.ckey, count(*) AS n
+    FROM (SELECT j.ckey, sum(j.cost) AS n, count(*) AS jobs
           FROM workhorse.jobs j
           WHERE j.queue = q.queue AND j.status = 'active' AND j.lease_until > clock_timestamp()
           GROUP BY j.ckey) AS k

@@ -1,1 +1,1 @@
-SELECT workhorse.prune_jobs_v1(%s::integer, %s::double precision, %s::text[])
+SELECT workhorse.prune_jobs_v2(%s::integer, %s::double precision, %s::text[])

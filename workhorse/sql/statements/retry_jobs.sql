@@ -1,1 +1,1 @@
-SELECT id FROM workhorse.retry_jobs_v1(%s::bigint[]) AS id
+SELECT id FROM workhorse.retry_jobs_v2(%s::bigint[]) AS id

@@ -1,5 +1,7 @@
+-- Desired schedules of one namespace, with cost, rate_cost and weight (docs/design.md "Fair share
+-- and job cost").
 SELECT sync_action, sync_name
-FROM workhorse.sync_schedules_v1(
+FROM workhorse.sync_schedules_v2(
     %s::text, %s::text[], %s::text[], %s::text[], %s::interval[], %s::text[], %s::text[],
     %s::text[], %s::text[], %s::text[], %s::smallint[], %s::integer[], %s::text[], %s::text[],
-    %s::timestamptz[], %s::boolean)
+    %s::timestamptz[], %s::boolean, %s::integer[], %s::integer[], %s::smallint[])

@@ -1,1 +1,0 @@
-SELECT id FROM workhorse.retry_jobs_v2(%s::bigint[]) AS id

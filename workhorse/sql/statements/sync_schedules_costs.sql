@@ -1,7 +1,0 @@
--- sync_schedules.sql of 0.2.0 (frozen) with each schedule's cost, rate_cost and weight
--- (docs/design.md "Fair share and job cost").
-SELECT sync_action, sync_name
-FROM workhorse.sync_schedules_v2(
-    %s::text, %s::text[], %s::text[], %s::text[], %s::interval[], %s::text[], %s::text[],
-    %s::text[], %s::text[], %s::text[], %s::smallint[], %s::integer[], %s::text[], %s::text[],
-    %s::timestamptz[], %s::boolean, %s::integer[], %s::integer[], %s::smallint[])
