@@ -36,12 +36,12 @@ SKIPPED_DIRS = {"__pycache__", "node_modules", "build", "dist"}
 
 # A line break inside a citation, with the next line's indentation and comment marker.
 _WRAP = re.compile(r"[ \t]*\r?\n[ \t]*(?:#+|--|\*)?[ \t]*")
-_CITATION = re.compile(re.escape(DOC) + r",?\s+\"(?P<heading>[^\"]+)\"")
 _HEADING = re.compile(r"^(?P<marks>#{1,6})\s+(?P<text>.+?)\s*#*\s*$")
 _INVARIANT_HEADING = re.compile(r"^invariant (?P<number>\d+):", re.IGNORECASE)
 _GAP = r"(?:[ \t]*\r?\n[ \t]*(?:#+|--|\*)?[ \t]*|[ \t]+)"  # spaces, or a wrap as above
+_CITATION = re.compile(re.escape(DOC) + rf",?{_GAP}+\"(?P<heading>[^\"]+)\"")
 _INVARIANT_REF = re.compile(
-    rf"\binvariants?{_GAP}+(?P<list>\d+(?:{_GAP}*(?:,|-|–|\bto\b|\band\b){_GAP}*\d+)*)",
+    rf"\binvariants?{_GAP}+(?P<list>\d+(?:{_GAP}*(?:,|-|\u2013|\bto\b|\band\b){_GAP}*\d+)*)",
     re.IGNORECASE,
 )
 _OUTSIDE = re.compile(
@@ -101,7 +101,7 @@ def invariant_references(text: str) -> Iterator[tuple[int, int]]:
         line = text.count("\n", 0, match.start()) + 1
         listed = _normalize(match["list"])
         numbers = [int(n) for n in re.findall(r"\d+", listed)]
-        ranges = re.findall(r"(\d+)\s*(?:-|–|\bto\b)\s*(\d+)", listed)
+        ranges = re.findall(r"(\d+)\s*(?:-|\u2013|\bto\b)\s*(\d+)", listed)
         for low, high in ranges:
             numbers += range(int(low), int(high) + 1)
         for number in sorted(set(numbers)):
@@ -226,6 +226,7 @@ def test_heading_citations_match_by_the_stated_rule() -> None:
         "c.py": f'"""({DOC}, "Job keys: ...\n    progress")"""\n',
         "d.py": f'# {DOC} "rate bursts" and {DOC} "Job keys"\n',
         "e.py": f'# {DOC} "Invariant 2"\n',
+        "f.sql": f'-- governed, {DOC}\n-- "Named budgets"\n',
     }
     assert broken_citations(good, PAGE) == []
 
@@ -247,7 +248,7 @@ def test_a_citation_of_a_missing_heading_is_reported() -> None:
 
 def test_invariant_references_are_checked_against_the_stated_ones() -> None:
     assert stated_invariants(PAGE) == {1, 2}
-    good = {"a.md": "invariant 1, and invariants 1 and 2; invariants 1-2\n"}
+    good = {"a.md": "invariant 1, and invariants 1 and 2; invariants 1-2; invariants 1\u20132\n"}
     assert unstated_invariants(good, PAGE) == []
     broken = {
         "a.md": "ok (invariant 2)\nloosens invariants 1-8\n",
@@ -268,7 +269,7 @@ CONTRACT, ADMISSION, HOUSE_PLAN = "DES" "IGN.md", "ADMIS" "SION.md", "STY" "LE.m
 def test_a_document_outside_the_repository_is_reported_unless_a_release_shipped_it() -> None:
     shipped = f"-- Admission ({CONTRACT}, invariants 1 to 7)\n".encode()
     files = {
-        "workhorse/sql/released/0.2.0/claim_v1.sql": shipped,
+        "workhorse/sql/released/0.2.0/shipped.sql": shipped,
         "benchmarks/HISTORY.md": f"as the prototypes in {ADMISSION} measured\n".encode(),
         "docs/x.md": b"see ../" + b"shared/notes\n",
         "workhorse/y.py": f"# house plan: {HOUSE_PLAN}\n".encode(),
@@ -281,4 +282,4 @@ def test_a_document_outside_the_repository_is_reported_unless_a_release_shipped_
         f"workhorse/y.py:1: {HOUSE_PLAN}",
     ]
     assert outside_citations(files, set())[0] == (
-        f"workhorse/sql/released/0.2.0/claim_v1.sql:1: {CONTRACT}")
+        f"workhorse/sql/released/0.2.0/shipped.sql:1: {CONTRACT}")
