@@ -283,10 +283,12 @@ class Worker:
 
 @contextlib.contextmanager
 def workers(
-    url: str, queue: str, flags: Sequence[str] | None, count: int
+    url: str, queue: str, flags: Sequence[str] | None, count: int,
+    env: dict[str, str] | None = None,
 ) -> Iterator[list[Worker]]:
-    """`count` supervisors on `queue`; each gets SIGTERM and is waited for on the way out."""
-    env = {**os.environ, c.ENV_URL: url}
+    """`count` supervisors on `queue` (`env` added to their environment); each gets SIGTERM and
+    is waited for on the way out."""
+    env = {**os.environ, c.ENV_URL: url, **(env or {})}
     started: list[Worker] = []
     with tempfile.TemporaryDirectory(prefix="bench_fleet_") as logs:
         try:
