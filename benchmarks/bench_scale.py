@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_scale.py [--database-url URL] [--supervisors 1,2,4,8]
         [--limits 64,256] [--ungoverned-places 256] [--jobs N] [--quick] [--repeat R]
-        [--quiet-wait S] [--keep-db] [--format rich|plain]
+        [--quiet-wait S] [--breakdown] [--py-spy-seconds S] [--keep-db] [--format rich|plain]
 
 What runs. For each limit L of `--limits` and each N of `--supervisors`, N separate supervisor
 processes (`python -m workhorse worker _fleet_app:app --queues Q --slots 1 --concurrency C`, as
@@ -44,8 +44,55 @@ What each figure means.
   L x T); divided by the claims, it is the mean wait per claim. A sample is a snapshot, so waits
   much shorter than 5 ms are seen in proportion to their share of time, not one by one; the
   sampler's own queries are one more backend on the server.
+- jobs/admitting claim and empty claims: counted by the workers, since pg_stat_user_functions
+  counts a function's calls but not what each returned (and pg_stat_statements, when loaded,
+  counts the claim statement's calls and rows, not its empty calls). The workers run with
+  WORKHORSE_BENCH_CLAIM_COUNTS set, and _fleet_app then wraps psycopg's cursors: each statement
+  that calls a workhorse.claim* function is a claim, and the rows it returned with an id and no
+  status (a success row has a status, a marker row no id) are the jobs it admitted. Each process
+  keeps (claims, claims that admitted a job, jobs) in a file of its own, rewritten after every
+  claim (one pwrite, a few µs, in the measured code). Empty claims = claims - admitting claims.
+  The table notes it when the workers' claim count differs from pg_stat_user_functions'.
+- lock hold/claim (Little's law again): the same ~5 ms sampler counts the grants of the queue's
+  admission lock in pg_locks (the advisory lock whose key the claim computes with the schema's
+  admission-lock-id function: classid = its high 32 bits, objid = its low 32 bits, objsubid =
+  1; exclusive for a governed queue, shared by the ungoverned claims); the mean number of
+  holders times the span, over the claims, is the mean hold per claim. The lock is a
+  transaction lock, so the hold runs from the grant to the claim's commit (the commit's WAL
+  flush included), which is why it may exceed "ms/claim in the function" minus the wait (also
+  printed by --breakdown): the function's time ends before the commit. Another statement
+  holding the same lock (a policy change) would count too; none runs during a drain.
+- PostgreSQL CPU/job, workhorse CPU/job, cores busy: a thread reads /proc/<pid>/stat (utime +
+  stime, in clock ticks) every 50 ms of (a) the postmaster and each of its children and (b) each
+  supervisor and its descendants (its forked slot), from the queue's resume to the drain's end,
+  and sums the growth of each process's ticks into cumulative series; the figures are those
+  series' growth between the first job's start and the last job's end (interpolated between
+  samples), over the jobs (µs) or over the span (cores). The postmaster is found as the parent
+  of this benchmark's own backend (pg_backend_pid()), so the server must run on this host; when
+  it does not, the PostgreSQL figure is "-". The server's side counts the scratch database's
+  backends and the server's background processes (checkpointer, WAL writer, ...: they serve
+  every database), not the backends of other databases (kept apart: --breakdown prints their
+  cores) nor the benchmark's own connections (application_name workhorse-bench-monitor: the
+  samplers and the drain's polling). A process born during the window counts from 0; one that
+  exits between two samples loses its last <= 50 ms. "cores busy" is PostgreSQL + workhorse;
+  --breakdown also prints the whole machine's busy cores (/proc/stat), whoever used them.
 - handler peak: the largest number of handlers running at once, rebuilt from each timed
   handler's [start, end] result (bench_fleet's check). Above max_active prints VIOLATION.
+
+--breakdown prints, under each point: the CPU figures above with the machine's and other
+databases' cores; the workers' claim counts beside pg_stat_user_functions'; the lock wait and
+hold per claim; the top 8 functions of the scratch database by self time in
+pg_stat_user_functions (the growth over the point, track_functions = 'pl'); when the server
+preloads pg_stat_statements (CREATE EXTENSION works only then; otherwise a line says it is
+skipped), its top 8 statements of the scratch database by total time, with
+pg_stat_statements.track = 'all' set on the database so the statements inside the claim
+functions count too; and the top 10 Python frames of one slot (the first supervisor's) by own
+samples (the innermost frame of each sampled stack, idle threads left out), from `py-spy record
+--format raw --function --nonblocking` at 100 Hz for --py-spy-seconds from the queue's resume
+(`pip install py-spy`; skipped with a line when it is not there). py-spy runs beside the workers
+on the same cores, so the point it profiles pays for it. At the end, a table "for the docs"
+repeats the largest fleet's rows (e.g. 8 supervisors at max_active=256 beside the ungoverned
+queue) with the figures issue #40 quotes.
 
 Separate hosts (network namespaces) are not built: every supervisor runs on this host and reaches
 the server over loopback.
