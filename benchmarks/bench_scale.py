@@ -468,7 +468,7 @@ def cpu_cells(r: Result) -> tuple[str, str, str]:
 
 
 def claim_cells(r: Result) -> tuple[str, str]:
-    """(admitting claims per admitted job... as jobs per admitting claim, empty claims)."""
+    """(jobs per claim that admitted any, claims that admitted nothing), the workers' count."""
     if r.worker_claims is None:
         return "-", "-"
     claims, admitting, jobs = r.worker_claims
@@ -543,8 +543,8 @@ class Report:
         table = c.Table(
             f"for the docs: {most} supervisors",
             ["curve", "supervisors x -c", "jobs/s", "PostgreSQL CPU/job", "workhorse CPU/job",
-             "cores busy", "jobs/admitting claim", "empty claims", "lock wait/claim",
-             "lock hold/claim"],
+             "cores busy", "claims/job", "jobs/admitting claim", "empty claims",
+             "lock wait/claim", "lock hold/claim"],
         )
         for r in self.results:
             if r.case.supervisors != most:
@@ -554,8 +554,8 @@ class Report:
             table.add(
                 f"`{r.case.curve}`", f"{r.case.supervisors} \u00d7 {r.case.concurrency}",
                 c.rate(r.rate), f"{server} µs", f"{workers} µs", cores.split(" = ")[-1],
-                per_admitting, empty, f"{r.wait_per_claim_ms:.2f} ms",
-                f"{r.hold_per_claim_ms:.2f} ms",
+                f"{r.claims / r.succeeded:.3f}" if r.succeeded else "-", per_admitting, empty,
+                f"{r.wait_per_claim_ms:.2f} ms", f"{r.hold_per_claim_ms:.2f} ms",
             )
         return table
 
@@ -579,7 +579,8 @@ def breakdown(r: Result) -> list[str]:
         lines.append(
             f"claims (the workers' count): {claims:,}, {admitting:,} admitted {jobs:,} jobs, "
             f"{claims - admitting:,} admitted nothing; pg_stat_user_functions: {r.claims:,} "
-            f"claims, {r.claim_ms:.2f} ms each in the function")
+            f"claims ({r.claims / max(r.succeeded, 1):.3f} per job), {r.claim_ms:.2f} ms each "
+            "in the function")
     lines.append(
         f"admission lock per claim: wait {r.wait_per_claim_ms:.2f} ms, hold "
         f"{r.hold_per_claim_ms:.2f} ms (sampled holders; ms in the function - wait = "
