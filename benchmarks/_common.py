@@ -14,13 +14,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import math
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,3 +363,313 @@ def asyncpg_params(url: str) -> dict[str, Any]:
     if info.get("port"):
         params["port"] = int(str(info["port"]))
     return {k: v for k, v in params.items() if v is not None}
+
+
+# ---- where the CPU goes: /proc/<pid>/stat of the server's and the workers' processes ----
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    ppid: int
+    ticks: int  # utime + stime: the process's own CPU
+    reaped: int  # cutime + cstime: its waited-for children's, exited
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """/proc/<pid>/stat's parent and CPU times, in clock ticks. The command name (field 2) is in
+    parentheses and may hold spaces and parentheses itself, so the fields are counted after the
+    last ')': state is field 3, ppid 4, utime 14, stime 15, cutime 16, cstime 17."""
+    rest = text[text.rindex(")") + 2:].split()
+    return ProcStat(ppid=int(rest[1]), ticks=int(rest[11]) + int(rest[12]),
+                    reaped=int(rest[13]) + int(rest[14]))
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return parse_proc_stat(f.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def child_pids(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.extend(int(x) for x in f.read().split())
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        found.extend(kids := child_pids(todo.pop()))
+        todo.extend(kids)
+    return found
+
+
+def postmaster_pid(conn: psycopg.Connection[Any]) -> int | None:
+    """The server's postmaster, when it runs on this host: the parent of this connection's
+    backend (whose command name says postgres). None for a server elsewhere."""
+    backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    try:
+        with open(f"/proc/{backend}/cmdline", "rb") as f:
+            if b"postgres" not in f.read():
+                return None
+    except OSError:
+        return None
+    stat = proc_stat(int(backend))
+    return stat.ppid if stat is not None else None
+
+
+# The benchmark's own connections (samplers, the polling of the drain) say so, so that their
+# backends' CPU is not counted as the server's work for the workers.
+MONITOR_APP = "workhorse-bench-monitor"
+
+
+def monitor(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection of the benchmark itself (see MONITOR_APP)."""
+    return psycopg.connect(url, autocommit=True, application_name=MONITOR_APP)
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    """CPU seconds spent in a window, by group, and the window's length."""
+
+    seconds: float
+    server: float  # the benchmark database's backends and the server's background processes
+    workers: float  # the worker processes (supervisors and their slots)
+    other_databases: float  # backends of other databases on the same server
+    machine: float  # every CPU of the machine (/proc/stat), whoever used it
+
+    def per_job_us(self, group: float, jobs: int) -> float:
+        return group / jobs * 1e6 if jobs else math.nan
+
+    def cores(self, group: float) -> float:
+        return group / self.seconds if self.seconds > 0 else math.nan
+
+
+class CpuSampler:
+    """Every `interval` s, the CPU ticks of the server's processes (the postmaster and its
+    children, the ones serving another database kept apart) and of the worker processes (each
+    root pid of `roots()` and its descendants), summed into cumulative series stamped with
+    time.time(). A process's ticks count from its first sample (from 0 when it was born after
+    the first sample); a process that exits between two samples loses its ticks since the last
+    one (at most `interval`). The benchmark's own backends (application_name MONITOR_APP, see
+    `monitor`) are not counted."""
+
+    def __init__(self, url: str, postmaster: int | None, roots: Callable[[], Sequence[int]],
+                 interval: float = 0.05) -> None:
+        self.url = url
+        self.postmaster = postmaster
+        self.roots = roots
+        self.interval = interval
+        self.series: list[tuple[float, float, float, float, float]] = []
+        self._last: dict[int, int] = {}
+        self._group: dict[int, str] = {}  # a backend's database: ours, other, or background
+        self._misses: dict[int, int] = {}
+        self._totals = {"server": 0, "workers": 0, "other": 0, "bench": 0}
+        self._machine0: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _classify(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is None:
+            return
+        rows = conn.execute(
+            "SELECT pid, CASE WHEN application_name = %s THEN 'bench' "
+            "WHEN datname IS NULL OR datname = current_database() THEN 'server' "
+            "ELSE 'other' END FROM pg_stat_activity",
+            (MONITOR_APP,),
+        ).fetchall()
+        for pid, group in rows:
+            self._group.setdefault(int(pid), str(group))
+
+    def _sample(self, conn: psycopg.Connection[Any] | None) -> None:
+        seen: dict[int, tuple[str, int]] = {}
+        if self.postmaster is not None:
+            kids = child_pids(self.postmaster)
+            unknown = [p for p in kids if p not in self._group]
+            if unknown:
+                self._classify(conn)
+                # A child never listed in pg_stat_activity (a logger, say) is the server's; a
+                # backend not listed yet (just forked) is given a few samples to show up.
+                for pid in unknown:
+                    self._misses[pid] = self._misses.get(pid, 0) + 1
+                    if self._misses[pid] >= 5:
+                        self._group.setdefault(pid, "server")
+            for pid in [self.postmaster, *kids]:
+                stat = proc_stat(pid)
+                if stat is not None:
+                    seen[pid] = (self._group.get(pid, "server"), stat.ticks)
+        for root in self.roots():
+            for pid in [root, *descendants(root)]:
+                stat = proc_stat(pid)
+                if stat is not None:
+                    seen[pid] = ("workers", stat.ticks)
+        first = not self.series
+        for pid, (group, ticks) in seen.items():
+            before = self._last.get(pid, ticks if first else 0)
+            self._totals[group] += ticks - before
+            self._last[pid] = ticks
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+            machine = sum(fields[:8]) - fields[3]
+        except OSError:
+            machine = 0
+        if self._machine0 is None:
+            self._machine0 = machine
+        self.series.append((time.time(), self._totals["server"] / CLOCK_TICKS,
+                            self._totals["workers"] / CLOCK_TICKS,
+                            self._totals["other"] / CLOCK_TICKS,
+                            (machine - self._machine0) / CLOCK_TICKS))
+
+    def _run(self) -> None:
+        conn = monitor(self.url) if self.postmaster is not None else None
+        try:
+            while True:
+                self._sample(conn)
+                if self._stop.wait(self.interval):
+                    self._sample(conn)
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def at(self, moment: float) -> tuple[float, ...]:
+        """The cumulative series at `moment`, interpolated between the samples around it."""
+        series = self.series
+        if not series:
+            return (0.0, 0.0, 0.0, 0.0)
+        if moment <= series[0][0]:
+            return series[0][1:]
+        for before, after in itertools.pairwise(series):
+            if before[0] <= moment <= after[0]:
+                share = (moment - before[0]) / (after[0] - before[0]) if after[0] > before[0] \
+                    else 1.0
+                pairs = zip(before[1:], after[1:], strict=True)
+                return tuple(b + (a - b) * share for b, a in pairs)
+        return series[-1][1:]
+
+    def window(self, start: float, end: float) -> CpuWindow:
+        a, b = self.at(start), self.at(end)
+        server, workers, other, machine = (y - x for x, y in zip(a, b, strict=True))
+        if self.postmaster is None:
+            server = other = math.nan
+        return CpuWindow(end - start, server, workers, other, machine)
+
+
+# ---- the top functions and statements, and the top Python frames ----
+
+
+def function_snapshot(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float, float]]:
+    """pg_stat_user_functions of this database: name -> (calls, total ms, self ms)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    rows = conn.execute(
+        "SELECT schemaname || '.' || funcname, sum(calls)::bigint, sum(total_time)::float8, "
+        "sum(self_time)::float8 FROM pg_stat_user_functions GROUP BY 1"
+    ).fetchall()
+    return {str(r[0]): (int(r[1]), float(r[2]), float(r[3])) for r in rows}
+
+
+def top_changes(
+    before: dict[str, tuple[int, float, float]], after: dict[str, tuple[int, float, float]],
+    n: int = 8, by: int = 2,
+) -> list[tuple[str, int, float, float]]:
+    """The `n` names whose field `by` (of calls, total, self) grew most between two snapshots:
+    (name, calls, total ms, self ms) of the difference."""
+    grown = []
+    for name, (calls, total, own) in after.items():
+        c0, t0, s0 = before.get(name, (0, 0.0, 0.0))
+        grown.append((name, calls - c0, total - t0, own - s0))
+    grown = [g for g in grown if g[1] > 0]
+    grown.sort(key=lambda g: g[by + 1], reverse=True)
+    return grown[:n]
+
+
+def statements_available(conn: psycopg.Connection[Any]) -> str | None:
+    """None when pg_stat_statements can be read in this database (the extension is created
+    here if the server preloads its library), else why not."""
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT 1 FROM pg_stat_statements LIMIT 1")
+    except psycopg.Error as exc:
+        return str(exc).strip().splitlines()[0]
+    return None
+
+
+def statement_snapshot(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, float, float]]:
+    """pg_stat_statements of this database: query text -> (calls, total ms, total ms)."""
+    rows = conn.execute(
+        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 160), sum(calls)::bigint, "
+        "sum(total_exec_time)::float8 FROM pg_stat_statements "
+        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "GROUP BY 1"
+    ).fetchall()
+    return {str(r[0]): (int(r[1]), float(r[2]), float(r[2])) for r in rows}
+
+
+def py_spy_path() -> str | None:
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("py-spy")
+
+
+def top_frames(raw: str, n: int = 10) -> list[tuple[str, int]]:
+    """The `n` frames with the most own samples (the innermost frame of each stack) in py-spy's
+    raw (collapsed) output: one stack a line, frames outermost first, separated by ';', then a
+    space and the stack's sample count."""
+    own: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack or not samples.isdigit():
+            continue
+        leaf = stack.split(";")[-1].strip()
+        own[leaf] = own.get(leaf, 0) + int(samples)
+    return sorted(own.items(), key=lambda item: (-item[1], item[0]))[:n]
+
+
+class PySpy:
+    """`py-spy record --format raw` of one process for `seconds`, in the background."""
+
+    def __init__(self, pid: int, seconds: float, rate: int = 100) -> None:
+        self.pid = pid
+        handle, self.path = tempfile.mkstemp(prefix="bench_pyspy_", suffix=".txt")
+        os.close(handle)
+        exe = py_spy_path()
+        assert exe is not None
+        self.process = subprocess.Popen(
+            [exe, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate),
+             "-f", "raw", "-F", "--nonblocking", "-o", self.path],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+
+    def frames(self, n: int = 10) -> tuple[list[tuple[str, int]], int, str]:
+        """(top frames, samples in all, py-spy's last words when it failed)."""
+        try:
+            out, _ = self.process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        try:
+            with open(self.path) as f:
+                raw = f.read()
+        finally:
+            os.unlink(self.path)
+        every = top_frames(raw, n=10**9)
+        said = out.decode(errors="replace").strip().splitlines()
+        failure = "" if every else (said[-1] if said else "no samples")
+        return every[:n], sum(s for _, s in every), failure

@@ -9,7 +9,13 @@ clock) so the benchmark can rebuild the real overlap of running handlers from th
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 import workhorse
 
@@ -51,3 +57,82 @@ def sleep_sync(seconds: float) -> list[float]:
 async def started_at() -> float:
     """The moment the handler starts, for enqueue -> start latency."""
     return time.time()
+
+
+# ---- claim counts, for bench_scale (only when its environment variable asks) ----------------
+
+CLAIM_COUNTS_ENV = "WORKHORSE_BENCH_CLAIM_COUNTS"
+# A statement is a claim when it calls a claim function of the schema (any version).
+CLAIM_CALL = re.compile(r"workhorse\.claim\w*\s*\(")
+
+
+def count_claims(folder: str) -> None:
+    """Wrap psycopg's cursors so that every claim statement this process sends is counted:
+    claims, claims that admitted a job (a returned row with an id and no status: a success row
+    has a status, a marker row has no id) and jobs admitted. Each process keeps its counts in
+    `folder/<pid>`, overwritten in place after every claim (one pwrite: the reader needs no
+    exit hook, and a slot ends with os._exit)."""
+    checked: dict[int, tuple[object, bool]] = {}
+    counts = [0, 0, 0]
+    files: dict[int, int] = {}
+
+    def is_claim(query: object) -> bool:
+        seen = checked.get(id(query))
+        if seen is None or seen[0] is not query:
+            text = query.as_string(None) if isinstance(query, sql.Composable) else str(query)
+            seen = (query, CLAIM_CALL.search(text) is not None)
+            checked[id(query)] = seen
+        return seen[1]
+
+    def record(cursor: Any) -> None:
+        result = cursor.pgresult
+        names = [column.name for column in cursor.description or ()]
+        admitted = 0
+        if result is not None and "id" in names and "status" in names:
+            id_at, status_at = names.index("id"), names.index("status")
+            admitted = sum(
+                1 for row in range(result.ntuples)
+                if result.get_value(row, id_at) is not None
+                and result.get_value(row, status_at) is None
+            )
+        pid = os.getpid()
+        if pid not in files:  # a forked slot starts its own counts
+            counts[:] = [0, 0, 0]
+            files[pid] = os.open(os.path.join(folder, str(pid)), os.O_WRONLY | os.O_CREAT, 0o644)
+        counts[0] += 1
+        counts[1] += admitted > 0
+        counts[2] += admitted
+        os.pwrite(files[pid], f"{counts[0]} {counts[1]} {counts[2]}\n".ljust(48).encode(), 0)
+
+    sync_execute = psycopg.Cursor.execute
+    async_execute = psycopg.AsyncCursor.execute
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        done = sync_execute(self, query, *args, **kwargs)
+        if is_claim(query):
+            record(self)
+        return done
+
+    async def execute_async(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        done = await async_execute(self, query, *args, **kwargs)
+        if is_claim(query):
+            record(self)
+        return done
+
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    psycopg.AsyncCursor.execute = execute_async  # type: ignore[method-assign]
+
+
+def read_claim_counts(folder: str) -> tuple[int, int, int]:
+    """(claims, claims that admitted a job, jobs admitted), summed over the processes' files."""
+    total = [0, 0, 0]
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name)) as f:
+            fields = f.read().split()
+        for i, value in enumerate(fields[:3]):
+            total[i] += int(value)
+    return total[0], total[1], total[2]
+
+
+if os.environ.get(CLAIM_COUNTS_ENV):
+    count_claims(os.environ[CLAIM_COUNTS_ENV])

@@ -52,6 +52,11 @@ Governed runs also check the budget: a thread counts the queue's active rows (to
 every ~20 ms, and the timed handlers return [start, end], from which the real overlap of running
 handlers is rebuilt. Either peak above its limit prints VIOLATION.
 
+Every workhorse drain notes its CPU: PostgreSQL and workhorse CPU per job (µs) and cores busy
+over [first start, last finish], from /proc/<pid>/stat of the postmaster's children (this
+database's backends and the background processes) and of the supervisors' process trees,
+sampled every 50 ms (_common.CpuSampler; bench_scale.py's docstring has the method).
+
 Prints figures; asserts nothing.
 """
 
@@ -165,6 +170,18 @@ class Drain:
     db_peak: Peak | None = None
     handler_peak: Peak | None = None
     in_force: str = ""
+    cpu: c.CpuWindow | None = None  # over [first start, last finish]
+
+    def cpu_text(self) -> str:
+        """PostgreSQL and workhorse CPU per job (µs) and cores busy, from /proc (see _common)."""
+        cpu = self.cpu
+        if cpu is None or not self.succeeded:
+            return "CPU not measured"
+        server = ("PostgreSQL -" if math.isnan(cpu.server) else
+                  f"PostgreSQL {cpu.server / self.succeeded * 1e6:,.0f} us")
+        return (f"CPU/job {server}, workhorse {cpu.workers / self.succeeded * 1e6:,.0f} us; "
+                f"cores busy {cpu.cores(cpu.server):.2f} + {cpu.cores(cpu.workers):.2f} "
+                f"(machine {cpu.cores(cpu.machine):.2f})")
 
 
 @dataclass
@@ -283,10 +300,12 @@ class Worker:
 
 @contextlib.contextmanager
 def workers(
-    url: str, queue: str, flags: Sequence[str] | None, count: int
+    url: str, queue: str, flags: Sequence[str] | None, count: int,
+    env: dict[str, str] | None = None,
 ) -> Iterator[list[Worker]]:
-    """`count` supervisors on `queue`; each gets SIGTERM and is waited for on the way out."""
-    env = {**os.environ, c.ENV_URL: url}
+    """`count` supervisors on `queue` (`env` added to their environment); each gets SIGTERM and
+    is waited for on the way out."""
+    env = {**os.environ, c.ENV_URL: url, **(env or {})}
     started: list[Worker] = []
     with tempfile.TemporaryDirectory(prefix="bench_fleet_") as logs:
         try:
@@ -330,7 +349,7 @@ class ActiveSampler:
         self._thread.join()
 
     def _run(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with c.monitor(self.url) as conn:
             while not self._stop.is_set():
                 row = conn.execute(
                     "SELECT COALESCE(sum(n), 0), COALESCE(max(n) FILTER (WHERE ckey <> ''), 0) "
@@ -386,6 +405,7 @@ def drain(
         if best is None or result.rate > best.rate:
             best = result
     assert best is not None
+    run.notes.append(f"{queue}: {best.cpu_text()}")
     return best
 
 
@@ -394,15 +414,16 @@ def _drain_once(
     policy: Policy | None, args: Sequence[Any], supervisors: int, timed_handlers: bool,
 ) -> Drain:
     keyed = policy is not None and policy.keyed
-    with psycopg.connect(run.url, autocommit=True) as conn:
+    with c.monitor(run.url) as conn:
         reset(conn, queue, policy)
         fill(conn, task, queue, jobs, keyed, args, keys=policy.keys if policy else KEYS,
              blocks=policy is not None and policy.blocks)
         run.gate.wait()
         sampler = ActiveSampler(run.url, queue) if policy is not None else None
+        postmaster = run.once("postmaster", lambda: c.postmaster_pid(conn))
         with workers(run.url, queue, flags, supervisors) as procs, (
             sampler if sampler is not None else contextlib.nullcontext()
-        ):
+        ), c.CpuSampler(run.url, postmaster, lambda: [w.process.pid for w in procs]) as cpu:
             deadline = time.monotonic() + max(120.0, jobs / 100)
             while True:
                 time.sleep(0.2)
@@ -421,12 +442,16 @@ def _drain_once(
             banner = procs[0].output()
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
-            "extract(epoch FROM max(finished_at) - min(started_at)), max(attempts) "
+            "extract(epoch FROM max(finished_at) - min(started_at)), max(attempts), "
+            "extract(epoch FROM min(started_at))::float8 "
+            "- extract(epoch FROM clock_timestamp())::float8 + %s::float8 "
             "FROM workhorse.jobs WHERE queue = %s",
-            (queue,),
+            (time.time(), queue),
         ).fetchone()
         assert row is not None
         succeeded, span, attempts = int(row[0]), float(row[1]), int(row[2])
+        # The first start on this host's clock (the server's, less its offset from ours).
+        first = float(row[3]) if row[3] is not None else math.nan
         handler_peak = handler_overlap(conn, queue) if timed_handlers else None
     found = IN_FORCE.search(banner)
     return Drain(
@@ -438,6 +463,7 @@ def _drain_once(
         db_peak=sampler.peak if sampler is not None else None,
         handler_peak=handler_peak,
         in_force=f"--slots {found.group(1)} --concurrency {found.group(2)}" if found else "?",
+        cpu=cpu.window(first, first + span) if not math.isnan(first) else None,
     )
 
 

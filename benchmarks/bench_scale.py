@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_scale.py [--database-url URL] [--supervisors 1,2,4,8]
         [--limits 64,256] [--ungoverned-places 256] [--jobs N] [--quick] [--repeat R]
-        [--quiet-wait S] [--keep-db] [--format rich|plain]
+        [--quiet-wait S] [--breakdown] [--py-spy-seconds S] [--keep-db] [--format rich|plain]
 
 What runs. For each limit L of `--limits` and each N of `--supervisors`, N separate supervisor
 processes (`python -m workhorse worker _fleet_app:app --queues Q --slots 1 --concurrency C`, as
@@ -44,8 +44,55 @@ What each figure means.
   L x T); divided by the claims, it is the mean wait per claim. A sample is a snapshot, so waits
   much shorter than 5 ms are seen in proportion to their share of time, not one by one; the
   sampler's own queries are one more backend on the server.
+- jobs/admitting claim and empty claims: counted by the workers, since pg_stat_user_functions
+  counts a function's calls but not what each returned (and pg_stat_statements, when loaded,
+  counts the claim statement's calls and rows, not its empty calls). The workers run with
+  WORKHORSE_BENCH_CLAIM_COUNTS set, and _fleet_app then wraps psycopg's cursors: each statement
+  that calls a workhorse.claim* function is a claim, and the rows it returned with an id and no
+  status (a success row has a status, a marker row no id) are the jobs it admitted. Each process
+  keeps (claims, claims that admitted a job, jobs) in a file of its own, rewritten after every
+  claim (one pwrite, a few µs, in the measured code). Empty claims = claims - admitting claims.
+  The table notes it when the workers' claim count differs from pg_stat_user_functions'.
+- lock hold/claim (Little's law again): the same ~5 ms sampler counts the grants of the queue's
+  admission lock in pg_locks (the advisory lock whose key the claim computes with the schema's
+  admission-lock-id function: classid = its high 32 bits, objid = its low 32 bits, objsubid =
+  1; exclusive for a governed queue, shared by the ungoverned claims); the mean number of
+  holders times the span, over the claims, is the mean hold per claim. The lock is a
+  transaction lock, so the hold runs from the grant to the claim's commit (the commit's WAL
+  flush included), which is why it may exceed "ms/claim in the function" minus the wait (also
+  printed by --breakdown): the function's time ends before the commit. Another statement
+  holding the same lock (a policy change) would count too; none runs during a drain.
+- PostgreSQL CPU/job, workhorse CPU/job, cores busy: a thread reads /proc/<pid>/stat (utime +
+  stime, in clock ticks) every 50 ms of (a) the postmaster and each of its children and (b) each
+  supervisor and its descendants (its forked slot), from the queue's resume to the drain's end,
+  and sums the growth of each process's ticks into cumulative series; the figures are those
+  series' growth between the first job's start and the last job's end (interpolated between
+  samples), over the jobs (µs) or over the span (cores). The postmaster is found as the parent
+  of this benchmark's own backend (pg_backend_pid()), so the server must run on this host; when
+  it does not, the PostgreSQL figure is "-". The server's side counts the scratch database's
+  backends and the server's background processes (checkpointer, WAL writer, ...: they serve
+  every database), not the backends of other databases (kept apart: --breakdown prints their
+  cores) nor the benchmark's own connections (application_name workhorse-bench-monitor: the
+  samplers and the drain's polling). A process born during the window counts from 0; one that
+  exits between two samples loses its last <= 50 ms. "cores busy" is PostgreSQL + workhorse;
+  --breakdown also prints the whole machine's busy cores (/proc/stat), whoever used them.
 - handler peak: the largest number of handlers running at once, rebuilt from each timed
   handler's [start, end] result (bench_fleet's check). Above max_active prints VIOLATION.
+
+--breakdown prints, under each point: the CPU figures above with the machine's and other
+databases' cores; the workers' claim counts beside pg_stat_user_functions'; the lock wait and
+hold per claim; the top 8 functions of the scratch database by self time in
+pg_stat_user_functions (the growth over the point, track_functions = 'pl'); when the server
+preloads pg_stat_statements (CREATE EXTENSION works only then; otherwise a line says it is
+skipped), its top 8 statements of the scratch database by total time, with
+pg_stat_statements.track = 'all' set on the database so the statements inside the claim
+functions count too; and the top 10 Python frames of one slot (the first supervisor's) by own
+samples (the innermost frame of each sampled stack, idle threads left out), from `py-spy record
+--format raw --function --nonblocking` at 100 Hz for --py-spy-seconds from the queue's resume
+(`pip install py-spy`; skipped with a line when it is not there). py-spy runs beside the workers
+on the same cores, so the point it profiles pays for it. At the end, a table "for the docs"
+repeats the largest fleet's rows (e.g. 8 supervisors at max_active=256 beside the ungoverned
+queue) with the figures issue #40 quotes.
 
 Separate hosts (network namespaces) are not built: every supervisor runs on this host and reaches
 the server over loopback.
@@ -64,6 +111,7 @@ import contextlib
 import math
 import os
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -125,16 +173,36 @@ class Result:
     samples: int
     handler_peak: int
     load: str
+    holders_mean: float = math.nan
+    cpu: c.CpuWindow | None = None
+    worker_claims: tuple[int, int, int] | None = None  # claims, admitting, jobs (workers' count)
+    top_functions: list[tuple[str, int, float, float]] = field(default_factory=list)
+    top_statements: list[tuple[str, int, float, float]] = field(default_factory=list)
+    frames: tuple[int, list[tuple[str, int]], int, str] | None = None  # pid, top, samples, why
+
+    @property
+    def wait_per_claim_ms(self) -> float:
+        return self.waiters_mean * self.span / self.claims * 1000 if self.claims else math.nan
+
+    @property
+    def hold_per_claim_ms(self) -> float:
+        return self.holders_mean * self.span / self.claims * 1000 if self.claims else math.nan
+
+    def per_job_us(self, seconds: float) -> float:
+        return seconds / self.succeeded * 1e6 if self.succeeded else math.nan
 
 
 class LockSampler:
-    """Counts, every ~5 ms, the scratch database's backends waiting on an advisory lock; keeps
-    (server clock, count) so the samples inside the drain's span can be picked afterwards."""
+    """Counts, every ~5 ms, the scratch database's backends waiting on an advisory lock and the
+    advisory locks granted there; keeps (server clock, waiters, holders) so the samples inside
+    the drain's span can be picked afterwards."""
 
-    def __init__(self, url: str, interval: float = 0.005) -> None:
+    def __init__(self, url: str, lock_key: int | None, interval: float = 0.005) -> None:
         self.url = url
+        self.lock_key = lock_key
         self.interval = interval
-        self.samples: list[tuple[float, int]] = []
+        self.samples: list[tuple[float, int, int]] = []
+        self.pid = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -148,22 +216,35 @@ class LockSampler:
 
     def _run(self) -> None:
         # The server's clock, the one started_at and finished_at are written with.
+        # Waiters: backends waiting on an advisory lock; holders: grants of the queue's
+        # admission lock (a bigint advisory lock: classid its high 32 bits, objid its low ones,
+        # objsubid 1), exclusive for a governed queue, shared otherwise; every advisory lock
+        # granted in this database when the key is unknown.
+        key = self.lock_key
         query = (
-            "SELECT extract(epoch FROM clock_timestamp())::float8, count(*) FILTER ("
-            "  WHERE wait_event_type = 'Lock' AND wait_event = 'advisory') "
-            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT extract(epoch FROM clock_timestamp())::float8, (SELECT count(*) "
+            "  FROM pg_stat_activity WHERE datname = current_database() "
+            "  AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' "
+            "  AND wait_event = 'advisory'), "
+            "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "  AND (%(any)s OR (objsubid = 1 AND classid = %(high)s::bigint::oid "
+            "                   AND objid = %(low)s::bigint::oid)))"
         )
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        params = {"any": key is None, "high": ((key or 0) >> 32) & 0xFFFFFFFF,
+                  "low": (key or 0) & 0xFFFFFFFF}
+        with c.monitor(self.url) as conn:
             while not self._stop.is_set():
                 # A fresh snapshot of the activity view for every sample, not the cached one.
                 conn.execute("SELECT pg_stat_clear_snapshot()")
-                row = conn.execute(query).fetchone()
+                row = conn.execute(query, params).fetchone()
                 assert row is not None
-                self.samples.append((float(row[0]), int(row[1])))
+                self.samples.append((float(row[0]), int(row[1]), int(row[2])))
                 self._stop.wait(self.interval)
 
-    def within(self, start: float, end: float) -> list[int]:
-        return [n for t, n in self.samples if start <= t <= end]
+    def within(self, start: float, end: float) -> list[tuple[int, int]]:
+        """(waiters, holders) of the samples taken inside [start, end]."""
+        return [(n, h) for t, n, h in self.samples if start <= t <= end]
 
 
 def claim_functions(conn: psycopg.Connection[Any]) -> list[str]:
@@ -199,7 +280,8 @@ def function_stats(conn: psycopg.Connection[Any], names: Sequence[str]) -> tuple
 def other_backends(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+        "AND application_name <> %s", (c.MONITOR_APP,),
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -246,12 +328,22 @@ def wait_gone(conn: psycopg.Connection[Any], timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+@dataclass(frozen=True)
+class Probes:
+    """What this server and machine let the benchmark measure besides throughput."""
+
+    postmaster: int | None  # None: the server is not on this host, its CPU is not measured
+    statements: bool  # pg_stat_statements is readable in the scratch database
+    breakdown: bool  # profile a slot with py-spy (when it is there) and print the breakdown
+    py_spy_seconds: float = 3.0
+
+
 def measure(
-    url: str, case: Case, run: int, names: Sequence[str], gate: c.QuietGate
+    url: str, case: Case, run: int, names: Sequence[str], gate: c.QuietGate, probes: Probes
 ) -> Result:
     policy = bf.Policy(case.limit) if case.limit is not None else None
     flags = ["--slots", "1", "--concurrency", str(case.concurrency)]
-    with psycopg.connect(url, autocommit=True) as conn:
+    with c.monitor(url) as conn, tempfile.TemporaryDirectory(prefix="bench_scale_") as counts:
         bf.reset(conn, case.queue, policy)
         bf.fill(conn, fa.SLEEP_ASYNC, case.queue, case.jobs, False, [HANDLER])
         q = Queue(conn)
@@ -259,10 +351,20 @@ def measure(
         gate.wait()
         load = "loadavg {:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
         calls0, ms0 = function_stats(conn, names)
-        with bf.workers(url, case.queue, flags, case.supervisors) as procs:
+        functions0 = c.function_snapshot(conn)
+        statements0 = c.statement_snapshot(conn) if probes.statements else {}
+        env = {fa.CLAIM_COUNTS_ENV: counts}
+        spy: c.PySpy | None = None
+        with bf.workers(url, case.queue, flags, case.supervisors, env) as procs:
             wait_ready(conn, procs)
-            with LockSampler(url) as sampler:
+            clock_offset = server_clock_offset(conn)
+            cpu = c.CpuSampler(url, probes.postmaster, lambda: [w.process.pid for w in procs])
+            with LockSampler(url, admission_lock_key(conn, case.queue)) as sampler, cpu:
                 q.resume(case.queue)
+                if probes.breakdown and c.py_spy_path() is not None:
+                    slots = children(procs[0].process.pid)
+                    if slots:
+                        spy = c.PySpy(slots[0], probes.py_spy_seconds)
                 deadline = time.monotonic() + max(120.0, case.jobs / 100)
                 while True:
                     time.sleep(0.2)
@@ -278,8 +380,16 @@ def measure(
                         raise SystemExit(
                             f"{case.queue}: a worker stopped or stalled ({left} left):\n{output}"
                         )
+            frames = None
+            if spy is not None:
+                top, samples, why = spy.frames(10)
+                frames = (spy.pid, top, samples, why)
         wait_gone(conn)
+        worker_claims = fa.read_claim_counts(counts)
         calls1, ms1 = function_stats(conn, names)
+        top_functions = c.top_changes(functions0, c.function_snapshot(conn))
+        top_statements = (c.top_changes(statements0, c.statement_snapshot(conn), by=1)
+                          if probes.statements else [])
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
             "extract(epoch FROM min(started_at))::float8, "
@@ -297,10 +407,34 @@ def measure(
         case=case, run=run, rate=succeeded / span if span > 0 else math.nan, span=span,
         succeeded=succeeded, max_attempts=attempts, claims=claims,
         claim_ms=(ms1 - ms0) / claims if claims else math.nan,
-        waiters_mean=sum(inside) / len(inside) if inside else math.nan,
-        waiters_max=max(inside, default=0), samples=len(inside), handler_peak=peak.total,
-        load=load,
+        waiters_mean=sum(n for n, _ in inside) / len(inside) if inside else math.nan,
+        waiters_max=max((n for n, _ in inside), default=0), samples=len(inside),
+        handler_peak=peak.total, load=load,
+        holders_mean=sum(h for _, h in inside) / len(inside) if inside else math.nan,
+        cpu=cpu.window(first - clock_offset, last - clock_offset),
+        worker_claims=worker_claims, top_functions=top_functions,
+        top_statements=top_statements, frames=frames,
     )
+
+
+def admission_lock_key(conn: psycopg.Connection[Any], queue: str) -> int | None:
+    """The queue's admission lock, as the claim computes it (None when that function is gone)."""
+    try:
+        name = _sql.function_name("_admission_lock_id")
+        row = conn.execute(sql.SQL("SELECT workhorse.{}(%s)").format(sql.Identifier(name)),
+                           (queue,)).fetchone()
+    except (LookupError, psycopg.Error):
+        return None
+    return int(row[0]) if row is not None else None
+
+
+def server_clock_offset(conn: psycopg.Connection[Any]) -> float:
+    """The server's clock minus this host's (0 on one host, up to the round trip's error)."""
+    before = time.time()
+    server = conn.execute(
+        "SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]  # type: ignore[index]
+    after = time.time()
+    return float(server) - (before + after) / 2
 
 
 def parse_ints(value: str, what: str) -> list[int]:
@@ -318,9 +452,33 @@ def backlog(places: int, jobs: int | None, quick: bool) -> int:
     return n // 2 if quick else n
 
 
+def us(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def cpu_cells(r: Result) -> tuple[str, str, str]:
+    """PostgreSQL µs/job, workhorse µs/job, cores busy (PostgreSQL + workhorse = both)."""
+    cpu = r.cpu
+    if cpu is None:
+        return "-", "-", "-"
+    server = us(r.per_job_us(cpu.server))
+    cores = (f"{cpu.cores(cpu.server):.2f} + {cpu.cores(cpu.workers):.2f} = "
+             f"{cpu.cores(cpu.server + cpu.workers):.2f}")
+    return server, us(r.per_job_us(cpu.workers)), cores
+
+
+def claim_cells(r: Result) -> tuple[str, str]:
+    """(jobs per claim that admitted any, claims that admitted nothing), the workers' count."""
+    if r.worker_claims is None:
+        return "-", "-"
+    claims, admitting, jobs = r.worker_claims
+    return (f"{jobs / admitting:.1f}" if admitting else "-", f"{claims - admitting:,}")
+
+
 @dataclass
 class Report:
     printer: c.Printer
+    breakdown: bool = False
     results: list[Result] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -335,36 +493,114 @@ class Report:
             self.printer.line("!" * 80)
             self.printer.line(message)
             self.printer.line("!" * 80)
+        server, workers, cores = cpu_cells(r)
         self.printer.line(
             f"{r.case.curve}, {r.case.supervisors} x -c {r.case.concurrency}: "
             f"{c.rate(r.rate)} jobs/s ({r.rate / r.case.ideal:.0%}), {r.claims} claims, "
-            f"lock waiters {r.waiters_mean:.2f}; {r.load}"
+            f"lock waiters {r.waiters_mean:.2f}; CPU/job PostgreSQL {server} us, workhorse "
+            f"{workers} us; cores {cores}; {r.load}"
         )
+        if self.breakdown:
+            for line in breakdown(r):
+                self.printer.line(f"  {line}")
 
     def table(self) -> c.Table:
         table = c.Table(
             "scale curves: 20 ms async jobs, N supervisors x --slots 1",
             ["curve", "supervisors x -c", "run", "jobs", "jobs/s", "utilization", "claims/s",
-             "jobs/claim", "ms/claim in the function", "lock waiters (mean / max)",
-             "lock wait/claim ms", "handler peak", "load before"],
+             "jobs/claim", "jobs/admitting claim", "empty claims", "ms/claim in the function",
+             "lock waiters (mean / max)", "lock wait/claim ms", "lock hold/claim ms",
+             "PostgreSQL CPU/job us", "workhorse CPU/job us", "cores busy PG + wh",
+             "handler peak", "load before"],
         )
         for r in self.results:
-            wait_per_claim = (r.waiters_mean * r.span / r.claims * 1000 if r.claims
-                              else math.nan)
             peak = f"{r.handler_peak}" + (f" <= {r.case.limit}" if r.case.limit else "")
+            per_admitting, empty = claim_cells(r)
+            server, workers, cores = cpu_cells(r)
             table.add(
                 r.case.curve, f"{r.case.supervisors} x {r.case.concurrency}", r.run,
                 f"{r.succeeded:,}" + ("" if r.succeeded == r.case.jobs else f" of {r.case.jobs:,}"),
                 c.rate(r.rate), f"{r.rate / r.case.ideal:.0%} of {c.rate(r.case.ideal)}",
                 f"{r.claims / r.span:,.0f}" if r.span > 0 else "-",
-                f"{r.succeeded / r.claims:.1f}" if r.claims else "-",
+                f"{r.succeeded / r.claims:.1f}" if r.claims else "-", per_admitting, empty,
                 f"{r.claim_ms:.2f}", f"{r.waiters_mean:.2f} / {r.waiters_max}",
-                f"{wait_per_claim:.2f}", peak, r.load.removeprefix("loadavg "),
+                f"{r.wait_per_claim_ms:.2f}", f"{r.hold_per_claim_ms:.2f}", server, workers,
+                cores, peak, r.load.removeprefix("loadavg "),
             )
             if r.max_attempts > 1:
                 table.notes.append(f"{r.case.curve}, {r.case.supervisors} supervisors, run "
                                    f"{r.run}: max attempts {r.max_attempts}")
+            if r.worker_claims is not None and r.worker_claims[0] != r.claims:
+                table.notes.append(
+                    f"{r.case.curve}, {r.case.supervisors} supervisors, run {r.run}: the "
+                    f"workers counted {r.worker_claims[0]:,} claims, pg_stat_user_functions "
+                    f"{r.claims:,} (the empty-claim count is the workers')")
         return table
+
+    def docs_table(self) -> c.Table:
+        """The largest fleet's rows, in the shape the docs quote (issue #40's table)."""
+        most = max(r.case.supervisors for r in self.results)
+        table = c.Table(
+            f"for the docs: {most} supervisors",
+            ["curve", "supervisors x -c", "jobs/s", "PostgreSQL CPU/job", "workhorse CPU/job",
+             "cores busy", "claims/job", "jobs/admitting claim", "empty claims",
+             "lock wait/claim", "lock hold/claim"],
+        )
+        for r in self.results:
+            if r.case.supervisors != most:
+                continue
+            server, workers, cores = cpu_cells(r)
+            per_admitting, empty = claim_cells(r)
+            table.add(
+                f"`{r.case.curve}`", f"{r.case.supervisors} \u00d7 {r.case.concurrency}",
+                c.rate(r.rate), f"{server} µs", f"{workers} µs", cores.split(" = ")[-1],
+                f"{r.claims / r.succeeded:.3f}" if r.succeeded else "-", per_admitting, empty,
+                f"{r.wait_per_claim_ms:.2f} ms", f"{r.hold_per_claim_ms:.2f} ms",
+            )
+        return table
+
+
+def breakdown(r: Result) -> list[str]:
+    """Where a point's time went: CPU by side, claims, the admission lock, the top functions
+    and statements, and the top Python frames of one slot."""
+    lines = []
+    cpu = r.cpu
+    if cpu is not None:
+        server = (f"PostgreSQL {us(r.per_job_us(cpu.server))} us/job "
+                  f"({cpu.cores(cpu.server):.2f} cores)" if not math.isnan(cpu.server)
+                  else "PostgreSQL not measured (the server is not on this host)")
+        lines.append(
+            f"CPU over the drain's {cpu.seconds:.2f} s: {server}, workhorse "
+            f"{us(r.per_job_us(cpu.workers))} us/job ({cpu.cores(cpu.workers):.2f} cores); the "
+            f"whole machine {cpu.cores(cpu.machine):.2f} cores busy, other databases' backends "
+            f"{cpu.cores(cpu.other_databases):.2f}")
+    if r.worker_claims is not None:
+        claims, admitting, jobs = r.worker_claims
+        lines.append(
+            f"claims (the workers' count): {claims:,}, {admitting:,} admitted {jobs:,} jobs, "
+            f"{claims - admitting:,} admitted nothing; pg_stat_user_functions: {r.claims:,} "
+            f"claims ({r.claims / max(r.succeeded, 1):.3f} per job), {r.claim_ms:.2f} ms each "
+            "in the function")
+    lines.append(
+        f"admission lock per claim: wait {r.wait_per_claim_ms:.2f} ms, hold "
+        f"{r.hold_per_claim_ms:.2f} ms (sampled holders; ms in the function - wait = "
+        f"{r.claim_ms - r.wait_per_claim_ms:.2f} ms); {r.samples} samples")
+    if r.top_functions:
+        lines.append("top functions by self time (calls, total ms, self ms):")
+        lines.extend(f"  {name}: {calls:,}, {total:,.0f}, {own:,.0f}"
+                     for name, calls, total, own in r.top_functions)
+    if r.top_statements:
+        lines.append("top statements by total time (pg_stat_statements; calls, total ms):")
+        lines.extend(f"  {calls:,}, {total:,.0f}: {text}"
+                     for text, calls, total, _ in r.top_statements)
+    if r.frames is not None:
+        pid, top, samples, why = r.frames
+        if top:
+            lines.append(f"top Python frames of slot {pid} by own samples ({samples} in all):")
+            lines.extend(f"  {n:5d} {n / samples:4.0%} {frame}" for frame, n in top)
+        else:
+            lines.append(f"py-spy of slot {pid}: {why}")
+    return lines
 
 
 def cases(limits: Sequence[int], places: int, supervisors: Sequence[int], jobs: int | None,
@@ -394,6 +630,12 @@ def main() -> None:
     parser.add_argument("--quiet-wait", type=float, default=3.0, metavar="S",
                         help="wait up to S seconds before each run for a quiet machine "
                         "(default %(default)s)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="per point: where the time went (CPU by side, claims, the lock, "
+                        "top functions and statements, a slot's top Python frames by py-spy)")
+    parser.add_argument("--py-spy-seconds", type=float, default=3.0, metavar="S",
+                        help="with --breakdown: seconds of py-spy sampling from the drain's "
+                        "start (default %(default)s)")
     args = parser.parse_args()
     supervisors = parse_ints(args.supervisors, "--supervisors")
     limits = parse_ints(args.limits, "--limits")
@@ -406,6 +648,14 @@ def main() -> None:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
                 sql.Identifier(args.db_name)))
+        with psycopg.connect(url, autocommit=True) as conn:
+            why_no_statements = c.statements_available(conn)
+            postmaster = c.postmaster_pid(conn)
+        if why_no_statements is None:
+            # Nested statements too (the claim function's own), for the workers' sessions.
+            with psycopg.connect(server_url, autocommit=True) as admin:
+                admin.execute(sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = 'all'")
+                              .format(sql.Identifier(args.db_name)))
         with psycopg.connect(url, autocommit=True) as conn:
             facts = c.server_facts(conn)
             names = claim_functions(conn)
@@ -421,13 +671,31 @@ def main() -> None:
             f"supervisors {', '.join(map(str, supervisors))}; {len(planned)} points x "
             f"{args.repeat}"
         )
+        facts["CPU measured"] = (
+            f"/proc/<pid>/stat of the postmaster (pid {postmaster}) and its children, and of "
+            "each supervisor's process tree" if postmaster is not None else
+            "the workers' only: the server is not on this host")
+        facts["pg_stat_statements"] = (
+            "top 8 statements per point, track = all" if why_no_statements is None
+            else f"skipped: {why_no_statements}")
+        spy = c.py_spy_path()
+        facts["py-spy"] = (
+            (f"{spy}: a slot's top 10 frames for {args.py_spy_seconds:g} s per point" if spy
+             else "skipped: py-spy is not installed (pip install py-spy)")
+            if args.breakdown else "off (--breakdown)")
         printer.facts("setup", facts)
-        report = Report(printer)
+        if args.breakdown:
+            for key in ("pg_stat_statements", "py-spy"):
+                if facts[key].startswith("skipped"):
+                    printer.line(f"{key} {facts[key]}")
+        probes = Probes(postmaster, why_no_statements is None, args.breakdown,
+                        args.py_spy_seconds)
+        report = Report(printer, args.breakdown)
         gate = c.QuietGate(args.quiet_wait)
         started = time.monotonic()
         for run in range(1, max(1, args.repeat) + 1):
             for case in planned:
-                report.add(measure(url, case, run, names, gate))
+                report.add(measure(url, case, run, names, gate, probes))
         table = report.table()
         table.notes.append(gate.summary())
         with psycopg.connect(url, autocommit=True) as conn:
@@ -436,6 +704,7 @@ def main() -> None:
         table.notes.extend(report.violations or [
             "budget: no handler-recorded overlap exceeded its max_active"])
         printer.table(table)
+        printer.table(report.docs_table())
 
 
 if __name__ == "__main__":
