@@ -15,10 +15,7 @@ from .. import _incident, _ops, telemetry
 from .._text import literal
 from ..errors import WorkhorseError
 from ..queue import Queue
-from ..types import (
-    JobStatus,
-    QueueHealth,
-)
+from ..types import JobStatus, QueueHealth
 from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
 from ._render import (
     DataTable,

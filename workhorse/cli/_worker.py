@@ -8,9 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..types import (
-    SyncReport,
-)
+from ..types import SyncReport
 from ._base import (
     DURATION,
     LEASE,

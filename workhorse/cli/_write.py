@@ -13,10 +13,7 @@ from .. import _incident, _ops
 from .._text import literal
 from ..errors import InvalidPolicyError, WorkhorseError
 from ..queue import Queue
-from ..types import (
-    QueueControl,
-    RateLimit,
-)
+from ..types import QueueControl, RateLimit
 from ._base import DURATION, connect, console, error_console, fail, handle_errors, print_json
 from ._read import budgets, jobs, policies, queues
 from ._render import budget_line, control_line
