@@ -23,7 +23,6 @@ import contextlib
 import errno
 import fcntl
 import functools
-import grp
 import importlib.metadata
 import importlib.util
 import os
@@ -45,6 +44,17 @@ import platformdirs
 
 from workhorse.errors import EmbeddedServerError
 
+from ._embedded_account import (
+    SERVER_USER,
+    check_dir,
+    check_home,
+    check_reachable,
+    make_owned_dir,
+    one_line,
+    server_account,
+    server_uid,
+)
+
 __all__ = [
     "SERVER_USER",
     "EmbeddedStatus",
@@ -56,8 +66,6 @@ __all__ = [
     "stop",
 ]
 
-#: The unprivileged system user the server runs as when workhorse runs as root.
-SERVER_USER = "workhorse-pg"
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -129,6 +137,11 @@ class _Layout:
         return self.home / "runtime"
 
     @property
+    def directories(self) -> tuple[Path, ...]:
+        """The home's directories that the trust rules check beside the home itself."""
+        return (self.run, self.log_dir, self.runtime)
+
+    @property
     def pidfile(self) -> Path:
         return self.data / "postmaster.pid"
 
@@ -191,7 +204,7 @@ def ensure_running(home: Path | None = None) -> str:
     """
     layout = _layout(home)
     # Before trusting the postmaster.pid (and the socket it names) that the home holds.
-    _check_home(layout)
+    check_home(layout.home, *layout.directories)
     running = _read_postmaster(layout)
     if running is not None and running.ready:
         return _dsn(running.socket_dir, running.port)
@@ -216,18 +229,18 @@ def dsn(home: Path | None = None) -> str:
     path for a socket, this picks (and creates) the fallback directory under /tmp.
     """
     layout = _layout(home)
-    _check_home(layout)
+    check_home(layout.home, *layout.directories)
     running = _read_postmaster(layout)
     if running is not None:
         return _dsn(running.socket_dir, running.port)
     default = _default_socket_dir(layout)
     if default is not None:
         return _dsn(str(default), _PORT)
-    recorded = _recorded_socket_dir(layout, _server_uid())
+    recorded = _recorded_socket_dir(layout, server_uid())
     if recorded is not None:
         return _dsn(str(recorded), _PORT)
     with _locked(layout):
-        return _dsn(str(_prepare_socket_dir(layout, _server_account())), _PORT)
+        return _dsn(str(_prepare_socket_dir(layout, server_account())), _PORT)
 
 
 @_one_line_errors
@@ -237,12 +250,12 @@ def stop(home: Path | None = None) -> bool:
     layout = _layout(home)
     if not layout.home.is_dir():
         return False
-    _check_home(layout)
+    check_home(layout.home, *layout.directories)
     with _locked(layout):
         running = _read_postmaster(layout)
         if running is None:
             return False
-        account = _server_account()
+        account = server_account()
         bindir = _bin_dir(layout, account)
         result = _run(
             [
@@ -288,7 +301,7 @@ def status(home: Path | None = None) -> EmbeddedStatus:
 
 
 def _start(layout: _Layout) -> str:
-    account = _server_account()
+    account = server_account()
     _prepare_home(layout, account)
     bindir = _bin_dir(layout, account)
     socket_dir = _prepare_socket_dir(layout, account)
@@ -384,7 +397,7 @@ def _initdb(layout: _Layout, account: pwd.struct_passwd | None, bindir: Path) ->
     for leftover in layout.home.glob("data.tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
     scratch = layout.home / f"data.tmp-{secrets.token_hex(4)}"
-    _make_owned_dir(scratch, account, 0o700)
+    make_owned_dir(scratch, account, 0o700)
     result = _run(
         [
             str(bindir / "initdb"),
@@ -469,7 +482,7 @@ def _rotate_log(layout: _Layout) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Directories, the server account and the binaries
+# Directories and the binaries (the server account and the trust rules: _embedded_account)
 
 
 def _layout(home_dir: Path | None) -> _Layout:
@@ -477,58 +490,19 @@ def _layout(home_dir: Path | None) -> _Layout:
     return _Layout(chosen)
 
 
-def _server_uid() -> int:
-    if os.geteuid() != 0:
-        return os.geteuid()
-    try:
-        return pwd.getpwnam(SERVER_USER).pw_uid
-    except KeyError:
-        return -1
-
-
-def _server_account() -> pwd.struct_passwd | None:
-    """The account the server must run as: None means ourselves; as root, the system user
-    `workhorse-pg`, created on first use (PostgreSQL refuses to run as root)."""
-    if os.geteuid() != 0:
-        return None
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(SERVER_USER)
-    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    command = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER]
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        except OSError as exc:
-            raise EmbeddedServerError(
-                f"could not create the system user {SERVER_USER!r} that runs PostgreSQL as root "
-                f"(PostgreSQL refuses to run as root): {exc}"
-            ) from exc
-        # Another process (with another home) may have created it meanwhile (exit 9), or be
-        # holding the passwd lock right now (exit 10): both settle by looking again.
-        with contextlib.suppress(KeyError):
-            return pwd.getpwnam(SERVER_USER)
-        if result.returncode != 10 or time.monotonic() > deadline:
-            raise EmbeddedServerError(
-                f"could not create the system user {SERVER_USER!r} that runs PostgreSQL as root: "
-                f"useradd exited {result.returncode}: {_one_line(result.stderr)}"
-            )
-        time.sleep(0.1)
-
-
 def _prepare_home(layout: _Layout, account: pwd.struct_passwd | None) -> None:
     _ensure_home(layout)
     if account is not None:
-        _check_reachable(layout.home, account)
-    _make_owned_dir(layout.log_dir, account, 0o700)
+        check_reachable(layout.home, account)
+    make_owned_dir(layout.log_dir, account, 0o700)
 
 
 def _ensure_home(layout: _Layout) -> None:
     as_root = os.geteuid() == 0
-    _check_home(layout)
+    check_home(layout.home, *layout.directories)
     # As root the server user must be able to traverse the home to reach its own directories.
     layout.home.mkdir(parents=True, exist_ok=True, mode=0o755 if as_root else 0o700)
-    info = _check_dir(layout.home)
+    info = check_dir(layout.home)
     if as_root and info is not None and not info.st_mode & stat.S_IXOTH:
         # Through a descriptor opened without following links, on the inode just checked.
         fd = os.open(layout.home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -538,155 +512,6 @@ def _ensure_home(layout: _Layout) -> None:
                 os.fchmod(fd, stat.S_IMODE(now.st_mode) | stat.S_IXOTH)
         finally:
             os.close(fd)
-
-
-# --------------------------------------------------------------------------------------------
-# Trust: which directories the server may live in
-#
-# The server trusts its local socket (trust auth, as the superuser), so whoever can write the
-# socket's directory, or swap the home or one of its directories for their own, owns the
-# server and runs programs as its user. Every directory of the home must therefore be a real
-# directory (not a symlink), owned by root, the invoking user or the server's user, and
-# writable by nobody else: not by others, and by its group only when that group is its
-# owner's own private group. Ownership is changed only through lchown, never through a link.
-
-
-def _trusted_owners() -> set[int]:
-    owners = {0, os.geteuid()}
-    server = _server_uid()
-    if server >= 0:
-        owners.add(server)
-    return owners
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _group_name(gid: int) -> str:
-    try:
-        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
-    except KeyError:
-        return f"gid {gid}"
-
-
-def _private_group(uid: int, gid: int) -> bool:
-    """Whether `gid` is the user's own group: its primary group, named after it, with no other
-    member and no other user's primary group."""
-    try:
-        user = pwd.getpwuid(uid)
-        group = grp.getgrgid(gid)
-    except KeyError:
-        return False
-    if user.pw_gid != gid or group.gr_name != user.pw_name:
-        return False
-    if set(group.gr_mem) - {user.pw_name}:
-        return False
-    return not any(other.pw_gid == gid and other.pw_uid != uid for other in pwd.getpwall())
-
-
-def _refuse(path: Path, why: str) -> EmbeddedServerError:
-    return EmbeddedServerError(
-        f"refusing to use {path} for the embedded PostgreSQL server: {why} "
-        "(set WORKHORSE_HOME to a directory of your own that only you can write)"
-    )
-
-
-def _check_dir(path: Path) -> os.stat_result | None:
-    """The directory's lstat, once it passes the trust rules above; None if it does not exist."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(info.st_mode):
-        raise _refuse(path, "it is a symbolic link")
-    if not stat.S_ISDIR(info.st_mode):
-        raise _refuse(path, "it is not a directory")
-    if info.st_uid not in _trusted_owners():
-        raise _refuse(path, f"it is owned by {_user_name(info.st_uid)}")
-    if info.st_mode & stat.S_IWOTH:
-        raise _refuse(path, f"it is writable by every user (mode {stat.S_IMODE(info.st_mode):o})")
-    if info.st_mode & stat.S_IWGRP and not _private_group(info.st_uid, info.st_gid):
-        raise _refuse(
-            path,
-            f"it is writable by the group {_group_name(info.st_gid)} "
-            f"(mode {stat.S_IMODE(info.st_mode):o}), which is not its owner's private group",
-        )
-    return info
-
-
-def _check_ancestors(path: Path) -> None:
-    """No one but a trusted user may rename the home away and put another in its place: every
-    existing directory above it (as written, and once links are resolved) is owned by a trusted
-    user and writable by others only when it is sticky (like /tmp), and a symbolic link on the
-    way is a trusted user's (its owner can point it elsewhere at any time)."""
-    trusted = _trusted_owners()
-    written = list(path.parents)
-    resolved = list(Path(os.path.realpath(path.parent)).joinpath("x").parents)
-    for ancestor in dict.fromkeys(written + resolved):
-        try:
-            info = os.lstat(ancestor)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(info.st_mode):
-            if info.st_uid not in trusted:
-                raise _refuse(path, f"{ancestor} above it is a symbolic link owned by "
-                              f"{_user_name(info.st_uid)}")
-            continue
-        if info.st_uid not in trusted:
-            raise _refuse(path, f"{ancestor} above it is owned by {_user_name(info.st_uid)}")
-        if info.st_mode & stat.S_ISVTX:
-            continue
-        if info.st_mode & stat.S_IWOTH or (
-            info.st_mode & stat.S_IWGRP and not _private_group(info.st_uid, info.st_gid)
-        ):
-            raise _refuse(path, f"{ancestor} above it is writable by other users")
-
-
-def _check_home(layout: _Layout) -> None:
-    """Refuse a home, or a directory of it, that someone else could write or swap."""
-    _check_ancestors(layout.home)
-    if _check_dir(layout.home) is None:
-        return
-    for directory in (layout.run, layout.log_dir, layout.runtime):
-        _check_dir(directory)
-
-
-def _check_reachable(path: Path, account: pwd.struct_passwd) -> None:
-    """Fail clearly when an ancestor of the home is not searchable by the server user: we must
-    never change permissions outside the home."""
-    groups = {account.pw_gid}
-    for ancestor in path.parents:
-        info = ancestor.stat()
-        if info.st_uid == account.pw_uid:
-            bit = stat.S_IXUSR
-        elif info.st_gid in groups:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not info.st_mode & bit:
-            raise EmbeddedServerError(
-                f"the server user {SERVER_USER!r} cannot reach {path}: {ancestor} is not "
-                "searchable by it; choose a WORKHORSE_HOME under a world-searchable directory "
-                "such as /var/lib"
-            )
-
-
-def _make_owned_dir(path: Path, account: pwd.struct_passwd | None, mode: int) -> None:
-    _check_dir(path)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, mode)
-    info = _check_dir(path)
-    assert info is not None
-    if account is not None:
-        if info.st_uid != account.pw_uid or info.st_gid != account.pw_gid:
-            # lchown: a link put in its place since the check is changed, not its target.
-            os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-    elif info.st_uid != os.geteuid():
-        raise _refuse(path, f"it is owned by {_user_name(info.st_uid)}, not by you")
 
 
 def _default_socket_dir(layout: _Layout) -> Path | None:
@@ -716,7 +541,7 @@ def _recorded_socket_dir(layout: _Layout, owner_uid: int) -> Path | None:
 def _prepare_socket_dir(layout: _Layout, account: pwd.struct_passwd | None) -> Path:
     default = _default_socket_dir(layout)
     if default is not None:
-        _make_owned_dir(default, account, 0o700)
+        make_owned_dir(default, account, 0o700)
         return default
     uid = account.pw_uid if account is not None else os.geteuid()
     recorded = _recorded_socket_dir(layout, uid)
@@ -765,7 +590,7 @@ def _copy_runtime(layout: _Layout, package: Path, libs: Path) -> Path:
             return target
     _ensure_home(layout)
     layout.runtime.mkdir(mode=0o755, exist_ok=True)
-    _check_dir(layout.runtime)
+    check_dir(layout.runtime)
     # A copy interrupted by a kill leaves only a scratch directory behind.
     for leftover in layout.runtime.glob(".tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -811,7 +636,7 @@ def _server_version(postgres: Path) -> str:
         [str(postgres), "--version"], capture_output=True, text=True, check=False, env=_env()
     )
     if result.returncode != 0:
-        raise EmbeddedServerError(f"{postgres} --version failed: {_one_line(result.stderr)}")
+        raise EmbeddedServerError(f"{postgres} --version failed: {one_line(result.stderr)}")
     # "postgres (PostgreSQL) 18.6"
     return result.stdout.strip().rsplit(" ", 1)[-1]
 
@@ -936,10 +761,10 @@ def _failure(
 ) -> EmbeddedServerError:
     parts = [message]
     if result is not None:
-        output = _one_line(result.stderr or result.stdout)
+        output = one_line(result.stderr or result.stdout)
         parts.append(f"exit {result.returncode}" + (f": {output}" if output else ""))
     if show_log:
-        tail = _one_line(_log_tail(layout, lines=5))
+        tail = one_line(_log_tail(layout, lines=5))
         if tail:
             parts.append(f"log {layout.log_file}: {tail}")
     return EmbeddedServerError("; ".join(parts))
@@ -955,9 +780,6 @@ def _log_tail(layout: _Layout, *, lines: int) -> str:
         return ""
     return "\n".join(text.splitlines()[-lines:])
 
-
-def _one_line(text: str) -> str:
-    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _dsn(socket_dir: str, port: int) -> str:

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, Job, Queue, _ops
 from workhorse import cli as cli_module
-from workhorse.cli import main
+from workhorse.cli import _render, main
 
 
 def _top(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -61,9 +61,9 @@ def test_the_units_rule_fails_on_a_broken_variant(monkeypatch: pytest.MonkeyPatc
     from workhorse.types import PolicyHealth
 
     p = PolicyHealth("ns", "gpu", 8, None, 5, 3, 0, 0, False, active_units=5, active_jobs=2)
-    assert cli_module._active_text(p, True) == "5 units / 8 (2 jobs)"
-    monkeypatch.setattr(cli_module, "_in_units", lambda p: False)
-    assert cli_module._active_text(p, True) == "5"
+    assert _render._active_text(p, True) == "5 units / 8 (2 jobs)"
+    monkeypatch.setattr(_render, "_in_units", lambda p: False)
+    assert _render._active_text(p, True) == "5"
 
 
 def _costs(job: Job) -> tuple[int, int, int]:

@@ -31,7 +31,7 @@ pytest.importorskip("jinja2")
 from starlette.testclient import TestClient
 
 from workhorse import EnqueueOptions, InvalidOptionsError, Queue
-from workhorse.dashboard import _web, create_app
+from workhorse.dashboard import _security, create_app
 
 TOKEN = "correct-horse-battery-staple-0123456789"
 PAYLOAD_SECRET = "4111-1111-PAYLOAD-SECRET"
@@ -174,7 +174,7 @@ def test_sessions_are_signed_expire_and_logout_revokes_them(database_url, job, m
         assert response.status_code == 303
         cookie = response.headers["set-cookie"]
         assert "workhorse_session=" in cookie and "HttpOnly" in cookie
-        assert "SameSite=strict" in cookie and f"Max-Age={_web.SESSION_SECONDS}" in cookie
+        assert "SameSite=strict" in cookie and f"Max-Age={_security.SESSION_SECONDS}" in cookie
         assert "Secure" not in cookie  # plain http here; see the https test
         session = client.cookies["workhorse_session"]
         assert TOKEN not in session
@@ -198,14 +198,14 @@ def test_sessions_are_signed_expire_and_logout_revokes_them(database_url, job, m
         assert _login(client).status_code == 303
         assert client.get("/", follow_redirects=False).status_code == 200
         start = time.time()
-        monkeypatch.setattr(_web, "_now", lambda: start + _web.SESSION_SECONDS + 1)
+        monkeypatch.setattr(_security, "clock", lambda: start + _security.SESSION_SECONDS + 1)
         response = client.get("/", follow_redirects=False)
         assert response.status_code == 303 and response.headers["location"].startswith("/login")
 
 
 def test_wrong_tokens_are_rate_limited_per_client(database_url, job, monkeypatch):
     with TestClient(create_app(database_url, token=TOKEN)) as client:
-        for _ in range(_web.LOGIN_ATTEMPTS):
+        for _ in range(_security.LOGIN_ATTEMPTS):
             assert _login(client, "guess" * 8).status_code == 401
         # The limit is reached: even the right token is answered 429 until the window passes.
         refused = _login(client)
@@ -214,11 +214,11 @@ def test_wrong_tokens_are_rate_limited_per_client(database_url, job, monkeypatch
         bearer = client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
         assert bearer.status_code == 429
         start = time.time()
-        monkeypatch.setattr(_web, "_now", lambda: start + _web.LOGIN_WINDOW + 1)
+        monkeypatch.setattr(_security, "clock", lambda: start + _security.LOGIN_WINDOW + 1)
         assert _login(client).status_code == 303
         assert client.get("/", follow_redirects=False).status_code == 200
         # Wrong bearer tokens count too.
-        for _ in range(_web.LOGIN_ATTEMPTS):
+        for _ in range(_security.LOGIN_ATTEMPTS):
             assert client.get("/", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert client.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 429
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from workhorse import embedded
+from workhorse import _embedded_account, embedded
 from workhorse.errors import EmbeddedServerError
 
 IS_ROOT = os.geteuid() == 0
@@ -393,7 +393,7 @@ def test_long_home_falls_back_to_a_private_tmp_socket_dir(wh_home: Path) -> None
         assert f"host={socket_dir}&" in dsn
         info = socket_dir.stat()
         assert stat.S_IMODE(info.st_mode) == 0o700
-        expected_owner = embedded._server_uid()
+        expected_owner = _embedded_account.server_uid()
         assert info.st_uid == expected_owner
         assert _query(dsn, "select 1") == 1
         assert embedded.dsn(long_home) == dsn

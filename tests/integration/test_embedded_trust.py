@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from workhorse import embedded
+from workhorse import _embedded_account, embedded
 from workhorse.errors import EmbeddedServerError
 
 
@@ -189,7 +189,7 @@ def test_chown_helper_never_follows_a_link(scratch: Path, other_tmp: Path) -> No
     link.symlink_to(target)
     account = pwd.getpwnam("root")
     with pytest.raises(EmbeddedServerError, match="symbolic link"):
-        embedded._make_owned_dir(link, account, 0o700)
+        _embedded_account.make_owned_dir(link, account, 0o700)
     assert os.lstat(target).st_uid == OTHER.pw_uid
 
 
@@ -271,7 +271,7 @@ def test_own_home_with_private_group_write_is_accepted(other_tmp: Path) -> None:
     # Group-writable is fine when the group is the owner's own (a umask 002 with user private
     # groups); and the socket admits only the server's user.
     assert OTHER is not None
-    if not embedded._private_group(OTHER.pw_uid, OTHER.pw_gid):
+    if not _embedded_account.private_group(OTHER.pw_uid, OTHER.pw_gid):
         pytest.skip(f"{OTHER.pw_name}'s group is not a private group here")
     _as_other("mkdir", "-m", "0775", str(other_tmp))
     _as_other("chmod", "0775", str(other_tmp))

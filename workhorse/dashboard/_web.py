@@ -1,41 +1,26 @@
-"""The dashboard's routes, its login, session and CSRF checks, and the rendering of its pages.
+"""The dashboard's routes and the rendering of its pages (its security is in `_security`).
 
 Every page is rendered on the server (its first response holds every number) and has one live
 region that htmx re-fetches every few seconds (`?live=1` renders that region alone). Actions are
 form POSTs answered by a redirect, so they work without JavaScript too. Jinja2 escapes every
 value.
 
-Sessions and CSRF. Each dashboard process draws a random secret when it starts.
-- A login (the token, on the form) sets a session cookie `<id>.<expiry>.<signature>`, signed with
-  that secret; it expires after SESSION_SECONDS, logout revokes its id, and a restart of the
-  process ends every session.
-- Every form carries a CSRF token that is the secret's signature of the session's id (before a
-  login, or without a token, of a random browser id kept in a cookie): a cookie that another page
-  planted cannot be turned into a token without the secret, and one session's token is no good in
-  another.
-- Every state-changing request whose `Sec-Fetch-Site` is not same-origin (or none), or whose
-  `Origin` names another host than the one it was sent to, is refused with 403 before it is read.
-- Wrong tokens (on the login form, the reveal form, or in a bearer header) are counted per client
-  address: after LOGIN_ATTEMPTS of them within LOGIN_WINDOW seconds, that address is answered 429
-  until the window has passed.
+The handlers live at module level and find their process's `Dashboard` on the app's state;
+`build()` only wires the routes to them.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import hmac
 import json
-import re
 import secrets
 import signal
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import psycopg
 import uvicorn
@@ -45,7 +30,6 @@ from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -53,77 +37,46 @@ from starlette.staticfiles import StaticFiles
 
 from .. import _ops, database
 from .._durations import parse_duration
-from ..errors import WorkhorseError, first_line
+from ..errors import WorkhorseError
 from ..queue import Queue
 from ..types import BIGINT_MAX, JobStatus, check_name, shown
-from . import _data, _queries, check_token, is_loopback
+from . import _data, _queries, _security
+from ._security import (
+    BROWSER_ID,
+    CSRF_COOKIE,
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    Guard,
+    Refused,
+    Security,
+    client_address,
+    is_https,
+    local_path,
+    same,
+    too_many,
+)
 
-SESSION_COOKIE = "workhorse_session"
-CSRF_COOKIE = "workhorse_csrf"
 NOTICE_COOKIE = "workhorse_notice"
 # A notice waits this long for the page it is meant for, and is at most this long.
 NOTICE_SECONDS = 60
 NOTICE_LIMIT = 1000
-CSRF_FIELD = "csrf"
-CSRF_HEADER = "x-csrf-token"
 LIVE_SECONDS = 2
 # Job ids are bigint; one retry or cancel takes at most this many.
 MAX_ID = BIGINT_MAX
 MAX_IDS = 10_000
-# A login lasts this long (then the login form again); logout ends it at once.
-SESSION_SECONDS = 8 * 3600
-# Wrong tokens from one client address: at most this many within this many seconds.
-LOGIN_ATTEMPTS = 5
-LOGIN_WINDOW = 60.0
-# Client addresses whose wrong tokens are remembered at most (the oldest are forgotten first).
-LOGIN_CLIENTS = 10_000
-_BROWSER_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 # The pages with a live region (`_<page>.html`, re-fetched with `?live=1`).
 LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules", "budgets"}
-# Pages anyone may fetch: the login form and its assets.
-PUBLIC_PREFIXES = ("/login", "/static/")
-# Actions refused by --read-only (every POST but logging in and out, and revealing a payload).
-SESSION_PATHS = ("/login", "/logout")
-_REVEAL_PATH = re.compile(r"^/jobs/[0-9]+/reveal$")
-# What a state-changing request may say in Sec-Fetch-Site: sent by this site's own pages, or typed
-# by the user ("none"); "same-site" is another origin (a sibling host or port) and is refused.
-ALLOWED_FETCH_SITES = ("same-origin", "none")
-# Scripts from our own static files only: no inline script, nothing from elsewhere.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
-)
 
 
-def _now() -> float:
-    """The clock sessions and the login limit read (a function, so that tests can move it)."""
-    return time.time()
+class Dashboard(Security):
+    """One dashboard process: its security state (sessions, CSRF, wrong tokens), its pool of
+    connections and its templates."""
 
-
-def _same(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and hmac.compare_digest(
-        a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))
-
-
-def _local_path(target: str | None, default: str = "/") -> str:
-    """A redirect target on this site only (no scheme, no host, no `//`)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return default
-    return target
-
-
-class Dashboard:
     def __init__(self, url: str, *, read_only: bool, token: str | None,
                  local_only: bool = False, redact: bool = False) -> None:
+        super().__init__(read_only=read_only, token=token, local_only=local_only)
         self.url = url
-        self.local_only = local_only
-        self.read_only = read_only
         self.redact = redact
-        self.token = check_token(token) if token is not None else None
-        self.secret = secrets.token_bytes(32)
-        self.lock = threading.Lock()
-        self.revoked: dict[str, float] = {}       # session id -> its expiry
-        self.failures: dict[str, list[float]] = {}  # client address -> its wrong tokens' times
         self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False,
                                    kwargs={"autocommit": True}, name="workhorse-dashboard")
         self.templates = Environment(
@@ -141,7 +94,7 @@ class Dashboard:
     def render(self, request: Request, page: str, status_code: int = 200,
                **context: Any) -> HTMLResponse:
         browser = request.cookies.get(CSRF_COOKIE)
-        fresh = browser is None or not _BROWSER_ID.match(browser)
+        fresh = browser is None or not BROWSER_ID.match(browser)
         if fresh:
             browser = secrets.token_urlsafe(32)
         csrf = self.csrf_token(request, browser)
@@ -161,10 +114,10 @@ class Dashboard:
         response = HTMLResponse(html, status_code=status_code)
         if fresh:
             response.set_cookie(CSRF_COOKIE, str(browser), httponly=True, samesite="strict",
-                                path="/", secure=_https(request))
+                                path="/", secure=is_https(request))
         if flashed is not None:
             response.delete_cookie(NOTICE_COOKIE, path="/", httponly=True, samesite="strict",
-                                   secure=_https(request))
+                                   secure=is_https(request))
         return response
 
     # ---- notices -------------------------------------------------------------------------
@@ -174,13 +127,14 @@ class Dashboard:
         "problem"): a cookie signed with the process secret and bound to the browser id, so
         that no link or other site can make a page say anything."""
         browser = request.cookies.get(CSRF_COOKIE)
-        if browser is None or not _BROWSER_ID.match(browser):
+        if browser is None or not BROWSER_ID.match(browser):
             return response  # a script with a bearer token: it reads the status code
         body = base64.urlsafe_b64encode(json.dumps(
-            [kind, text[:NOTICE_LIMIT], int(_now()) + NOTICE_SECONDS]).encode()).decode()
+            [kind, text[:NOTICE_LIMIT], int(_security.clock()) + NOTICE_SECONDS]).encode()
+        ).decode()
         value = f"{body}.{self.sign('notice', f'{browser}|{body}')}"
         response.set_cookie(NOTICE_COOKIE, value, max_age=NOTICE_SECONDS, httponly=True,
-                            samesite="strict", path="/", secure=_https(request))
+                            samesite="strict", path="/", secure=is_https(request))
         return response
 
     def flashed(self, request: Request, browser: str) -> tuple[str, str] | None:
@@ -189,232 +143,16 @@ class Dashboard:
         if not cookie or cookie.count(".") != 1:
             return None
         body, signature = cookie.split(".")
-        if not _same(signature, self.sign("notice", f"{browser}|{body}")):
+        if not same(signature, self.sign("notice", f"{browser}|{body}")):
             return None
         try:
             kind, text, until = json.loads(base64.urlsafe_b64decode(body.encode()))
         except (ValueError, TypeError):
             return None
-        if not isinstance(until, int) or until < _now() or kind not in ("notice", "problem"):
+        if (not isinstance(until, int) or until < _security.clock()
+                or kind not in ("notice", "problem")):
             return None
         return str(kind), str(text)
-
-    # ---- signatures, sessions, CSRF ------------------------------------------------------
-
-    def sign(self, kind: str, value: str) -> str:
-        return hmac.new(self.secret, f"{kind}|{value}".encode(), hashlib.sha256).hexdigest()
-
-    def new_session(self) -> str:
-        """A session cookie's value: a random id and its expiry, signed."""
-        value = f"{secrets.token_urlsafe(18)}.{int(_now()) + SESSION_SECONDS}"
-        return f"{value}.{self.sign('session', value)}"
-
-    def session(self, request: Request) -> tuple[str, float] | None:
-        """The (id, expiry) of the request's session cookie when it is ours, unexpired and not
-        revoked; None otherwise."""
-        cookie = request.cookies.get(SESSION_COOKIE)
-        if not cookie or cookie.count(".") != 2:
-            return None
-        sid, expires, signature = cookie.split(".")
-        if not _same(signature, self.sign("session", f"{sid}.{expires}")):
-            return None
-        try:
-            until = float(int(expires))
-        except ValueError:
-            return None
-        if until <= _now() or sid in self.revoked:
-            return None
-        return sid, until
-
-    def revoke(self, request: Request) -> None:
-        found = self.session(request)
-        with self.lock:
-            now = _now()
-            for sid, until in list(self.revoked.items()):
-                if until <= now:
-                    del self.revoked[sid]
-            if found is not None:
-                self.revoked[found[0]] = found[1]
-
-    def csrf_token(self, request: Request, browser: str | None = None) -> str | None:
-        """The CSRF token of this request's session (or, before a login and without a token,
-        of its browser id): the secret's signature of it. None without either."""
-        found = self.session(request) if self.token is not None else None
-        if found is not None:
-            return self.sign("csrf", f"session:{found[0]}")
-        browser = browser if browser is not None else request.cookies.get(CSRF_COOKIE)
-        if browser is None or not _BROWSER_ID.match(browser):
-            return None
-        return self.sign("csrf", f"browser:{browser}")
-
-    # ---- wrong tokens ----------------------------------------------------------------------
-
-    def blocked_for(self, client: str) -> float:
-        """Seconds until `client` may present a token again (0: it may now)."""
-        with self.lock:
-            now = _now()
-            recent = [t for t in self.failures.get(client, ()) if t > now - LOGIN_WINDOW]
-            if recent:
-                self.failures[client] = recent
-            else:
-                self.failures.pop(client, None)
-            if len(recent) < LOGIN_ATTEMPTS:
-                return 0.0
-            return max(recent[-LOGIN_ATTEMPTS] + LOGIN_WINDOW - now, 1.0)
-
-    def failed(self, client: str) -> None:
-        with self.lock:
-            self.failures.setdefault(client, []).append(_now())
-            self.failures[client] = self.failures[client][-LOGIN_ATTEMPTS:]
-            while len(self.failures) > LOGIN_CLIENTS:
-                del self.failures[next(iter(self.failures))]
-
-    def right_token(self, request: Request, sent: str | None) -> bool:
-        """Whether `sent` is the token; a wrong one counts against the client's address."""
-        if self.token is not None and _same(sent, self.token):
-            return True
-        self.failed(_client(request))
-        return False
-
-    # ---- checks --------------------------------------------------------------------------
-
-    def bearer(self, request: Request) -> str | None:
-        header = request.headers.get("authorization", "")
-        return header[7:].strip() if header.lower().startswith("bearer ") else None
-
-    def bearer_ok(self, request: Request) -> bool:
-        return self.token is not None and _same(self.bearer(request), self.token)
-
-    def authenticated(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        if self.bearer(request) is not None:
-            return self.bearer_ok(request)
-        return self.session(request) is not None
-
-    async def checked_form(self, request: Request) -> FormData:
-        """The POSTed form, once its CSRF token is this session's (a client that sends the
-        token itself as a bearer header sends nothing a browser would add on its own, so it
-        needs none)."""
-        form = await request.form()
-        if self.bearer_ok(request):
-            return form
-        sent = form.get(CSRF_FIELD)
-        sent = sent if isinstance(sent, str) else request.headers.get(CSRF_HEADER)
-        if not _same(sent, self.csrf_token(request)):
-            raise _Refused(403, "the form's CSRF token is not this session's: reload the page "
-                                "and try again")
-        return form
-
-
-def _https(request: Request) -> bool:
-    return request.url.scheme == "https"
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client is not None else "-"
-
-
-def _port(scheme: str, port: int | None) -> int | None:
-    return port if port is not None else {"http": 80, "https": 443}.get(scheme)
-
-
-def foreign(request: Request) -> str | None:
-    """Why a state-changing request comes from another site (None: it does not): its
-    Sec-Fetch-Site is cross-site or same-site, or its Origin is not the host it was sent to.
-    A client that sends neither header (curl, a script) is not a browser page of another site."""
-    site = request.headers.get("sec-fetch-site")
-    if site is not None and site.strip().lower() not in ALLOWED_FETCH_SITES:
-        return f"a {site} request (Sec-Fetch-Site)"
-    origin = request.headers.get("origin")
-    if origin is None:
-        return None
-    try:
-        sent = urlsplit(origin.strip())
-        host = urlsplit(f"//{request.headers.get('host', '')}")
-        sent_port, host_port = sent.port, host.port
-    except ValueError:
-        return f"from origin {shown(origin)}"
-    scheme = sent.scheme.lower()
-    if (scheme not in ("http", "https") or not sent.hostname or sent.hostname != host.hostname
-            or _port(scheme, sent_port) != _port(request.url.scheme, host_port)):
-        return f"from origin {shown(origin)}"
-    return None
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class Guard(BaseHTTPMiddleware):
-    """Login (when a token is set) before anything but the login page; read-only refuses every
-    action; security headers on every response."""
-
-    def __init__(self, app: Any, dashboard: Dashboard) -> None:
-        super().__init__(app)
-        self.dashboard = dashboard
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        path = request.url.path
-        response: Response
-        if self.dashboard.local_only and not is_loopback(_host_name(request)):
-            # Served on loopback without a token: a page from another site whose name was
-            # pointed at 127.0.0.1 (DNS rebinding) must not read or act on it.
-            response = PlainTextResponse("this dashboard answers to a loopback host name only",
-                                         421)
-        elif request.method not in ("GET", "HEAD") and (why := foreign(request)) is not None:
-            response = PlainTextResponse(f"refused: {why}; actions are taken from the "
-                                         "dashboard's own pages", 403)
-        elif (self.dashboard.token is not None and self.dashboard.bearer(request) is not None
-              and (wait := self.dashboard.blocked_for(_client(request)))):
-            response = _too_many(wait)
-        elif not path.startswith(PUBLIC_PREFIXES) and not self.dashboard.authenticated(request):
-            if self.dashboard.bearer(request) is not None:
-                self.dashboard.failed(_client(request))
-            if request.method == "GET" and "authorization" not in request.headers and (
-                    "hx-request" not in request.headers):
-                target = path + (f"?{request.url.query}" if request.url.query else "")
-                response = RedirectResponse(f"/login?{urlencode({'next': target})}", 303)
-            else:
-                response = PlainTextResponse("a token is needed: log in, or send "
-                                             "Authorization: Bearer <token>", 401)
-        elif (self.dashboard.read_only and request.method not in ("GET", "HEAD")
-              and path not in SESSION_PATHS and not _REVEAL_PATH.match(path)):
-            response = PlainTextResponse("this dashboard is read-only", 403)
-        else:
-            try:
-                response = await call_next(request)
-            except WorkhorseError as exc:  # a bad value that no route caught: still no 500
-                response = PlainTextResponse(first_line(exc), 400)
-            except psycopg.Error as exc:
-                response = PlainTextResponse(f"database error: {first_line(exc)}", 503)
-        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        if request.url.path.startswith("/static/"):
-            response.headers.setdefault("Cache-Control", "public, max-age=3600")
-        else:
-            response.headers["Cache-Control"] = "no-store"
-        return response
-
-
-def _too_many(wait: float) -> Response:
-    return PlainTextResponse(f"too many wrong tokens from this address: try again in "
-                             f"{wait:.0f} s", 429, headers={"Retry-After": f"{wait:.0f}"})
-
-
-def _host_name(request: Request) -> str:
-    """The Host header's name, without its port (`[::1]:8642` -> `::1`)."""
-    host = request.headers.get("host", "")
-    if host.startswith("["):
-        return host[1:].partition("]")[0]
-    return host.rpartition(":")[0] if host.count(":") == 1 else host
-
-
-# ---- template filters ----------------------------------------------------------------------
 
 
 def _ago(value: datetime | None) -> str:
@@ -498,16 +236,16 @@ def _unchanged(found: dict[int, tuple[str, bool]], left: list[int], verb: str,
 def _job_filter(params: Any) -> _data.JobFilter:
     """The Jobs page's filter from query parameters or a form: queue and task trimmed (they
     match a substring), key as sent (it matches exactly), status one of the statuses, id and
-    before job ids; _Refused 400 otherwise."""
+    before job ids; Refused 400 otherwise."""
     def sent(name: str) -> str:
         value = params.get(name)
         if value is not None and not isinstance(value, str):
-            raise _Refused(400, f"{name} must be text")
+            raise Refused(400, f"{name} must be text")
         return value or ""
 
     status = sent("status").strip() or None
     if status is not None and status not in {s.value for s in JobStatus}:
-        raise _Refused(400, f"unknown status {status!r}")
+        raise Refused(400, f"unknown status {status!r}")
     found = {}
     for name in ("id", "before"):
         raw = sent(name).strip()
@@ -530,14 +268,14 @@ def _substring(value: Any, what: str) -> str | None:
 
 def _name(value: str | None, what: str) -> str:
     """A name sent by a page (a query parameter or a form field): as it was sent, since a
-    queue name may begin or end with blanks, once it is one a queue can have; else _Refused
+    queue name may begin or end with blanks, once it is one a queue can have; else Refused
     400, before anything is read or written."""
     if value is None or not value.strip():
-        raise _Refused(400, f"which {what}? none was given")
+        raise Refused(400, f"which {what}? none was given")
     try:
         return check_name(what, value)
     except WorkhorseError as exc:
-        raise _Refused(400, str(exc)) from None
+        raise Refused(400, str(exc)) from None
 
 
 def _filter(value: str | None, what: str) -> str | None:
@@ -548,7 +286,7 @@ def _id(raw: str, what: str) -> int:
     raw = raw.strip()
     # The length first: int() refuses more than 4,300 digits with a ValueError.
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > MAX_ID:
-        raise _Refused(400, f"{what} is a job id, a number, got {shown(raw)}")
+        raise Refused(400, f"{what} is a job id, a number, got {shown(raw)}")
     return int(raw)
 
 
@@ -568,296 +306,343 @@ class _JobIdConvertor(Convertor[int]):
 register_url_convertor("workhorse_job_id", _JobIdConvertor())
 
 
-def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
-          redact: bool = False) -> Starlette:
-    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only,
-                          redact=redact)
+def _dashboard(request: Request) -> Dashboard:
+    """The dashboard of the app that serves `request` (build() puts it on the app's state)."""
+    found: Dashboard = request.app.state.dashboard
+    return found
 
-    def page(name: str, reader: Callable[[Request, psycopg.Connection[Any]], dict[str, Any]]
-             ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
+
+Reader = Callable[[Request, psycopg.Connection[Any]], dict[str, Any]]
+Action = Callable[[Request, FormData, psycopg.Connection[Any]], Response]
+
+
+def page(name: str, reader: Reader) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of page `name`: `reader` (on a pooled connection, in a thread) gives the
+    template its values; a refusal renders the problem page."""
+    async def endpoint(request: Request) -> Response:
+        dashboard = _dashboard(request)
+        try:
+            context = await _in_thread(dashboard, reader, request)
+        except Refused as refused:
+            return dashboard.render(request, "problem", refused.status,
+                                    message=refused.message)
+        except WorkhorseError as exc:  # a value the operation refused before reading
+            return dashboard.render(request, "problem", 400, message=str(exc))
+        return dashboard.render(request, name, **context)
+    return endpoint
+
+
+def action(fn: Action) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of a form POST: `fn` runs once the form's CSRF token is this session's."""
+    async def endpoint(request: Request) -> Response:
+        dashboard = _dashboard(request)
+        try:
+            form = await dashboard.checked_form(request)
+        except Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
+
+        def run(conn: psycopg.Connection[Any]) -> Response:
             try:
-                context = await _in_thread(dashboard, reader, request)
-            except _Refused as refused:
+                return fn(request, form, conn)
+            except Refused as refused:
                 return dashboard.render(request, "problem", refused.status,
-                                        message=refused.message)
-            except WorkhorseError as exc:  # a value the operation refused before reading
-                return dashboard.render(request, "problem", 400, message=str(exc))
-            return dashboard.render(request, name, **context)
-        return endpoint
+                                        message=refused.message,
+                                        back=local_path(_text(form, "back"), "/"))
+        return await _in_thread_plain(dashboard, run)
+    return endpoint
 
-    def overview(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        return {"view": _data.overview(conn)}
 
-    def queue(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        # By query parameter, not in the path: a queue name may hold any character.
-        if not request.query_params.get("name"):
-            raise _Refused(400, "which queue? /queue?name=<queue>")
-        name = _name(request.query_params.get("name"), "queue")
-        if request.query_params.get("live") != "1":  # a live refresh follows a known page
-            _known_or_404(conn, name)
-        return {"view": _data.queue_page(conn, name), "entered": {}}
+# ---- pages -----------------------------------------------------------------------------------
 
-    def _known_or_404(conn: psycopg.Connection[Any], name: str) -> None:
-        if not _data.queue_known(conn, name):
-            near = _data.close_names(conn, name)
-            hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
-            raise _Refused(404, f"no queue {name!r}: it has no policy, no control and no job"
-                                f"{hint}")
 
-    def jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        chosen = _job_filter(request.query_params)
-        query = urlencode(chosen.query())
-        live = request.query_params.get("live") == "1"
-        found = _data.jobs(conn, chosen)
-        names = None if live or chosen.id is not None else _data.names(conn, chosen)
-        return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
-                "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
-                "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS,
-                "here": f"/jobs?{query}" if query else "/jobs"}
+def read_overview(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    return {"view": _data.overview(conn)}
 
-    def job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        job_id = int(request.path_params["job_id"])
+
+def read_queue(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    # By query parameter, not in the path: a queue name may hold any character.
+    if not request.query_params.get("name"):
+        raise Refused(400, "which queue? /queue?name=<queue>")
+    name = _name(request.query_params.get("name"), "queue")
+    if request.query_params.get("live") != "1":  # a live refresh follows a known page
+        _known_or_404(conn, name)
+    return {"view": _data.queue_page(conn, name), "entered": {}}
+
+
+def _known_or_404(conn: psycopg.Connection[Any], name: str) -> None:
+    if not _data.queue_known(conn, name):
+        near = _data.close_names(conn, name)
+        hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+        raise Refused(404, f"no queue {name!r}: it has no policy, no control and no job"
+                           f"{hint}")
+
+
+def read_jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    chosen = _job_filter(request.query_params)
+    query = urlencode(chosen.query())
+    live = request.query_params.get("live") == "1"
+    found = _data.jobs(conn, chosen)
+    names = None if live or chosen.id is not None else _data.names(conn, chosen)
+    return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
+            "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
+            "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS,
+            "here": f"/jobs?{query}" if query else "/jobs"}
+
+
+def read_job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    dashboard = _dashboard(request)
+    job_id = int(request.path_params["job_id"])
+    found = _data.job(conn, job_id) if job_id <= MAX_ID else None
+    if found is None:
+        raise Refused(404, f"no job {request.path_params['job_id']}")
+    # Under --redact, a script that sends the token itself may ask for the payload.
+    shown_in_full = not dashboard.redact or (
+        request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+    attempts = _data.attempts(conn, job_id)
+    return {"job": found, "redacted": not shown_in_full,
+            "revealed": dashboard.redact and shown_in_full, "attempts": attempts,
+            # The last failure is the job's own only while the job rests because of it.
+            "own_error": _ops.job_own_error(found, attempts)}
+
+
+def read_workflow(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    workflow_id = int(request.path_params["workflow_id"])
+    members = _data.workflow(conn, workflow_id) if workflow_id <= MAX_ID else []
+    if not members:
+        raise Refused(404, f"no workflow {request.path_params['workflow_id']}")
+    counts: dict[str, int] = {}
+    for member in members:
+        counts[member.status.value] = counts.get(member.status.value, 0) + 1
+    return {"workflow_id": workflow_id, "members": members, "counts": counts}
+
+
+def read_workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    return {"workers": _data.workers(conn)}
+
+
+def read_schedules(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    return {"view": _data.schedules(conn)}
+
+
+def read_budgets(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    return {"view": _data.budgets(conn)}
+
+
+# ---- actions ---------------------------------------------------------------------------------
+
+
+def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+    dashboard = _dashboard(request)
+    sent = form.get("queue")
+    verb = request.path_params["verb"]
+    if verb not in _DONE:
+        return PlainTextResponse(f"no action {verb!r}", 404)
+    if not isinstance(sent, str) or not sent.strip():
+        return PlainTextResponse("which queue? a form field `queue` is needed", 400)
+    try:
+        name = _name(sent, "queue")
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    back = f"/queue?{urlencode({'name': name})}"
+    _known_or_404(conn, name)  # a typo must not create a governed queue
+    q = Queue(conn)
+    was = next((s for s in q.list_queues() if s.queue == name), None)
+    unchanged = {"pause": was is not None and was.paused,
+                 "resume": was is None or not was.paused,
+                 "clear-override": was is None or was.override is None}.get(verb, False)
+    if unchanged:
+        why = {"pause": "it was already paused", "resume": "it was not paused",
+               "clear-override": "it had no override"}[verb]
+        return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                               f"nothing changed: queue {name!r}: {why}")
+    try:
+        if verb == "pause":
+            q.pause(name)
+        elif verb == "resume":
+            q.resume(name)
+        elif verb == "clear-override":
+            q.clear_override(name)
+        else:
+            duration = _text(form, "for")
+            q.override_policy(
+                name, max_active=_int(form, "max_active"),
+                max_active_per_key=_int(form, "max_active_per_key"),
+                rate_limit=_text(form, "rate_limit"),
+                rate_limit_per_key=_text(form, "rate_limit_per_key"),
+                expires_in=parse_duration(duration) if duration else None,
+            )
+    except (WorkhorseError, ValueError) as exc:  # refused before anything was written
+        # The queue page again, the operator's entries kept, the reason above them.
+        entered = {k: v for k in OVERRIDE_FIELDS
+                   if isinstance(v := form.get(k), str)}
+        return dashboard.render(request, "queue", 400, view=_data.queue_page(conn, name),
+                                entered=entered, failure=str(exc))
+    return dashboard.flash(request, RedirectResponse(back, 303), "notice",
+                           f"{_DONE[verb]}: queue {name!r}")
+
+
+def jobs_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+    dashboard = _dashboard(request)
+    verb = request.path_params["verb"]
+    back = local_path(_text(form, "back"), "/jobs")
+    if verb not in ("retry", "cancel"):
+        return PlainTextResponse(f"no action {verb!r}", 404)
+    applies = _queries.RETRYABLE if verb == "retry" else _queries.CANCELABLE
+    if form.get("match") == "all":
+        # Everything the filter matches (in the statuses the action applies to), read
+        # again now: the page's count was a moment ago.
+        try:
+            chosen = _job_filter(form)
+        except Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
+        ids = _ops.execute(conn, _queries.matching_ids(chosen.search(), applies, MAX_IDS))
+        if not ids:
+            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                   f"nothing changed: no job matching {chosen.described} "
+                                   f"is {_either(applies)}")
+    else:
+        try:
+            ids = [_id(str(v), "id") for v in form.getlist("id")]
+        except Refused as refused:
+            return PlainTextResponse(refused.message, refused.status)
+        if not ids:
+            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                   "nothing changed: no job was chosen")
+        if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
+            return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
+    q = Queue(conn)
+    done = q.retry_jobs(ids) if verb == "retry" else q.cancel_jobs(ids)
+    left = sorted(set(ids) - set(done))
+    word = "retried" if verb == "retry" else "canceled (or asked to cancel)"
+    message = f"{word} {len(done)} of {len(ids)}"
+    if left:
+        message += "; " + _unchanged(_ops.execute(conn, _queries.job_statuses(left)), left,
+                                     verb, applies)
+    kind = "notice" if done else "problem"
+    if not done:
+        message = "nothing changed: " + message
+    return dashboard.flash(request, RedirectResponse(back, 303), kind, message)
+
+
+# ---- login, logout, reveal -------------------------------------------------------------------
+
+
+async def login_form(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    if dashboard.token is None:
+        return RedirectResponse("/", 303)
+    return dashboard.render(request, "login", next=local_path(request.query_params.get(
+        "next")))
+
+
+async def login(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    if dashboard.token is None:
+        return RedirectResponse("/", 303)
+    try:
+        form = await dashboard.checked_form(request)
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    target = local_path(_text(form, "next"))
+    wait = dashboard.blocked_for(client_address(request))
+    if wait:
+        return too_many(wait)
+    if not dashboard.right_token(request, _text(form, "token")):
+        return dashboard.render(request, "login", 401, next=target,
+                                problem="that is not the dashboard's token")
+    response = RedirectResponse(target, 303)
+    response.set_cookie(SESSION_COOKIE, dashboard.new_session(), max_age=SESSION_SECONDS,
+                        httponly=True, samesite="strict", path="/", secure=is_https(request))
+    return response
+
+
+async def logout(request: Request) -> Response:
+    dashboard = _dashboard(request)
+    try:
+        await dashboard.checked_form(request)
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    dashboard.revoke(request)  # the cookie is dead even if someone kept a copy
+    response = RedirectResponse("/login" if dashboard.token else "/", 303)
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                           secure=is_https(request))
+    return response
+
+
+async def reveal(request: Request) -> Response:
+    """The job page with its payload and result, under --redact: the form must carry the
+    token itself (a login alone does not show them), and it is not refreshed live."""
+    dashboard = _dashboard(request)
+    try:
+        form = await dashboard.checked_form(request)
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    if not dashboard.redact:
+        return RedirectResponse(f"/jobs/{request.path_params['job_id']}", 303)
+    if dashboard.token is None:
+        return PlainTextResponse("payloads are hidden (--redact) and this dashboard has no "
+                                 "token to reveal them with: set WORKHORSE_DASHBOARD_TOKEN",
+                                 403)
+    wait = dashboard.blocked_for(client_address(request))
+    if wait:
+        return too_many(wait)
+    if not dashboard.bearer_ok(request) and not dashboard.right_token(
+            request, _text(form, "token")):
+        return PlainTextResponse("that is not the dashboard's token: the payload stays "
+                                 "hidden", 403)
+    job_id = int(request.path_params["job_id"])
+
+    def read(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         found = _data.job(conn, job_id) if job_id <= MAX_ID else None
         if found is None:
-            raise _Refused(404, f"no job {request.path_params['job_id']}")
-        # Under --redact, a script that sends the token itself may ask for the payload.
-        shown_in_full = not dashboard.redact or (
-            request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+            raise Refused(404, f"no job {job_id}")
         attempts = _data.attempts(conn, job_id)
-        return {"job": found, "redacted": not shown_in_full,
-                "revealed": dashboard.redact and shown_in_full, "attempts": attempts,
-                # The last failure is the job's own only while the job rests because of it.
+        return {"job": found, "redacted": False, "revealed": True, "attempts": attempts,
                 "own_error": _ops.job_own_error(found, attempts)}
+    try:
+        context = await _in_thread(dashboard, read, request)
+    except Refused as refused:
+        return dashboard.render(request, "problem", refused.status, message=refused.message)
+    return dashboard.render(request, "job", **context)
 
-    def workflow(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        workflow_id = int(request.path_params["workflow_id"])
-        members = _data.workflow(conn, workflow_id) if workflow_id <= MAX_ID else []
-        if not members:
-            raise _Refused(404, f"no workflow {request.path_params['workflow_id']}")
-        counts: dict[str, int] = {}
-        for member in members:
-            counts[member.status.value] = counts.get(member.status.value, 0) + 1
-        return {"workflow_id": workflow_id, "members": members, "counts": counts}
 
-    def workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        return {"workers": _data.workers(conn)}
+@contextlib.asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    dashboard: Dashboard = app.state.dashboard
+    database.ensure_schema(dashboard.url)
+    dashboard.pool.open(wait=True, timeout=30)
+    try:
+        yield
+    finally:
+        dashboard.pool.close()
 
-    def schedules(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        return {"view": _data.schedules(conn)}
 
-    def budgets(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        return {"view": _data.budgets(conn)}
-
-    def action(fn: Callable[[Request, FormData, psycopg.Connection[Any]], Response]
-               ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                form = await dashboard.checked_form(request)
-            except _Refused as refused:
-                return PlainTextResponse(refused.message, refused.status)
-
-            def run(conn: psycopg.Connection[Any]) -> Response:
-                try:
-                    return fn(request, form, conn)
-                except _Refused as refused:
-                    return dashboard.render(request, "problem", refused.status,
-                                            message=refused.message,
-                                            back=_local_path(_text(form, "back"), "/"))
-            return await _in_thread_plain(dashboard, run)
-        return endpoint
-
-    def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
-                     ) -> Response:
-        sent = form.get("queue")
-        verb = request.path_params["verb"]
-        if verb not in _DONE:
-            return PlainTextResponse(f"no action {verb!r}", 404)
-        if not isinstance(sent, str) or not sent.strip():
-            return PlainTextResponse("which queue? a form field `queue` is needed", 400)
-        try:
-            name = _name(sent, "queue")
-        except _Refused as refused:
-            return PlainTextResponse(refused.message, refused.status)
-        back = f"/queue?{urlencode({'name': name})}"
-        _known_or_404(conn, name)  # a typo must not create a governed queue
-        q = Queue(conn)
-        was = next((s for s in q.list_queues() if s.queue == name), None)
-        unchanged = {"pause": was is not None and was.paused,
-                     "resume": was is None or not was.paused,
-                     "clear-override": was is None or was.override is None}.get(verb, False)
-        if unchanged:
-            why = {"pause": "it was already paused", "resume": "it was not paused",
-                   "clear-override": "it had no override"}[verb]
-            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                                   f"nothing changed: queue {name!r}: {why}")
-        try:
-            if verb == "pause":
-                q.pause(name)
-            elif verb == "resume":
-                q.resume(name)
-            elif verb == "clear-override":
-                q.clear_override(name)
-            else:
-                duration = _text(form, "for")
-                q.override_policy(
-                    name, max_active=_int(form, "max_active"),
-                    max_active_per_key=_int(form, "max_active_per_key"),
-                    rate_limit=_text(form, "rate_limit"),
-                    rate_limit_per_key=_text(form, "rate_limit_per_key"),
-                    expires_in=parse_duration(duration) if duration else None,
-                )
-        except (WorkhorseError, ValueError) as exc:  # refused before anything was written
-            # The queue page again, the operator's entries kept, the reason above them.
-            entered = {k: v for k in OVERRIDE_FIELDS
-                       if isinstance(v := form.get(k), str)}
-            return dashboard.render(request, "queue", 400, view=_data.queue_page(conn, name),
-                                    entered=entered, failure=str(exc))
-        return dashboard.flash(request, RedirectResponse(back, 303), "notice",
-                               f"{_DONE[verb]}: queue {name!r}")
-
-    def jobs_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
-                    ) -> Response:
-        verb = request.path_params["verb"]
-        back = _local_path(_text(form, "back"), "/jobs")
-        if verb not in ("retry", "cancel"):
-            return PlainTextResponse(f"no action {verb!r}", 404)
-        applies = _queries.RETRYABLE if verb == "retry" else _queries.CANCELABLE
-        if form.get("match") == "all":
-            # Everything the filter matches (in the statuses the action applies to), read
-            # again now: the page's count was a moment ago.
-            try:
-                chosen = _job_filter(form)
-            except _Refused as refused:
-                return PlainTextResponse(refused.message, refused.status)
-            ids = _ops.execute(conn, _queries.matching_ids(chosen.search(), applies, MAX_IDS))
-            if not ids:
-                return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                                       f"nothing changed: no job matching {chosen.described} "
-                                       f"is {_either(applies)}")
-        else:
-            try:
-                ids = [_id(str(v), "id") for v in form.getlist("id")]
-            except _Refused as refused:
-                return PlainTextResponse(refused.message, refused.status)
-            if not ids:
-                return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                                       "nothing changed: no job was chosen")
-            if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
-                return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
-        q = Queue(conn)
-        done = q.retry_jobs(ids) if verb == "retry" else q.cancel_jobs(ids)
-        left = sorted(set(ids) - set(done))
-        word = "retried" if verb == "retry" else "canceled (or asked to cancel)"
-        message = f"{word} {len(done)} of {len(ids)}"
-        if left:
-            message += "; " + _unchanged(_ops.execute(conn, _queries.job_statuses(left)), left,
-                                         verb, applies)
-        kind = "notice" if done else "problem"
-        if not done:
-            message = "nothing changed: " + message
-        return dashboard.flash(request, RedirectResponse(back, 303), kind, message)
-
-    async def login_form(request: Request) -> Response:
-        if dashboard.token is None:
-            return RedirectResponse("/", 303)
-        return dashboard.render(request, "login", next=_local_path(request.query_params.get(
-            "next")))
-
-    async def login(request: Request) -> Response:
-        if dashboard.token is None:
-            return RedirectResponse("/", 303)
-        try:
-            form = await dashboard.checked_form(request)
-        except _Refused as refused:
-            return PlainTextResponse(refused.message, refused.status)
-        target = _local_path(_text(form, "next"))
-        wait = dashboard.blocked_for(_client(request))
-        if wait:
-            return _too_many(wait)
-        if not dashboard.right_token(request, _text(form, "token")):
-            return dashboard.render(request, "login", 401, next=target,
-                                    problem="that is not the dashboard's token")
-        response = RedirectResponse(target, 303)
-        response.set_cookie(SESSION_COOKIE, dashboard.new_session(), max_age=SESSION_SECONDS,
-                            httponly=True, samesite="strict", path="/", secure=_https(request))
-        return response
-
-    async def logout(request: Request) -> Response:
-        try:
-            await dashboard.checked_form(request)
-        except _Refused as refused:
-            return PlainTextResponse(refused.message, refused.status)
-        dashboard.revoke(request)  # the cookie is dead even if someone kept a copy
-        response = RedirectResponse("/login" if dashboard.token else "/", 303)
-        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
-                               secure=_https(request))
-        return response
-
-    async def reveal(request: Request) -> Response:
-        """The job page with its payload and result, under --redact: the form must carry the
-        token itself (a login alone does not show them), and it is not refreshed live."""
-        try:
-            form = await dashboard.checked_form(request)
-        except _Refused as refused:
-            return PlainTextResponse(refused.message, refused.status)
-        if not dashboard.redact:
-            return RedirectResponse(f"/jobs/{request.path_params['job_id']}", 303)
-        if dashboard.token is None:
-            return PlainTextResponse("payloads are hidden (--redact) and this dashboard has no "
-                                     "token to reveal them with: set WORKHORSE_DASHBOARD_TOKEN",
-                                     403)
-        wait = dashboard.blocked_for(_client(request))
-        if wait:
-            return _too_many(wait)
-        if not dashboard.bearer_ok(request) and not dashboard.right_token(
-                request, _text(form, "token")):
-            return PlainTextResponse("that is not the dashboard's token: the payload stays "
-                                     "hidden", 403)
-        job_id = int(request.path_params["job_id"])
-
-        def read(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-            found = _data.job(conn, job_id) if job_id <= MAX_ID else None
-            if found is None:
-                raise _Refused(404, f"no job {job_id}")
-            attempts = _data.attempts(conn, job_id)
-            return {"job": found, "redacted": False, "revealed": True, "attempts": attempts,
-                    "own_error": _ops.job_own_error(found, attempts)}
-        try:
-            context = await _in_thread(dashboard, read, request)
-        except _Refused as refused:
-            return dashboard.render(request, "problem", refused.status, message=refused.message)
-        return dashboard.render(request, "job", **context)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        database.ensure_schema(url)
-        dashboard.pool.open(wait=True, timeout=30)
-        try:
-            yield
-        finally:
-            dashboard.pool.close()
-
+def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
+          redact: bool = False) -> Starlette:
+    """The dashboard's Starlette app: its routes, and the guard every request passes first."""
+    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only,
+                          redact=redact)
     routes = [
-        Route("/", page("overview", overview)),
-        Route("/queue", page("queue", queue)),
+        Route("/", page("overview", read_overview)),
+        Route("/queue", page("queue", read_queue)),
         Route("/queue/{verb}", action(queue_action), methods=["POST"]),
-        Route("/jobs", page("jobs", jobs)),
-        Route("/jobs/{job_id:workhorse_job_id}", page("job", job)),
+        Route("/jobs", page("jobs", read_jobs)),
+        Route("/jobs/{job_id:workhorse_job_id}", page("job", read_job)),
         Route("/jobs/{job_id:workhorse_job_id}/reveal", reveal, methods=["POST"]),
         Route("/jobs/{verb}", action(jobs_action), methods=["POST"]),
-        Route("/workflows/{workflow_id:workhorse_job_id}", page("workflow", workflow)),
-        Route("/workers", page("workers", workers)),
-        Route("/schedules", page("schedules", schedules)),
-        Route("/budgets", page("budgets", budgets)),
+        Route("/workflows/{workflow_id:workhorse_job_id}", page("workflow", read_workflow)),
+        Route("/workers", page("workers", read_workers)),
+        Route("/schedules", page("schedules", read_schedules)),
+        Route("/budgets", page("budgets", read_budgets)),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("workhorse.dashboard", "static")]), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     middleware=[Middleware(Guard, dashboard=dashboard)])
-
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(Guard, dashboard=dashboard)])
+    app.state.dashboard = dashboard
+    return app
 
 class Server(uvicorn.Server):
     """uvicorn's server, but SIGTERM or SIGINT end it with exit code 0 once it has shut down

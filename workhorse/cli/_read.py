@@ -1,0 +1,369 @@
+"""The read verbs: health, policies, queues, jobs, workflows, workers, budgets, schedules,
+top. They change nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import click
+from rich.live import Live
+from rich.text import Text
+
+from .. import _incident, _ops, telemetry
+from .._text import literal
+from ..errors import WorkhorseError
+from ..queue import Queue
+from ..types import JobStatus, QueueHealth
+from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
+from ._render import (
+    DataTable,
+    budgets_table,
+    depth_table,
+    health_table,
+    job_row,
+    limit_text,
+    limits_text,
+    override_text,
+)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print QueueHealth as JSON.")
+@click.pass_context
+@handle_errors
+def health(ctx: click.Context, as_json: bool) -> None:
+    """Per policy: limit, active, available, blocked_ready, saturated keys; depth by status."""
+    with connect(ctx) as conn:
+        result = Queue(conn).health()
+    if as_json:
+        print_json(result)
+        return
+    console.print(health_table(result))
+    console.print(depth_table(result))
+    if result.budgets:
+        console.print(budgets_table(result.budgets))
+
+
+@main.group(invoke_without_command=True)
+@click.option("--namespace", default=None, help="Only this namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the policies as JSON.")
+@click.pass_context
+@handle_errors
+def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
+    """The stored policies; `override` and `clear-override` change the limits in force."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(ctx) as conn:
+        rows = Queue(conn).list_concurrency_policies(namespace)
+    if as_json:
+        print_json(rows)
+        return
+    table = DataTable(title="policies")
+    for column in ("namespace", "queue", "max_active", "max_active_per_key", "rate_limit",
+                   "rate_burst", "rate_limit_per_key", "rate_burst_per_key", "fairness",
+                   "updated_at"):
+        table.add_column(column)
+    for p in rows:
+        table.add_row(p.namespace, p.queue, limit_text(p.max_active),
+                      limit_text(p.max_active_per_key), p.rate_limit or "-",
+                      limit_text(p.rate_burst), p.rate_limit_per_key or "-",
+                      limit_text(p.rate_burst_per_key), p.fairness,
+                      p.updated_at.isoformat(timespec="seconds"))
+    console.print(table)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the queues as JSON.")
+@click.pass_context
+@handle_errors
+def queues(ctx: click.Context, as_json: bool) -> None:
+    """Every queue: live depth by status, limits in force, rate limits, paused, override."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(ctx) as conn:
+        rows = Queue(conn).list_queues()
+        if as_json:
+            print_json(rows)
+            return
+        unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
+        stalled = _ops.execute(conn, _incident.stalled(unknown))
+    statuses = ("waiting", "ready", "active", "scheduled", "held", "failed", "canceled")
+    table = DataTable(title="queues")
+    table.add_column("queue", no_wrap=True)
+    for status in statuses:
+        table.add_column(status, justify="right")
+    table.add_column("limits")
+    table.add_column("controls")
+    for row in rows:
+        limits = limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
+                              row.rate_limit_per_key)
+        controls = ["paused"] if row.paused else []
+        if row.override is not None:
+            controls.append(f"override {override_text(row.override)}")
+        table.add_row(
+            row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
+            limits, Text("; ".join(controls) or "-",
+                                           style="bold yellow" if controls else ""),
+        )
+    console.print(table)
+    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
+    for queue, (count, tasks) in sorted(unknown.items()):
+        more = "+" if count >= _ops.HEALTH_SAMPLE else ""
+        console.print(literal(f"unknown task {queue}: {count}{more} ready job(s) of a task no "
+                              f"live supervisor serving the queue declares ({', '.join(tasks)})",
+                              "bold red"), soft_wrap=True)
+    for queue, reason in sorted(stalled.items()):
+        console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
+
+
+@main.group()
+def jobs() -> None:
+    """List, inspect, retry and cancel jobs."""
+
+
+@jobs.command("list")
+@click.option("--queue", default=None)
+@click.option("--status", type=click.Choice([s.value for s in JobStatus]), default=None)
+@click.option("--key", default=None, help="Concurrency key.")
+@click.option("--task", default=None, help="Task name.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: str | None,
+              task: str | None, limit: int, as_json: bool) -> None:
+    """The newest jobs, optionally filtered."""
+    with connect(ctx) as conn:
+        found = Queue(conn).list_jobs(queue=queue, status=status, key=key, task=task,
+                                      limit=limit)
+    if as_json:
+        print_json(found)
+        return
+    table = DataTable(title="jobs")
+    for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued"):
+        table.add_column(column)
+    for job in found:
+        table.add_row(*job_row(job), style="red" if job.status in (
+            JobStatus.FAILED, JobStatus.HELD) else None)
+    console.print(table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """One job, with its attempts (each failure's error), and its error and traceback while it
+    rests because of them."""
+    with connect(ctx) as conn:
+        job = Queue(conn).get_job(job_id)
+        attempts = _ops.execute(conn, _ops.job_attempts(job_id)) if job is not None else None
+    if job is None:
+        raise WorkhorseError(f"no job with id {job_id}")
+    attempts = attempts or []
+    if as_json:
+        # The Job's fields, and its attempts (a list; `attempts` stays the number of claims).
+        print_json({**dataclasses.asdict(job),
+                    "attempt_history": [dataclasses.asdict(a) for a in attempts]})
+        return
+    table = DataTable(show_header=False, title=f"job {job.id}")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for field in dataclasses.fields(job):
+        if field.name in ("error", "meta"):
+            continue
+        value = getattr(job, field.name)
+        if field.name == "progress" and value is not None:
+            value = value.text + (f" (at {value.at})" if value.at is not None else "")
+        if isinstance(value, dict | list):
+            value = json.dumps(value, default=json_default)
+        table.add_row(field.name, "-" if value is None else str(value))
+    console.print(table)
+    if attempts:
+        # One line an attempt (never folded into a narrow table: an error message stays whole).
+        console.print(Text("attempts", style="bold"))
+        for attempt in attempts:
+            error = attempt.error
+            when = " -> ".join(f"{moment:%Y-%m-%d %H:%M:%S}" if moment else "-"
+                               for moment in (attempt.started_at, attempt.ended_at))
+            line = f"  {attempt.attempt:>4}  {attempt.outcome:<9}  {when}"
+            if error:
+                line += f"  {error.get('type')}: {error.get('message')}"
+            console.print(literal(line, "red" if attempt.failed else ""), soft_wrap=True)
+    # Job.error is the last failure; shown as the job's own only while the job rests because of
+    # it (a job that succeeded on a later attempt shows it under its attempts only).
+    own = _ops.job_own_error(job, attempts)
+    if own:
+        console.print(literal(f"{own.get('type')}: {own.get('message')}", "red"),
+                      soft_wrap=True)
+        if own.get("traceback"):
+            console.print(literal(own["traceback"], newlines=True), soft_wrap=True)
+
+
+@main.group()
+def workflows() -> None:
+    """Inspect workflows (chain, group, chord; docs/design.md "Workflows")."""
+
+
+@workflows.command("show")
+@click.argument("workflow_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def workflows_show(ctx: click.Context, workflow_id: int, as_json: bool) -> None:
+    """One workflow: its members, their status and dependencies."""
+    with connect(ctx) as conn:
+        jobs = Queue(conn).workflow_jobs(workflow_id)
+    if not jobs:
+        raise WorkhorseError(f"no workflow with id {workflow_id}")
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.status.value] = counts.get(job.status.value, 0) + 1
+    if as_json:
+        print_json({"id": workflow_id, "counts": counts,
+                    "finished": all(j.resting and j.status.value != "held" for j in jobs),
+                    "jobs": jobs})
+        return
+    table = DataTable(title=f"workflow {workflow_id}: "
+                      + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    for column in ("id", "task", "queue", "status", "depends on", "error"):
+        table.add_column(column, no_wrap=column != "error")
+    for job in jobs:
+        error = job.error or {}
+        table.add_row(str(job.id), literal(job.task), literal(job.queue), job.status.value,
+                      ", ".join(map(str, job.depends_on)) or "-",
+                      literal(f"{error.get('type')}: {error.get('message')}") if error else "-")
+    console.print(table)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def workers(ctx: click.Context, as_json: bool) -> None:
+    """The worker supervisors registered, their slots and last seen."""
+    with connect(ctx) as conn:
+        rows = Queue(conn).list_workers()
+    if as_json:
+        print_json(rows)
+        return
+    table = DataTable(title="workers")
+    for column in ("id", "app", "host", "pid", "slots", "queues", "started", "last seen", "alive"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r.id), r.app, r.host, str(r.pid), str(r.slots), ",".join(r.queues),
+            r.started_at.isoformat(timespec="seconds"), r.last_seen.isoformat(timespec="seconds"),
+            Text("yes", style="green") if r.alive else Text("no", style="red"),
+        )
+    console.print(table)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the budgets (BudgetHealth) as JSON.")
+@click.pass_context
+@handle_errors
+def budgets(ctx: click.Context, as_json: bool) -> None:
+    """Named budgets: declared, overridden or named by jobs, with their limits in force and
+    active units; `override` and `clear-override` change the limits in force."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with connect(ctx) as conn:
+        rows = _ops.execute(conn, _ops.budget_health())
+    if as_json:
+        print_json(rows)
+        return
+    console.print(budgets_table(rows))
+    if not rows:
+        console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
+
+
+@main.command()
+@click.option("--namespace", default=None, help="Only this namespace (an app's name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON.")
+@click.pass_context
+@handle_errors
+def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
+    """The stored schedules, with their next and last run (fired by every running worker of
+    their app)."""
+    with connect(ctx) as conn:
+        rows = Queue(conn).list_schedules(namespace)
+    if as_json:
+        print_json(rows)
+        return
+    table = DataTable(title="schedules")
+    for column in ("namespace", "schedule", "task", "when", "queue", "catch_up", "next run",
+                   "last run"):
+        table.add_column(column)
+    for r in rows:
+        when = f"every {r.every}" if r.every is not None else f"{r.cron} ({r.tz})"
+        table.add_row(
+            r.namespace, r.name, r.task, when, r.queue, r.catch_up,
+            r.next_run_at.isoformat(timespec="seconds"),
+            r.last_run_at.isoformat(timespec="seconds") if r.last_run_at else "-",
+        )
+    console.print(table)
+    if not rows:
+        console.print("no schedules (declare them with @app.periodic and run `workhorse sync`)")
+
+
+@main.command()
+@click.option("--interval", type=DURATION, default="1s", show_default=True)
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Stop after this many refreshes (default: until Ctrl-C).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON snapshot per refresh.")
+@click.pass_context
+@handle_errors
+def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bool) -> None:
+    """A live view of health and throughput (claims/s, completions/s, failures/s)."""
+    from rich.console import Group
+
+    with connect(ctx) as conn:
+        queue = Queue(conn)
+        previous: tuple[float, tuple[int, int, int]] | None = None
+        count = 0
+
+        def snapshot() -> tuple[QueueHealth, dict[str, float | None]]:
+            nonlocal previous
+            result = queue.health()
+            telemetry.publish_health(result)
+            totals = _ops.execute(conn, _ops.top_counters())
+            now = time.monotonic()
+            rates: dict[str, float | None] = {
+                "claims_per_s": None, "completions_per_s": None, "failures_per_s": None}
+            if previous is not None:
+                elapsed = max(now - previous[0], 1e-6)
+                for name, new, old in zip(rates, totals, previous[1], strict=True):
+                    rates[name] = max(new - old, 0) / elapsed
+            previous = (now, totals)
+            return result, rates
+
+        def render(result: QueueHealth, rates: dict[str, float | None]) -> Group:
+            rate_text = "   ".join(
+                f"{name.replace('_per_s', '')}/s: {'-' if v is None else f'{v:,.1f}'}"
+                for name, v in rates.items()
+            )
+            return Group(health_table(result, units=True), depth_table(result),
+                         Text(rate_text, style="bold"))
+
+        try:
+            if as_json:
+                while iterations is None or count < iterations:
+                    result, rates = snapshot()
+                    click.echo(json.dumps({"health": dataclasses.asdict(result), **rates},
+                                          default=json_default))
+                    count += 1
+                    if iterations is None or count < iterations:
+                        time.sleep(interval)
+                return
+            with Live(console=console, refresh_per_second=4, transient=False) as live:
+                while iterations is None or count < iterations:
+                    live.update(render(*snapshot()))
+                    count += 1
+                    if iterations is None or count < iterations:
+                        time.sleep(interval)
+        except KeyboardInterrupt:
+            pass

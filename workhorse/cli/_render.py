@@ -1,0 +1,151 @@
+"""The rich tables and one-line texts the verbs print: stored values as literals, never cut."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from .._text import literal
+from ..types import (
+    BudgetHealth,
+    BudgetOverride,
+    Job,
+    JobStatus,
+    PolicyHealth,
+    PolicyOverride,
+    QueueControl,
+    QueueHealth,
+)
+
+
+class DataTable(Table):
+    """A table of stored values: a str cell is a `literal`, and no column ever cuts a value
+    (long ones fold onto more lines instead of ending in an ellipsis)."""
+
+    def __init__(self, *headers: Any, title: str | Text | None = None, **kwargs: Any) -> None:
+        if isinstance(title, str):
+            title = literal(title)
+        super().__init__(*headers, title=title, **kwargs)
+
+    def add_column(self, header: Any = "", *args: Any, **kwargs: Any) -> None:
+        kwargs["overflow"] = "fold"
+        kwargs["no_wrap"] = False
+        super().add_column(header, *args, **kwargs)
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(
+            *(literal(cell) if isinstance(cell, str) else cell for cell in renderables),
+            **kwargs,
+        )
+
+
+def limit_text(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def limits_text(max_active: int | None, per_key: int | None, rate: str | None,
+                 rate_per_key: str | None) -> str:
+    parts = [f"{name} {value}" for name, value in (
+        ("max", max_active), ("per key", per_key), ("rate", rate), ("rate/key", rate_per_key))
+        if value is not None]
+    return ", ".join(parts) or "-"
+
+
+def _in_units(p: PolicyHealth) -> bool:
+    """Whether a queue's active jobs cost other than 1 each (docs/design.md "Fair share and job
+    cost"): its `active` and `available` are units, not jobs, and `top` says so."""
+    return p.active_units != p.active_jobs
+
+
+def _active_text(p: PolicyHealth, units: bool) -> str:
+    if not (units and _in_units(p)):
+        return str(p.active)
+    limit = "" if p.max_active is None else f" / {p.max_active}"
+    return f"{p.active_units} units{limit} ({p.active_jobs} jobs)"
+
+
+def _available_text(p: PolicyHealth, units: bool) -> str:
+    if not (units and _in_units(p)) or p.available is None:
+        return limit_text(p.available)
+    return f"{p.available} units"
+
+
+def health_table(health: QueueHealth, *, units: bool = False) -> Table:
+    """The policies of `health`; with `units` (`workhorse top`), a queue whose active jobs cost
+    other than 1 shows its active and available capacity as units ("12 units / 32 (5 jobs)")."""
+    table = DataTable(title="policies")
+    for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
+                   "saturated_keys", "rate_limited_keys"):
+        text_column = column in ("namespace", "queue", "limits")
+        table.add_column(column, justify="left" if text_column else "right")
+    for p in health.policies:
+        blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
+        name = p.queue + (" (paused)" if p.paused else "") + (" (override)" if p.override else "")
+        table.add_row(
+            p.namespace or "-", name,
+            limits_text(p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key),
+            _active_text(p, units), _available_text(p, units), blocked, str(p.saturated_keys),
+            str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
+        )
+    return table
+
+
+def depth_table(health: QueueHealth) -> Table:
+    table = DataTable(title="jobs by status")
+    for status in JobStatus:
+        table.add_column(status.value, justify="right")
+    table.add_row(*(str(health.depth.get(status.value, 0)) for status in JobStatus))
+    return table
+
+
+def control_line(control: QueueControl) -> str:
+    parts = ["paused" if control.paused else "not paused"]
+    if control.override is not None:
+        parts.append(f"override {override_text(control.override)}")
+    return f"{control.queue}: " + "; ".join(parts)
+
+
+def override_text(override: PolicyOverride) -> str:
+    fields = [f"{name}={value}" for name, value in (
+        ("max_active", override.max_active), ("max_active_per_key", override.max_active_per_key),
+        ("rate_limit", override.rate_limit), ("rate_limit_per_key", override.rate_limit_per_key),
+        ("rate_burst", override.rate_burst), ("rate_burst_per_key", override.rate_burst_per_key),
+    ) if value is not None]
+    until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
+             if override.expires_at else " until cleared")
+    return ", ".join(fields) + until
+
+
+def job_row(job: Job) -> list[str]:
+    return [
+        str(job.id), job.task, job.queue, job.concurrency_key or "-", str(job.priority),
+        job.status.value, f"{job.attempts}/{job.max_attempts}",
+        job.enqueued_at.isoformat(timespec="seconds"),
+    ]
+
+
+def budgets_table(rows: list[BudgetHealth]) -> Table:
+    table = DataTable(title="budgets")
+    for column in ("budget", "namespace", "max_active", "rate_limit", "rate_burst",
+                   "active_units", "ready", "queues"):
+        table.add_column(column, justify="right" if column in (
+            "max_active", "rate_burst", "active_units", "ready") else "left")
+    for b in rows:
+        name = b.name + (" (override)" if b.override else "")
+        table.add_row(name, b.namespace or "- (not declared)", limit_text(b.max_active),
+                      b.rate_limit or "-", limit_text(b.rate_burst), str(b.active_units),
+                      f"{b.ready}{'+' if b.capped else ''}", ", ".join(b.queues) or "-")
+    return table
+
+
+def budget_line(name: str, override: BudgetOverride | None) -> str:
+    if override is None:
+        return f"budget {name}: no override"
+    fields = [f"{field}={value}" for field, value in (
+        ("max_active", override.max_active), ("rate_limit", override.rate_limit),
+        ("rate_burst", override.rate_burst)) if value is not None]
+    until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
+             if override.expires_at else " until cleared")
+    return f"budget {name}: override " + ", ".join(fields) + until

@@ -1,0 +1,105 @@
+"""What `Queue.health()` reports: per queue (PolicyHealth), per named budget
+(BudgetHealth), and both with the depth by status (QueueHealth)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .records import BudgetOverride, PolicyOverride
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHealth:
+    """One budget in `QueueHealth.budgets`: declared (`namespace` set), overridden, or only named
+    by ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are
+    those in force (a live override's fields over the declared ones); `active_units` is the cost
+    of its unexpired active jobs; `queues` the queues with ready or active jobs naming it;
+    `ready` its ready jobs, counted up to the health sample (`capped` beyond); `blocked_ready`
+    those the budget holds back now (all of its ready jobs while it is full or out of starts,
+    else 0); `next_start_at`, for a budget with a rate, when its rate (and burst) lets the next
+    unit start (now, or later while it is out of starts; None without a rate).
+
+    >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
+    [('openai', 12, ['embeddings', 'summaries'])]
+    """
+
+    name: str
+    namespace: str | None
+    max_active: int | None
+    rate_limit: str | None
+    rate_burst: int | None
+    override: BudgetOverride | None
+    active_units: int
+    blocked_ready: int
+    queues: list[str]
+    next_start_at: datetime | None = None
+    ready: int = 0
+    capped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyHealth:
+    """One governed, paused or overridden queue: the limits in force (an override's where it
+    has one), what is active, and what the limits hold back. `namespace` is None for a queue
+    that only an operator control governs.
+
+    >>> [(p.queue, p.active, p.available) for p in q.health().policies]  # doctest: +SKIP
+    [('mail', 3, 17)]
+    """
+
+    namespace: str | None
+    queue: str
+    max_active: int | None
+    max_active_per_key: int | None
+    active: int
+    available: int | None
+    blocked_ready: int
+    saturated_keys: int
+    capped: bool
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    rate_limited_keys: int = 0
+    paused: bool = False
+    override: PolicyOverride | None = None
+    # docs/design.md "Fair share and job cost": the policy's fairness, and the sum of the active
+    # jobs' cost (`active` and `available` count these units too).
+    fairness: str = "fifo"
+    active_units: int = 0
+    # docs/design.md "Job keys": what an enqueue does when its job's key is full.
+    on_key_full: str = "queue"
+    # docs/design.md "rate bursts": the bursts in force (an override's where it sets them).
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
+    # The number of active jobs (beside `active_units`, their cost): they differ where costs
+    # differ from 1, and `workhorse top` then shows units.
+    active_jobs: int = 0
+    # docs/design.md "rate bursts": when the queue's rate and burst let its next start happen (now,
+    # or later while it is out of starts; None without a rate), and the soonest next start
+    # among its keys out of starts (None when none is).
+    next_start_at: datetime | None = None
+    next_key_start_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHealth:
+    """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
+    overridden queue, the number of jobs by status, `stalled`: queue -> why its ready or
+    due work cannot move (no live supervisor serves it or declares its task, paused, a limit of
+    0; docs/design.md "The dashboard in an incident"), and `unknown_task_ready`: queue -> ready jobs
+    whose task no live supervisor serving the queue declares (within the bounded sample).
+
+    >>> health = q.health()  # doctest: +SKIP
+    >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
+    (3, ['mail'])
+    >>> health.stalled  # doctest: +SKIP
+    {'mail': 'no live supervisor: none is registered'}
+    """
+    policies: list[PolicyHealth]
+    depth: dict[str, int]
+    stalled: dict[str, str] = field(default_factory=dict)
+    # queue -> ready jobs (within the bounded sample) whose task no live supervisor serving
+    # the queue declares; only queues some live supervisor serves, and only those with any.
+    unknown_task_ready: dict[str, int] = field(default_factory=dict)
+    # docs/design.md "Named budgets": one row per declared, overridden or named budget.
+    budgets: list[BudgetHealth] = field(default_factory=list)

@@ -1,0 +1,454 @@
+"""What reads return: jobs and their attempts and progress, stored policies, budgets and
+schedules, queue controls, workers, sync reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ._validate import check_progress
+from .options import BudgetDefinition, ScheduleDefinition
+
+
+class JobStatus(enum.StrEnum):
+    """A job's status (docs/design.md's status table). A `str`, so it compares to its value.
+
+    >>> JobStatus("held") is JobStatus.HELD, JobStatus.READY == "ready"
+    (True, True)
+    """
+    WAITING = "waiting"
+    SCHEDULED = "scheduled"
+    READY = "ready"
+    ACTIVE = "active"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    HELD = "held"
+    CANCELED = "canceled"
+
+    @classmethod
+    def of_row(cls, value: str) -> JobStatus:
+        """The status a row holds, also one this version does not know (a newer release's
+        worker may write it beside this one's): it reads as itself, never as an error.
+
+        >>> JobStatus.of_row("ready") is JobStatus.READY
+        True
+        >>> str(JobStatus.of_row("paused-by-a-newer-release"))
+        'paused-by-a-newer-release'
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            unknown = str.__new__(cls, value)
+            unknown._name_ = value.upper()
+            unknown._value_ = value
+            return unknown
+
+
+RESTING = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED})
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyPolicy:
+    """A policy as stored in PostgreSQL.
+
+    >>> q.list_concurrency_policies("billing")  # doctest: +SKIP
+    [ConcurrencyPolicy(namespace='billing', queue='mail', max_active=20, ...)]
+    """
+
+    namespace: str
+    queue: str
+    max_active: int | None
+    max_active_per_key: int | None
+    created_at: datetime
+    updated_at: datetime
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    fairness: str = "fifo"
+    on_key_full: str = "queue"
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOverride:
+    """An operator's override of a budget: the fields it replaces (None: not replaced), since
+    when, and until when (None: until cleared).
+
+    >>> q.override_budget("openai", max_active=10, expires_in=3600)  # doctest: +SKIP
+    BudgetOverride(max_active=10, rate_limit=None, rate_burst=None, set_at=..., expires_at=...)
+    """
+
+    max_active: int | None = None
+    rate_limit: str | None = None
+    rate_burst: int | None = None
+    set_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A named budget as stored: its definition, the namespace that owns it, and its override.
+
+    >>> [(b.name, b.max_active) for b in q.list_budgets()]  # doctest: +SKIP
+    [('openai', 50)]
+    """
+
+    namespace: str
+    name: str
+    max_active: int | None
+    rate_limit: str | None
+    rate_burst: int | None
+    created_at: datetime
+    updated_at: datetime
+    override: BudgetOverride | None = None
+
+    @property
+    def definition(self) -> BudgetDefinition:
+        """The stored budget as a `BudgetDefinition` (what a sync compares).
+
+        >>> q.list_budgets()[0].definition  # doctest: +SKIP
+        BudgetDefinition(name='openai', max_active=50, rate_limit='3000/m', rate_burst=100)
+        """
+        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The latest progress a running handler reported (`current_job().progress(...)`), as
+    `JobHandle.progress()` and `Job.progress` read it: `at` is when the worker wrote it
+    (database clock; under `eager()`, the local clock when the handler called).
+
+    >>> p = Progress(40, 100, "pages", None)
+    >>> p.fraction, p.text
+    (0.4, '40/100 (40%) pages')
+    """
+
+    done: int | float
+    total: int | float | None = None
+    message: str | None = None
+    at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        check_progress(self.done, self.total, self.message)
+
+    @property
+    def fraction(self) -> float | None:
+        """done / total, at most 1.0; None without a total (or with a total of 0).
+
+        >>> Progress(1, 4).fraction, Progress(5, 4).fraction, Progress(3).fraction
+        (0.25, 1.0, None)
+        """
+        if not self.total:
+            return None
+        return min(float(self.done) / float(self.total), 1.0)
+
+    @property
+    def text(self) -> str:
+        """One line for people: `40/100 (40%) pages`, or `40 pages` without a total.
+
+        >>> Progress(40, message="pages").text, Progress(1.5, 3.0).text
+        ('40 pages', '1.5/3 (50%)')
+        """
+        shown = f"{self.done:g}" if isinstance(self.done, float) else str(self.done)
+        if self.total is not None:
+            total = f"{self.total:g}" if isinstance(self.total, float) else str(self.total)
+            shown += f"/{total}"
+            fraction = self.fraction
+            if fraction is not None:
+                shown += f" ({math.floor(fraction * 100)}%)"
+        if self.message:
+            shown += f" {self.message}"
+        return shown
+
+    @classmethod
+    def from_stored(cls, document: Any, at: datetime | None) -> Progress | None:
+        """The value the worker stored (a JSON object), or None.
+
+        >>> Progress.from_stored({"done": 2, "total": 4, "message": None, "fence": 9}, None)
+        Progress(done=2, total=4, message=None, at=None)
+        """
+        if not isinstance(document, dict) or "done" not in document:
+            return None
+        return cls(document["done"], document.get("total"), document.get("message"), at)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job row.
+
+    >>> job = add.delay(2, 3).job()  # doctest: +SKIP
+    >>> job.status, job.attempts, job.max_attempts  # doctest: +SKIP
+    (<JobStatus.READY: 'ready'>, 0, 3)
+    """
+
+    id: int
+    task: str
+    queue: str
+    concurrency_key: str | None
+    priority: int
+    payload: Any
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    result: Any
+    error: dict[str, Any] | None
+    run_at: datetime
+    enqueued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    on_failure: str = "fail"
+    fence: int | None = None
+    lease_until: datetime | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: bool = False
+    idempotency_key: str | None = None
+    expires_at: datetime | None = None
+    # The job key it holds (docs/design.md "Job keys"); None once a newer job took the key over.
+    job_key: str | None = None
+    # docs/design.md "Fair share and job cost".
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
+    # The latest progress of its current (or last) attempt; None before the attempt reported any.
+    progress: Progress | None = None
+    # The workflow it is a member of (docs/design.md "Workflows"), and the ids it runs after.
+    workflow_id: int | None = None
+    depends_on: list[int] = field(default_factory=list)
+    # The named budget it names (docs/design.md "Named budgets"), or None.
+    budget: str | None = None
+
+    @property
+    def resting(self) -> bool:
+        """Whether the job reached a status it stays in: succeeded, failed, held or canceled.
+
+        >>> add.delay(2, 3).wait(timeout=10).resting  # doctest: +SKIP
+        True
+        """
+        return self.status in RESTING
+
+
+ATTEMPT_OUTCOMES = ("failed", "retried", "snoozed", "lost", "canceled", "succeeded")
+# How many attempts that did not succeed a job keeps (the oldest go first).
+ATTEMPT_HISTORY_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a job (docs/design.md "The dashboard in an incident"): its number (the job's
+    `attempts` after the claim that started it), when it started and ended, how it ended
+    (`outcome`: "failed", "retried", "snoozed", "lost", "canceled" or "succeeded") and its error
+    (`{"type", "message", "traceback"}`, or None). Oldest first; attempts that did not succeed
+    are kept (the last 20), and a success is the job row itself.
+
+    >>> [(a.attempt, a.outcome) for a in h.attempts()]  # doctest: +SKIP
+    [(1, 'retried'), (2, 'succeeded')]
+    >>> Attempt(1, None, None, "succeeded", None).failed
+    False
+    """
+
+    attempt: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this attempt did not succeed (every outcome but "succeeded" and "snoozed").
+
+        >>> Attempt(1, None, None, "lost", None).failed
+        True
+        """
+        return self.outcome not in ("succeeded", "snoozed")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOverride:
+    """An operator's override of a queue's policy: the fields it replaces (None: not replaced),
+    since when, and until when (None: until cleared).
+
+    >>> q.override_policy("openai-api", max_active=2).override  # doctest: +SKIP
+    PolicyOverride(max_active=2, max_active_per_key=None, ..., expires_at=datetime.datetime(...))
+    >>> PolicyOverride(max_active=2).rate_limit is None
+    True
+    """
+
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    set_at: datetime | None = None
+    expires_at: datetime | None = None
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueControl:
+    """A queue's operator controls after a pause, resume, override or clear.
+
+    >>> q.pause("mail")  # doctest: +SKIP
+    QueueControl(queue='mail', paused=True, paused_at=datetime.datetime(...), override=None)
+    >>> QueueControl("mail").paused
+    False
+    """
+
+    queue: str
+    paused: bool = False
+    paused_at: datetime | None = None
+    override: PolicyOverride | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job handed to a worker, with the fence that must accompany its outcome.
+
+    >>> [job] = q.claim("mail", 1, 30.0)  # doctest: +SKIP
+    >>> q.complete_many([(job.id, job.fence, {"sent": True})])  # doctest: +SKIP
+    """
+
+    id: int
+    task: str
+    queue: str
+    concurrency_key: str | None
+    priority: int
+    payload: Any
+    attempts: int
+    max_attempts: int
+    fence: int
+    lease_until: datetime
+    enqueued_at: datetime
+    run_at: datetime
+    meta: dict[str, Any]
+    started_at: datetime | None = None
+    # The schedule's occurrence, or the first run_at (None when a retry moved run_at and no
+    # schedule fired the job); only the claim says.
+    scheduled_for: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """One row of `workhorse queues`: any queue with jobs, a policy or a control.
+
+    >>> [(s.queue, s.depth.get("ready", 0), s.paused) for s in q.list_queues()]  # doctest: +SKIP
+    [('mail', 3, False)]
+    """
+
+    queue: str
+    depth: dict[str, int]
+    namespace: str | None = None
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    paused: bool = False
+    override: PolicyOverride | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What `App.sync()` changed, as lists of queue names.
+
+    >>> report = SyncReport(created=["mail"], unchanged=["openai-api"])
+    >>> report.created, report.pruned
+    (['mail'], [])
+    """
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    # The app's schedules, by name, when it declares any (App.sync only).
+    schedules: SyncReport | None = None
+    # The app's named budgets, by name, when it declares any or had some to prune (App.sync).
+    budgets: SyncReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker supervisor's row in `workhorse.workers`: alive while it touched `last_seen` in
+    the last 30 seconds; `stats` holds its running counters.
+
+    >>> [(w.host, w.pid, w.slots) for w in q.list_workers()]  # doctest: +SKIP
+    [('web-1', 4121, 4)]
+    """
+
+    id: int
+    app: str
+    host: str
+    pid: int
+    slots: int
+    queues: list[str]
+    started_at: datetime
+    last_seen: datetime
+    stats: dict[str, Any]
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as stored in PostgreSQL: its definition, the namespace that owns it, the
+    next occurrence it will fire (`next_run_at`) and the latest it fired (`last_run_at`, None
+    before the first).
+
+    >>> [(s.name, s.next_run_at) for s in q.list_schedules("billing")]  # doctest: +SKIP
+    [('digest', datetime.datetime(2026, 12, 2, 9, 0, tzinfo=...))]
+    """
+
+    namespace: str
+    name: str
+    task: str
+    cron: str | None
+    every: str | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    tz: str
+    catch_up: str
+    priority: int
+    max_attempts: int
+    concurrency_key: str | None
+    on_failure: str
+    next_run_at: datetime
+    last_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    cost: int = 1
+    rate_cost: int = 1
+    weight: int = 1
+
+    @property
+    def definition(self) -> ScheduleDefinition:
+        """The stored schedule as a `ScheduleDefinition` (what a sync would compare).
+
+        >>> q.list_schedules("billing")[0].definition.cron  # doctest: +SKIP
+        '0 9 * * *'
+        """
+        return ScheduleDefinition(
+            name=self.name, task=self.task, cron=self.cron, every=self.every, args=self.args,
+            kwargs=self.kwargs, queue=self.queue, tz=self.tz, catch_up=self.catch_up,
+            priority=self.priority, max_attempts=self.max_attempts,
+            concurrency_key=self.concurrency_key, on_failure=self.on_failure,
+            cost=self.cost, rate_cost=self.rate_cost, weight=self.weight,
+        )
+
+
+def asdict(value: Any) -> dict[str, Any]:
+    return dataclasses.asdict(value)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """A workflow's members counted by status, and whether every member finished.
+
+    >>> WorkflowStatus(id=7, counts={"succeeded": 3}, finished=True).finished
+    True
+    """
+
+    id: int
+    counts: dict[str, int]
+    finished: bool
