@@ -55,7 +55,7 @@ BEGIN
               LIMIT v_per_key + 1) AS x;
         CONTINUE WHEN v_active + v_pending + v_job.cost <= v_per_key;
         IF v_mode = 'cancel_newest' THEN
-            PERFORM workhorse.cancel_jobs_v1(ARRAY[v_job.id], p_retention);
+            PERFORM workhorse.cancel_jobs_v2(ARRAY[v_job.id], p_retention);
             CONTINUE;
         END IF;
         -- The newest wins: every older pending job of the key goes, ...
@@ -78,7 +78,7 @@ BEGIN
                   AND j.ckey = v_job.ckey AND j.cancel_requested_at IS NULL) AS a
             WHERE a.newer_and_me > v_keep);
         IF cardinality(v_cancel) > 0 THEN
-            PERFORM workhorse.cancel_jobs_v1(v_cancel, p_retention);
+            PERFORM workhorse.cancel_jobs_v2(v_cancel, p_retention);
         END IF;
     END LOOP;
 END

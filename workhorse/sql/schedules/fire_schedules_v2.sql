@@ -60,12 +60,14 @@ BEGIN
         FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
         JOIN workhorse.schedules s ON s.id = u.id;
 
-        -- The ordinary enqueue (its gates, key hints and wake-ups), at the occurrence.
+        -- The ordinary enqueue (its gates, key hints, on_key_full and wake-ups), at the
+        -- occurrence, with no key of its own and cost 1 (the schedule's units are set below, so
+        -- that no cost is refused here).
         SELECT array_agg(e.id ORDER BY e.ord) INTO v_jobs
-        FROM workhorse.enqueue_v1(
+        FROM workhorse.enqueue_v2(
             v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_occurrences,
             array_fill(NULL::double precision, ARRAY[cardinality(v_ids)]), v_max_attempts,
-            v_on_failures, v_metas, NULL::text[]) WITH ORDINALITY AS e(id, ord);
+            v_on_failures, v_metas, NULL::text[]) WITH ORDINALITY AS e(id, duplicate, ord);
 
         -- Before the jobs are visible to any claim (this transaction): the queue's level.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)

@@ -1,17 +1,42 @@
--- housekeeping_v1, and the same for named budgets (migrations/0009_budgets.sql): budget
--- overrides that expired are deleted (under each budget's lock, as an operator's clear), and
--- budget start buckets older than the budget's longest window in force (its rate's period; the
--- burst's window is shorter) are pruned, so budget_starts stays bounded; so are the queues'
--- burst buckets (burst_starts), by their queue's longest period in force. Returns the totals.
+-- Fleet housekeeping, run by one supervisor at a time: queue overrides that expired are cleared
+-- (as an operator's clear, set_queue_control_v2: their queues woken, their heads dropped when
+-- nothing keeps heads any more), budget overrides that expired are deleted (under each budget's
+-- lock, as an operator's clear), control rows with nothing left to control are deleted, and start
+-- buckets older than the longest window in force are pruned, so that rate_starts, burst_starts
+-- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
+-- window is shorter) stay bounded. Returns the totals.
 CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_queue text;
     v_name text;
     v_count integer;
 BEGIN
-    SELECT h.expired_overrides, h.pruned_starts INTO expired_overrides, pruned_starts
-    FROM workhorse.housekeeping_v1() AS h;
+    expired_overrides := 0;
+    FOR v_queue IN
+        SELECT c.queue FROM workhorse.queue_controls c
+        WHERE c.override_expires_at <= now() ORDER BY 1
+    LOOP
+        PERFORM workhorse.set_queue_control_v2(v_queue, 'clear_override', NULL, NULL, NULL,
+                                               NULL, NULL, NULL, NULL);
+        expired_overrides := expired_overrides + 1;
+    END LOOP;
+
+    -- One pass, joined to each queue's longest period in force (none: every bucket goes).
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.rate_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.rate_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS pruned_starts = ROW_COUNT;
+
     FOR v_name IN
         SELECT c.name FROM workhorse.budget_controls c
         WHERE c.override_expires_at <= now() ORDER BY 1
