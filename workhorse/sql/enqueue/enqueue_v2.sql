@@ -32,12 +32,12 @@
 -- is left unused). `p_feature_levels` (NULL: every job level 1) is the feature level each job
 -- needs; a job above level 1 raises its queue's level in queue_levels, in this transaction, so
 -- that no claim of a lower level sees the job without seeing its queue's level too. Keys need no
--- level of their own: see migrations/0002_job_keys.sql.
+-- level of their own: see migrations/0002_0.3.0.sql, "job keys".
 --
 -- `p_costs`, `p_rate_costs` and `p_weights` (NULL: 1 for every job) are each job's cost, rate
 -- cost and weight (docs/design.md "Fair share and job cost"). A cost or rate cost other than 1
 -- raises its queue's level to at least 2 (a claim of level 1 cannot count it); the job row
--- keeps its own level (see migrations/0003_fair_share_and_cost.sql). A job whose cost exceeds
+-- keeps its own level (see migrations/0002_0.3.0.sql, "fair share and cost"). A job whose cost exceeds
 -- its queue's synced max_active or max_active_per_key, or whose rate cost exceeds a synced
 -- rate limit's N, can never start: the enqueue refuses it (SQLSTATE WH005, before anything is
 -- written). The stored policy is the one checked; an override that lowers a limit does not
@@ -50,7 +50,7 @@
 --
 -- `p_budgets` (NULL: none for every job) is the named budget each job names (docs/design.md "Named
 -- budgets"), stored on the row as it is, declared or not. A job that names one raises its
--- queue's level to at least 2, as a cost does (see migrations/0009_budgets.sql), and records the
+-- queue's level to at least 2, as a cost does (see migrations/0002_0.3.0.sql, "budgets"), and records the
 -- (budget, queue) pair in budget_queues (ON CONFLICT DO NOTHING: no existing row is locked).
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],

@@ -1,6 +1,6 @@
--- The row trigger jobs_attempt_ended (migration 0005): when an attempt ends other than by a clean
--- success, append it to the job's `attempt_history` (docs/design.md "The dashboard in an incident"),
--- keeping the last 20. An AFTER trigger, so that it costs the other updates nothing: a BEFORE row
+-- The row trigger jobs_attempt_ended (migrations/0002_0.3.0.sql, "attempt history"): when an
+-- attempt ends other than by a clean success, append it to the job's `attempt_history`
+-- (docs/design.md "The dashboard in an incident"), keeping the last 20. An AFTER trigger, so that it costs the other updates nothing: a BEFORE row
 -- trigger on jobs would make every UPDATE of a job (claim, heartbeat, complete) lock its row
 -- first, one more WAL record each, whether or not its WHEN clause holds. Its WHEN clause fires it
 -- only for an active job that leaves `active` for anything but `succeeded` or `ready`, or whose

@@ -1,4 +1,4 @@
--- The row trigger behind workflows (migrations/0006_workflows.sql): runs in the transaction that
+-- The row trigger behind workflows (migrations/0002_0.3.0.sql, "workflows"): runs in the transaction that
 -- changed a member's status, after the change.
 --
 -- * `succeeded`: noted (when the member has dependents) in the transaction-local setting

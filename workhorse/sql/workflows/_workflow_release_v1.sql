@@ -1,5 +1,5 @@
 -- The release of workflow members (docs/design.md "Workflows", invariant 11): a deferred constraint
--- trigger (migrations/0006_workflows.sql) on a member's success, so it runs at commit, in the
+-- trigger (migrations/0002_0.3.0.sql) on a member's success, so it runs at commit, in the
 -- transaction that recorded the success. Its first call in a commit takes every success the row
 -- trigger (_workflow_changed_v1) noted in `workhorse.workflow_successes` and clears the setting;
 -- the later calls of the same commit find it empty and return at once.
