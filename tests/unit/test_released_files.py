@@ -113,17 +113,20 @@ def test_the_check_sees_a_changed_a_moved_and_a_deleted_released_body() -> None:
     assert changed({"0.2.0": recorded}, shipped("0.2.0", recorded, files)) == []
 
     paths = _sql.function_paths()
-    claim_v1 = paths["claim_v1"]  # 0.2.0's claim, now in sql/released/0.2.0/
-    wake = paths["_wake_v1"]  # shipped by 0.2.0, still live
+    claimed_by_0_2_0 = (FIXTURES / "0.2.0" / "statements" / "claim.sql").read_text("utf-8")
+    old_claim = re.findall(r"workhorse\.(\w+)\(", claimed_by_0_2_0)[0]
+    old_claim_path = paths[old_claim]  # 0.2.0's claim, now in sql/released/0.2.0/
+    wake_name = _sql.function_name("_wake")
+    wake = paths[wake_name]  # shipped by 0.2.0, still live
     baseline = "migrations/0001_baseline.sql"
-    assert claim_v1.startswith("released/0.2.0/") and _sql.is_live(wake)
+    assert old_claim_path.startswith("released/0.2.0/") and _sql.is_live(wake)
 
     moved = dict(files)
     moved[f"housekeeping/{posixpath.basename(wake)}"] = moved.pop(wake)
     assert changed({"0.2.0": recorded}, shipped("0.2.0", recorded, moved)) == []
 
     broken = dict(files)
-    broken[claim_v1] = broken[claim_v1] + b"\n-- an edit"
+    broken[old_claim_path] = broken[old_claim_path] + b"\n-- an edit"
     del broken[wake]
     broken[baseline] = broken[baseline].replace(b"the first release", b"the 1st release", 1)
     assert broken[baseline] != files[baseline]
@@ -131,8 +134,8 @@ def test_the_check_sees_a_changed_a_moved_and_a_deleted_released_body() -> None:
     del found["statements/claim.sql"]
     assert changed({"0.2.0": recorded}, found) == [
         "0.2.0: applied/0001_baseline.sql (changed)",
-        "0.2.0: functions/_wake_v1.sql (deleted)",
-        "0.2.0: functions/claim_v1.sql (changed)",
+        f"0.2.0: functions/{wake_name}.sql (deleted)",
+        f"0.2.0: functions/{old_claim}.sql (changed)",
         f"0.2.0: {baseline} (changed)",
         "0.2.0: statements/claim.sql (deleted)",
     ]

@@ -108,12 +108,15 @@ def test_every_function_is_called_by_live_or_supported_code() -> None:
 def test_the_call_check_sees_an_orphan_and_a_stranded_released_body() -> None:
     paths = dict(_sql.function_paths())
     texts = dict(_sql.function_files())
-    paths["_orphan_v1"] = "claim/_orphan_v1.sql"
-    texts["_orphan_v1"] = "CREATE FUNCTION workhorse._orphan_v1() RETURNS void ..."
-    paths["claim_v1"] = "claim/claim_v1.sql"  # 0.2.0's claim put back among the live files
+    orphan = "_orphan_v" + "1"
+    paths[orphan] = f"claim/{orphan}.sql"
+    texts[orphan] = f"CREATE FUNCTION workhorse.{orphan}() RETURNS void ..."
+    # 0.2.0's claim put back among the live files.
+    old_claim = calls((SUPPORTED / "claim.sql").read_text("utf-8"))[0]
+    paths[old_claim] = f"claim/{old_claim}.sql"
     assert uncalled_functions(paths, texts, _live_roots(), _supported_roots()) == [
-        "claim/_orphan_v1.sql (nothing calls it)",
-        "claim/claim_v1.sql (only an older release calls it: move it to released/)",
+        f"claim/{orphan}.sql (nothing calls it)",
+        f"claim/{old_claim}.sql (only an older release calls it: move it to released/)",
     ]
 
 

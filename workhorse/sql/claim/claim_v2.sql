@@ -54,6 +54,16 @@
 -- Plans are cached generic plans: every statement takes its LIMIT from a variable, and a custom
 -- plan for each call would be made under the admission lock. Sequential and bitmap scans are off
 -- so that a generic plan made on an empty table still reads the indexes.
+--
+-- This folder (sql/claim/) holds this claim and every function it calls, directly or not, and
+-- nothing it calls lives elsewhere (tests/unit/test_sql_lifecycle.py checks it): the admission
+-- lock (_admission_lock_id_v1), the successes it records first (_record_successes_v1, _expiry_v1,
+-- _ended_v1, results_channel_v1), the queue's limits in force (_limits_v1), the key heads
+-- (_prepare_queue_v2, _hint_keys_v2, _keyed_v2, _refresh_heads_v1), the claim in units
+-- (_choose_units_v1) with its rate, burst and budget counts (_rate_used_v1, _burst_used_v1,
+-- _budget_starts_used_v1, _budget_lock_id_v1) and their next starts (_rate_next_start_v1,
+-- _burst_next_start_v1, _budget_next_start_v1), and the wake-up (_wake_v1,
+-- notification_channel_v1; listen_v1 is the worker's side of it).
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],

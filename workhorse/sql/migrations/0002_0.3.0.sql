@@ -11,8 +11,7 @@
 
 -- ==== job keys ==================================================================================
 -- Job keys (issue #27): unique jobs and job_key (debounce, throttle), and enqueue_v2, which
--- writes them and says of each job whether the enqueue inserted it. Also claim_v2, the claim of
--- feature level 2 (0.3.0's), which the worker of this release calls.
+-- writes them and says of each job whether the enqueue inserted it.
 --
 -- Why job keys need no feature level (a deliberate deviation from docs/design.md's "a job key
 -- raises the queue's level"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
@@ -260,10 +259,8 @@ CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs (task, id) INCLUDE (queue
 
 -- ==== budgets ===================================================================================
 -- Named budgets (issue #30, docs/design.md "Named budgets (one limit shared by several queues) and
--- rate bursts"), part 1: declaration, storage, sync, overrides and health. Admission in the
--- claim comes next (docs/budgets.md, "How the claim will use it", describes the design these
--- tables are shaped for); until then a job's budget is stored, listed and counted, and limits
--- nothing.
+-- rate bursts"): declaration, storage, sync, overrides, health, and admission in the claim
+-- (_choose_units_v1 counts a budget under its lock; docs/budgets.md).
 --
 -- Feature levels: an enqueue of a job that names a budget raises its queue's level to 2
 -- (queue_levels, as a cost other than 1 does), so a 0.2.0 claim (level 1) admits nothing from a
@@ -276,9 +273,8 @@ CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs (task, id) INCLUDE (queue
 -- one scan of jobs) and two partial indexes over the jobs that name a budget (small, as none
 -- does before this migration, but each is built by one more scan of jobs, under a lock that
 -- blocks writes to it meanwhile); new columns on policies and queue_controls (small tables);
--- four new tables. key_heads is left
--- as it is: the budget column and index the claim's walk needs (docs/budgets.md) come with that
--- claim, so that today's claims do not maintain an index nothing reads.
+-- four new tables; a column, an index and a trigger on key_heads (the head's budget, which the
+-- claim's walk passes over as one range when the budget is full).
 
 -- ---- the job's budget -------------------------------------------------------------------------
 -- The budget a job names (at most one), declared or not: a name nobody declared imposes no limit.
@@ -369,7 +365,7 @@ CREATE TABLE workhorse.budget_controls (
 -- bucket's end is a whole window ago: exact, and at most 1% of the window late). `span` 0 is the
 -- rate's window P (buckets of P/100), 1 the burst's window P*B/N (buckets of 1/100 of it): the
 -- two are counted apart so that neither needs more than ~101 rows in its window. The claim
--- writes it (next session); housekeeping prunes it like rate_starts.
+-- writes it; housekeeping prunes it like rate_starts.
 CREATE TABLE workhorse.budget_starts (
     budget      text        NOT NULL,
     span        smallint    NOT NULL CHECK (span IN (0, 1)),
@@ -384,11 +380,11 @@ ALTER TABLE workhorse.budget_starts SET (
 
 -- The queues that have used a budget, written by the enqueue of a job naming it (ON CONFLICT DO
 -- NOTHING: an existing row is not locked, so producers never queue behind each other). The
--- claim (next step) reads it to keep such queues off the ungoverned fast path, to give the
+-- claim reads it to keep such queues off the ungoverned fast path, to give the
 -- budget's freed places to its queues in turn (`last_turn`: when the queue last got one), and to
 -- wake the budget's other queues when units free. One small row per pair ever used, kept: a
 -- pair may still have scheduled jobs (which become ready without an enqueue), so pruning it
--- needs the claim's rules (next step).
+-- needs the claim's rules.
 CREATE TABLE workhorse.budget_queues (
     budget     text        NOT NULL,
     queue      text        NOT NULL,
