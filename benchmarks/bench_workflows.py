@@ -40,7 +40,7 @@ import workhorse
 from workhorse import Queue, chain, chord, group
 
 QUEUE = "bench-wf"
-# The workflow triggers on workhorse.jobs (migrations/0006_workflows.sql): disabled together for
+# The workflow triggers on workhorse.jobs (migrations/0002_0.3.0.sql): disabled together for
 # the "without trigger" side of the plain-completion comparison.
 TRIGGERS = ("jobs_workflow_trg", "jobs_workflow_trg_release")
 app = workhorse.App("bench_wf")

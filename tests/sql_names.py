@@ -32,7 +32,7 @@ def called_function(statement: str) -> str:
 
 
 def function_text(name: str) -> str:
-    """The text of `sql/functions/<name>.sql`."""
+    """The text of the function file `<name>.sql` (live, or a released body)."""
     return _sql.function_files()[name]
 
 

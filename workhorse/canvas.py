@@ -4,7 +4,7 @@ and the `WorkflowHandle` that reads a canvas back.
 A canvas is flattened here into members (one job each) and dependencies, and inserted whole in
 one statement (`_ops.enqueue_workflow`). Release and failure propagation are the database's:
 the transaction that records a member's end releases or cancels its dependents (see
-sql/migrations/0006_workflows.sql and docs/workflows.md).
+sql/migrations/0002_0.3.0.sql, sql/workflows/ and docs/workflows.md).
 
 >>> from workhorse import chain, group, chord
 >>> wf = chain(add.s(2, 3), add.s(4))                       # doctest: +SKIP

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from workhorse import _sql
 
+RELEASED = Path(__file__).resolve().parents[1] / "fixtures" / "released" / "0.2.0" / "statements"
 REGENERATE = "regenerate it: .venv/bin/python tests/integration/_schema_dump.py"
 
 
@@ -75,3 +77,62 @@ def test_every_function_file_is_applied_by_exactly_one_migration() -> None:
     for _, _, text in _sql.migrations():
         applied += re.findall(r"CREATE FUNCTION workhorse\.(\w+)\(", text)
     assert sorted(applied) == sorted(files)
+
+
+def test_a_0_2_0_database_upgrades_to_schema_sql(
+    empty_database: psycopg.Connection[Any], server_url: str
+) -> None:
+    """A database 0.2.0 installed (its one migration, recorded with the checksum 0.2.0 recorded:
+    tests/unit/test_released_files.py checks the text is the one it shipped), holding a job its
+    enqueue wrote, is brought to this release by install_schema alone: it then matches
+    schema.sql, and the job is claimed and completed by today's functions."""
+    from workhorse import Queue
+
+    version, name, text = _sql.migrations()[0]
+    assert (version, name) == (1, "0001_baseline.sql")
+    conn = empty_database
+    conn.execute(_sql.statement("create_schema"))
+    conn.execute(_sql.statement("create_schema_version"))
+    conn.execute(text)
+    conn.execute(_sql.statement("record_migration"), (version, name, _sql.checksum(text)))
+    enqueue_0_2_0 = (RELEASED / "enqueue.sql").read_text("utf-8").strip().rstrip(";")
+    [(job_id,)] = conn.execute(
+        enqueue_0_2_0,  # type: ignore[call-overload]
+        (["t"], ["q"], ["k"], [0], ['{"args": [], "kwargs": {}}'], [None], [None], [3],
+         ["hold"], [None], [None])).fetchall()
+
+    queue = Queue(conn)
+    queue.install_schema()
+    rows = conn.execute("SELECT version, name FROM workhorse.schema_version ORDER BY 1")
+    assert rows.fetchall() == [(v, n) for v, n, _ in _sql.migrations()]
+    assert _body(dump(conn)) == _body(_sql.schema())
+    [claimed] = queue.claim("q", 1, 30)
+    assert claimed.id == job_id
+    queue.complete(claimed.id, claimed.fence, "done")
+    job = queue.get_job(job_id)
+    assert job is not None and job.result == "done"
+
+
+def test_a_database_of_the_development_migrations_is_refused(
+    empty_database: psycopg.Connection[Any],
+) -> None:
+    """0.3.0's development migrations 0002 to 0009 were squashed into one: a database that
+    applied them records another migration 2 (and versions this package does not have), and is
+    refused with nothing changed."""
+    from workhorse import Queue, SchemaVersionError
+
+    conn = empty_database
+    Queue(conn).install_schema()
+    conn.execute("UPDATE workhorse.schema_version SET name = '0002_job_keys.sql',"
+                 " checksum = 'b9028ab47511fe8667c3d6f79d9a9533deaef0c9052331bfa077b47f3b25254c'"
+                 " WHERE version = 2")
+    for version, name in enumerate(["0003_fair_share_and_cost.sql", "0004_progress.sql",
+                                    "0005_attempt_history.sql", "0006_workflows.sql",
+                                    "0007_on_key_full.sql", "0008_dashboard_task_index.sql",
+                                    "0009_budgets.sql"], 3):
+        conn.execute("INSERT INTO workhorse.schema_version (version, name, checksum)"
+                     " VALUES (%s, %s, 'development')", (version, name))
+    before = dump(conn)
+    with pytest.raises(SchemaVersionError):
+        Queue(conn).install_schema()
+    assert dump(conn) == before

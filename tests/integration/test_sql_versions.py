@@ -34,7 +34,7 @@ def _closure(files: dict[str, str], root: str) -> set[str]:
 
 def test_one_function_per_file_named_after_it() -> None:
     for name, text in _sql.function_files().items():
-        assert DEFINES.findall(text) == [name], f"functions/{name}.sql"
+        assert DEFINES.findall(text) == [name], _sql.function_paths()[name]
 
 
 def test_every_function_and_every_helper_it_calls_is_versioned() -> None:
@@ -42,7 +42,7 @@ def test_every_function_and_every_helper_it_calls_is_versioned() -> None:
     for name, text in files.items():
         assert VERSIONED.search(name), f"{name}: a function's name ends in its version (_vN)"
         for called in _calls(text):
-            assert called in files, f"{name} calls {called}, which has no file in functions/"
+            assert called in files, f"{name} calls {called}, which has no function file"
             assert VERSIONED.search(called), f"{name} calls the unversioned {called}"
 
 

@@ -4,7 +4,7 @@ opposite orders, concurrently, many rounds; both commit, and each dependent is r
 Nor does canceling a workflow while one of its members completes.
 
 The release runs at commit, for all of a transaction's successes together, its dependents
-locked in (queue, id) order (the release function in sql/functions/). The broken variant is the
+locked in (queue, id) order (the release function in sql/workflows/). The broken variant is the
 release run at the end of each statement instead (`SET CONSTRAINTS ... IMMEDIATE`, which is how
 the row trigger released before): the same rounds then deadlock, and the checker fails."""
 

@@ -1,0 +1,76 @@
+-- Fleet housekeeping, run by one supervisor at a time: queue overrides that expired are cleared
+-- (as an operator's clear, set_queue_control_v2: their queues woken, their heads dropped when
+-- nothing keeps heads any more), budget overrides that expired are deleted (under each budget's
+-- lock, as an operator's clear), control rows with nothing left to control are deleted, and start
+-- buckets older than the longest window in force are pruned, so that rate_starts, burst_starts
+-- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
+-- window is shorter) stay bounded. Returns the totals.
+CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_queue text;
+    v_name text;
+    v_count integer;
+BEGIN
+    expired_overrides := 0;
+    FOR v_queue IN
+        SELECT c.queue FROM workhorse.queue_controls c
+        WHERE c.override_expires_at <= now() ORDER BY 1
+    LOOP
+        PERFORM workhorse.set_queue_control_v2(v_queue, 'clear_override', NULL, NULL, NULL,
+                                               NULL, NULL, NULL, NULL);
+        expired_overrides := expired_overrides + 1;
+    END LOOP;
+
+    -- One pass, joined to each queue's longest period in force (none: every bucket goes).
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.rate_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.rate_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS pruned_starts = ROW_COUNT;
+
+    FOR v_name IN
+        SELECT c.name FROM workhorse.budget_controls c
+        WHERE c.override_expires_at <= now() ORDER BY 1
+    LOOP
+        PERFORM workhorse.set_budget_control_v1(v_name, 'clear_override', NULL, NULL, NULL,
+                                                NULL, NULL);
+        expired_overrides := expired_overrides + 1;
+    END LOOP;
+
+    WITH longest AS (
+        SELECT s.budget,
+               COALESCE(GREATEST(b.rate_period, c.rate_period), 0) AS period
+        FROM (SELECT DISTINCT bs.budget FROM workhorse.budget_starts bs) AS s
+        LEFT JOIN workhorse.budgets b ON b.name = s.budget
+        LEFT JOIN workhorse.budget_controls c ON c.name = s.budget
+    )
+    DELETE FROM workhorse.budget_starts s
+    USING longest l
+    WHERE s.budget = l.budget AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    pruned_starts := pruned_starts + v_count;
+
+    WITH longest AS (
+        SELECT q.queue,
+               COALESCE(GREATEST(p.rate_period, p.rate_period_per_key, c.rate_period,
+                                 c.rate_period_per_key), 0) AS period
+        FROM (SELECT DISTINCT s.queue FROM workhorse.burst_starts s) AS q
+        LEFT JOIN workhorse.policies p ON p.queue = q.queue
+        LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+    )
+    DELETE FROM workhorse.burst_starts s
+    USING longest l
+    WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    pruned_starts := pruned_starts + v_count;
+END
+$$;

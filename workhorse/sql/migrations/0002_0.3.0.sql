@@ -1,0 +1,486 @@
+-- workhorse 0.3.0: everything 0.3.0 adds to 0.2.0's schema (0001_baseline.sql), in the order it
+-- happened: the tables, columns and indexes of each feature first, then every function 0.3.0's
+-- wheel calls that 0.2.0 did not ship (each from its subsystem's folder), then the triggers that
+-- run them. The functions only 0.2.0's workers call stay as 0001 made them (sql/released/0.2.0/),
+-- and 0.2.0's workers keep calling them beside this release's. Nothing is dropped: every function
+-- 0001 made is still called by 0.2.0 (supported beside 0.3.0) or by 0.3.0 itself.
+--
+-- The development migrations 0002 to 0009 that came before this one are squashed here: a database
+-- that applied them records another 0002 and is refused (SchemaVersionError), as any database
+-- whose applied migration differs from the package's.
+
+-- ==== job keys ==================================================================================
+-- Job keys (issue #27): unique jobs and job_key (debounce, throttle), and enqueue_v2, which
+-- writes them and says of each job whether the enqueue inserted it.
+--
+-- Why job keys need no feature level (a deliberate deviation from docs/design.md's "a job key
+-- raises the queue's level"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
+-- The claim, complete, fail, snooze, retry and cancel functions of 0.2.0 (*_v1) never touch
+-- them, and the two unique indexes below are partial on the key columns alone, not on the
+-- status: so no status change those functions make (a retry back to `scheduled`, a snooze,
+-- `h.retry()` of a failed job, a lease reclaimed) can ever conflict in them. A key moves only
+-- inside an enqueue, which clears the previous holder's key in the same transaction as it
+-- gives the key to the new job, under the holder's row lock. A row with a key is otherwise an
+-- ordinary level-1 row (a job_key update changes only its payload, meta, run_at, priority and
+-- status between `scheduled` and `ready`, hinting and waking as a retry does), so a 0.2.0
+-- worker claims and records it correctly beside a newer one.
+
+-- The key a job was enqueued with (docs/design.md "Job keys"), scoped to its task: while the job
+-- holds it, at most one job of the task has it. A newer job that takes the key over clears
+-- it here, so an older job that runs on (a retry, a snooze) runs without it.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN job_key text CHECK (length(job_key) BETWEEN 1 AND 255);
+-- A unique job's identity: a digest of its `by` values, and its period's bucket when it has a
+-- period. Cleared by the enqueue of an equal job once this one is no longer in that job's
+-- `states`, so the index says which job an equal enqueue is a duplicate of.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN unique_key text CHECK (length(unique_key) BETWEEN 1 AND 255);
+
+-- One holder per (task, key): concurrent enqueues of one key make one job (the second waits
+-- for the first's commit, then finds its job), as the idempotency index does.
+CREATE UNIQUE INDEX jobs_job_key_idx ON workhorse.jobs (task, job_key)
+    WHERE job_key IS NOT NULL;
+CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs (task, unique_key)
+    WHERE unique_key IS NOT NULL;
+
+-- ==== fair share and cost =======================================================================
+-- Fair share and job cost (issue #26, docs/design.md "Fair share and job cost", invariants 9 and 10).
+--
+-- A job's `cost` is the units of max_active and max_active_per_key it occupies while active, its
+-- `rate_cost` the starts it counts against the rate limits, its `weight` the weight of its key
+-- when its key's head is compared on a fairness="key" queue. All three default to 1, which is
+-- what every job of 0.2.0 was: a row written by a 0.2.0 enqueue is an ordinary cost-1 row.
+--
+-- Feature levels: an enqueue of a job with cost or rate_cost other than 1 raises its queue's
+-- level to 2 (queue_levels), and a fairness="key" policy is stored at level 2, so a 0.2.0 claim
+-- (level 1) admits nothing from such a queue. The job row itself stays at level 1: completing,
+-- failing, snoozing or releasing it needs nothing new (active units are derived from the active
+-- jobs by the claim, never stored), so the released outcome functions record it as before.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 1000000),
+    ADD COLUMN rate_cost integer NOT NULL DEFAULT 1 CHECK (rate_cost BETWEEN 1 AND 1000000),
+    ADD COLUMN weight smallint NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000);
+
+-- "fifo" (today's order, the default) or "key" (a freed place goes to the key with the smallest
+-- active cost per weight). "key" needs max_active.
+ALTER TABLE workhorse.policies
+    ADD COLUMN fairness text NOT NULL DEFAULT 'fifo' CHECK (fairness IN ('fifo', 'key')),
+    ADD CONSTRAINT policies_fairness_needs_max_active
+        CHECK (fairness = 'fifo' OR max_active IS NOT NULL);
+
+-- A schedule's jobs get its cost, rate_cost and weight (the task's, resolved with the
+-- schedule's arguments when it is declared): stored on the schedule by sync_schedules_v2, set on
+-- each fired job by fire_schedules_v2. A 0.2.0 supervisor still fires with fire_schedules_v1,
+-- whose jobs cost 1 (it does not know costs); a 0.2.0 sync keeps a stored schedule's costs.
+ALTER TABLE workhorse.schedules
+    ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 1000000),
+    ADD COLUMN rate_cost integer NOT NULL DEFAULT 1 CHECK (rate_cost BETWEEN 1 AND 1000000),
+    ADD COLUMN weight smallint NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000);
+
+-- ==== progress ==================================================================================
+-- Progress from a running handler (issue #27, docs/design.md "Job keys: ... progress").
+--
+-- `progress` is the latest value a handler reported, as the slot last wrote it:
+-- {"done": n, "total": n|null, "message": text|null, "fence": the claim's fence, "seq": the
+-- handler's call count}. `progress_at` is the database-clock time of that write.
+--
+-- A new attempt starts with no progress without any change to the claim: readers show the value
+-- only while its "fence" equals the job's fence (the claim gives every attempt a new fence, and
+-- complete, fail and snooze keep it), so a value from an older attempt reads as none. "seq"
+-- orders the writes of one attempt: the slot's periodic write and the flush before an outcome
+-- may race, and an older value never replaces a newer one.
+--
+-- Only write_progress.sql writes these columns (no function of an older release reads them), so
+-- they need no feature level: a 0.2.0 worker ignores them.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN progress jsonb,
+    ADD COLUMN progress_at timestamptz;
+
+-- ==== attempt history ===========================================================================
+-- Attempt history (issue #32, docs/design.md "The dashboard in an incident") and registered tasks
+-- (issue #24 item 6: health counts another app's jobs; the claim never takes them).
+--
+-- Every attempt that ends other than by a clean success is appended to `attempt_history` (at
+-- most the last 20) by a row trigger, in the transaction that ends it. A trigger, not new
+-- versions of the completion functions: it sees every way an attempt ends, including those
+-- inside the claim (a lease reclaimed: "lost"; the sweep of an expired lease with no attempts
+-- left) and those the 0.2.0 functions still make for older workers, without a new version of
+-- complete, fail, snooze, release or claim. An AFTER trigger: a BEFORE row trigger would lock
+-- every job row an UPDATE touches (one more WAL record for each claim, heartbeat and success).
+-- Its WHEN clause is evaluated on the row in memory: a first-try success, a heartbeat and a
+-- claim of a ready job never call the function, and the column stays NULL (no extra byte, no
+-- extra row version) for a job that never failed. An attempt that did not succeed costs one more
+-- row version (the function's own UPDATE of the row).
+ALTER TABLE workhorse.jobs ADD COLUMN attempt_history jsonb;
+
+-- The task names each supervisor's app declares (NULL: a supervisor of an older release that
+-- did not say; health then counts none of its queues' jobs as unknown).
+ALTER TABLE workhorse.workers ADD COLUMN tasks text[];
+
+-- Ready jobs by task, so that a claim passes over another app's jobs without reading them
+-- (claim_v2: one walk per task the worker's app declares, and a skip scan over the distinct
+-- ready tasks of a queue that says whether it holds any).
+CREATE INDEX jobs_ready_task_idx ON workhorse.jobs (queue, task, rank, id)
+    WHERE status = 'ready';
+
+-- ==== workflows =================================================================================
+-- Workflows (issue #28, docs/design.md "Workflows"): Celery's canvas (chain, group, chord) and
+-- `depends_on`, every member a job row from the start.
+--
+-- A member whose dependencies have not all succeeded is `waiting`: it holds no capacity and no
+-- claim sees it (claim_v1 and claim_v2 take `ready` rows only). Release and failure propagation
+-- happen in the database, in triggers on workhorse.jobs, so that they run in the very
+-- transaction that records a member's end, whichever function records it (complete_v1,
+-- fail_v1, snooze_v1, _record_successes_v1 riding on a claim, cancel_jobs_v1, retry_jobs_v1):
+-- failures, cancels and retries in a row trigger, at once; releases in a deferred constraint
+-- trigger, at commit, for all the transaction's successes together, their dependents locked in
+-- (queue, id) order (so two completions never deadlock on shared dependents). A release is an
+-- update of the dependent's `workflow_members` row under the dependent's row lock, so it
+-- happens exactly once, and a crash before the commit undoes the success and the release
+-- together. A job outside any workflow pays only the triggers' WHEN tests.
+--
+-- A member raises its queue's level to 2 (0.3.0's): a 0.2.0 worker claims nothing there, and
+-- knows nothing of `waiting`. The member rows themselves stay level 1, because the completion
+-- functions (complete_v1, fail_v1, snooze_v1, _record_successes_v1: level 1, frozen) leave a
+-- higher-level row alone; the queue's level is what keeps the old claim away.
+
+ALTER TABLE workhorse.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE workhorse.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
+    ('waiting', 'scheduled', 'ready', 'active', 'succeeded', 'failed', 'held', 'canceled'));
+
+-- The workflow a job is a member of (NULL: none), set at insertion and never changed.
+ALTER TABLE workhorse.jobs ADD COLUMN workflow_id bigint;
+-- A job outside any workflow that a `depends_on` names: the trigger fires on its ends too.
+ALTER TABLE workhorse.jobs ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+-- Waiting members, counted by queue wherever statuses are counted.
+CREATE INDEX jobs_waiting_idx ON workhorse.jobs (queue) WHERE status = 'waiting';
+CREATE INDEX jobs_workflow_idx ON workhorse.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+-- A workflow's latest expiry, NULL first (a member unfinished, held or kept for ever): one probe
+-- tells the pruner whether the workflow may go (prune_jobs_v2).
+CREATE INDEX jobs_workflow_expires_idx ON workhorse.jobs (workflow_id, expires_at DESC NULLS FIRST)
+    WHERE workflow_id IS NOT NULL;
+
+-- One row per canvas. `result_ids`: the members whose results make the canvas's result (a
+-- chain's last member, a group's members in order), `result_kind` 'one' or 'list'. `on_error_*`:
+-- the signature to enqueue once, at the first failure of a member, with the failed member's id
+-- as its first argument; `on_error_job` the job it became; `on_error_cost`, `_rate_cost` and
+-- `_weight` its units (docs/design.md "Fair share and job cost").
+CREATE TABLE workhorse.workflows (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    result_ids       bigint[]    NOT NULL,
+    result_kind      text        NOT NULL CHECK (result_kind IN ('one', 'list')),
+    on_error_task    text,
+    on_error_queue   text,
+    on_error_ckey    text,
+    on_error_priority smallint,
+    on_error_payload jsonb,
+    on_error_max_attempts integer,
+    on_error_on_failure text,
+    on_error_cost    integer     NOT NULL DEFAULT 1,
+    on_error_rate_cost integer   NOT NULL DEFAULT 1,
+    on_error_weight  smallint    NOT NULL DEFAULT 1,
+    on_error_job     bigint
+);
+
+-- A member's release state: how many of its dependencies have not succeeded yet (the release
+-- is the update that brings it to 0), how a parent's result reaches it ('none'; 'one': the
+-- passing parent's result as first argument; 'list': the passing parents' results in position
+-- order, as one list), its delay or time once released, how often it was released (1 at
+-- most: what the tests count), and its task's retention (JSON: status -> seconds kept), which
+-- fixes the expiry of a member that the database ends itself (canceled for a failed
+-- dependency, failed with PayloadError at release), as the worker's outcome would.
+CREATE TABLE workhorse.workflow_members (
+    job_id       bigint           PRIMARY KEY,
+    workflow_id  bigint           NOT NULL,
+    pending      integer          NOT NULL CHECK (pending >= 0),
+    mode         text             NOT NULL CHECK (mode IN ('none', 'one', 'list')),
+    delay        double precision,
+    run_at       timestamptz,
+    releases     integer          NOT NULL DEFAULT 0,
+    retention    jsonb            NOT NULL DEFAULT '{}'
+);
+CREATE INDEX workflow_members_workflow_idx ON workhorse.workflow_members (workflow_id);
+
+-- A dependency: `job_id` runs after `parent_id` succeeded; `passes`: the parent's result is
+-- passed (canvas edges), not for `depends_on`; `position` orders a chord's results.
+CREATE TABLE workhorse.job_deps (
+    job_id     bigint  NOT NULL,
+    parent_id  bigint  NOT NULL,
+    position   integer NOT NULL,
+    passes     boolean NOT NULL,
+    PRIMARY KEY (job_id, parent_id)
+);
+-- A release looks up the dependents of the member that just succeeded.
+CREATE INDEX job_deps_parent_idx ON workhorse.job_deps (parent_id);
+
+-- ==== on key full ===============================================================================
+-- on_key_full (issue #27, docs/design.md "Job keys"): what an enqueue does when the job's key is
+-- full. 'queue' (the default) waits, as every 0.2.0 queue did; 'cancel_in_progress' makes the
+-- newest job win (the key's older pending jobs are canceled and its oldest active ones asked to
+-- cancel until the new one fits); 'cancel_newest' cancels the new job at once. Only an enqueue
+-- acts on it (enqueue_v2, through _on_key_full_v1); claims and completions do not read it, so
+-- it needs no feature level: a 0.2.0 worker claims and records such a queue's jobs as before.
+--
+-- For an existing database: one column on policies (a small table), and one partial index on
+-- jobs over scheduled keyed jobs (built once, reading the table under a lock that blocks writes
+-- to jobs meanwhile).
+ALTER TABLE workhorse.policies
+    ADD COLUMN on_key_full text NOT NULL DEFAULT 'queue'
+        CHECK (on_key_full IN ('queue', 'cancel_in_progress', 'cancel_newest')),
+    ADD CONSTRAINT policies_on_key_full_needs_max_active_per_key
+        CHECK (on_key_full = 'queue' OR max_active_per_key IS NOT NULL);
+
+-- A key's scheduled jobs (retries and delayed jobs count as pending): an enqueue for a full key
+-- sums and cancels them by key, where jobs_scheduled_idx would read every scheduled job of the
+-- queue.
+CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs (queue, ckey, id)
+    WHERE status = 'scheduled' AND ckey <> '';
+
+-- ==== dashboard task index ======================================================================
+-- The dashboard's task filter over a long history (issue #32, docs/design.md "The dashboard in an
+-- incident"; benchmarks/README.md "The dashboard's pages").
+--
+-- A task substring matched the succeeded history only through a window of the primary key,
+-- 100,000 rows read and lower()ed per window, and an older page of a rare task reads three
+-- windows (its page, where the newer page starts, the count of the newest window): 200-330 ms.
+-- With this index the search first turns the substring into the succeeded task names it
+-- matches (a skip scan: one probe per distinct name, statements/dashboard_succeeded_tasks.sql)
+-- and reads each window's succeeded matches by (task, id) ranges; the other statuses keep their
+-- own partial indexes.
+--
+-- Partial (succeeded only), so it costs one index entry per job, written by the update that
+-- completes it: an enqueue, a claim and a heartbeat do not touch it (their rows are not
+-- succeeded), and a failed, held or canceled job never enters it. The queue and the key are
+-- included, so that the dashboard's queue and key filters are checked in the index (an
+-- index-only scan) rather than in each matching row.
+CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs (task, id) INCLUDE (queue, ckey)
+    WHERE status = 'succeeded';
+
+-- ==== budgets ===================================================================================
+-- Named budgets (issue #30, docs/design.md "Named budgets (one limit shared by several queues) and
+-- rate bursts"): declaration, storage, sync, overrides, health, and admission in the claim
+-- (_choose_units_v1 counts a budget under its lock; docs/budgets.md).
+--
+-- Feature levels: an enqueue of a job that names a budget raises its queue's level to 2
+-- (queue_levels, as a cost other than 1 does), so a 0.2.0 claim (level 1) admits nothing from a
+-- queue whose jobs name one: it cannot count a budget. A policy with a rate burst is stored at
+-- level 2 for the same reason. The job row keeps level 1: completing, failing, snoozing or
+-- releasing it needs nothing new (a budget's active units are derived from its active jobs,
+-- never stored), so the released outcome functions record it as before.
+--
+-- For an existing database: one nullable column on jobs (no rewrite; its CHECK is validated by
+-- one scan of jobs) and two partial indexes over the jobs that name a budget (small, as none
+-- does before this migration, but each is built by one more scan of jobs, under a lock that
+-- blocks writes to it meanwhile); new columns on policies and queue_controls (small tables);
+-- four new tables; a column, an index and a trigger on key_heads (the head's budget, which the
+-- claim's walk passes over as one range when the budget is full).
+
+-- ---- the job's budget -------------------------------------------------------------------------
+-- The budget a job names (at most one), declared or not: a name nobody declared imposes no limit.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN budget text CHECK (length(budget) BETWEEN 1 AND 255);
+
+-- A budget's capacity in use: its unexpired active jobs, at most max_active rows per budget
+-- (the claim counts them under the budget's lock; health sums their cost).
+CREATE INDEX jobs_budget_active_idx ON workhorse.jobs (budget, lease_until) INCLUDE (cost, queue)
+    WHERE status = 'active' AND budget IS NOT NULL;
+-- Ready work by budget (NULL: none) and queue, in admission order: the claim's streams of a
+-- queue without key heads, one per budget its jobs name and one of the jobs that name none, so
+-- that a full budget's backlog is never read (every ready job is here: the jobs that name no
+-- budget are a stream too, and the claim cannot tell which queues hold them otherwise); health's
+-- "queues with ready jobs naming it" (a skip-scan, one probe per queue); and "does this queue
+-- still want the budget" for the turns between queues.
+CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs (budget, queue, rank, id)
+    WHERE status = 'ready';
+
+-- ---- rate bursts on queue policies --------------------------------------------------------------
+-- rate_burst B (1 <= B <= N) beside rate_limit N/P: besides at most N units in any window P, at
+-- most B units in any window of P*B/N (whole milliseconds, rounded down). A policy with a burst
+-- is stored at level 2, so only the claim in units (_choose_units_v1) has to count it.
+ALTER TABLE workhorse.policies
+    ADD COLUMN rate_burst integer,
+    ADD COLUMN rate_burst_per_key integer,
+    ADD CONSTRAINT policies_rate_burst_check CHECK (rate_burst IS NULL
+        OR (rate_limit IS NOT NULL AND rate_burst BETWEEN 1 AND rate_limit)),
+    ADD CONSTRAINT policies_rate_burst_per_key_check CHECK (rate_burst_per_key IS NULL
+        OR (rate_limit_per_key IS NOT NULL AND rate_burst_per_key BETWEEN 1 AND rate_limit_per_key));
+-- An override's bursts: in force only while the row's override is (override_set_at set, not
+-- expired), like its other fields; checked against the N in force by set_queue_control_v2.
+ALTER TABLE workhorse.queue_controls
+    ADD COLUMN rate_burst integer CHECK (rate_burst BETWEEN 1 AND 1000000),
+    ADD COLUMN rate_burst_per_key integer CHECK (rate_burst_per_key BETWEEN 1 AND 1000000);
+-- A queue's (ckey '') and its keys' starts in their bursts' windows, in rate_starts' buckets of
+-- 1/100 of the window (rate_starts keeps the rate's window P): the claim of a queue whose policy
+-- has a burst files and counts both. Housekeeping prunes it like rate_starts.
+CREATE TABLE workhorse.burst_starts (
+    queue       text        NOT NULL,
+    ckey        text        NOT NULL,
+    bucket_end  timestamptz NOT NULL,
+    n           integer     NOT NULL,
+    PRIMARY KEY (queue, ckey, bucket_end)
+);
+CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts (bucket_end);
+ALTER TABLE workhorse.burst_starts SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
+
+-- ---- budgets ----------------------------------------------------------------------------------
+-- Desired state, like policies: one namespace declares (owns, syncs, prunes) a budget; any app
+-- may name it. max_active counts the `cost` units of its active jobs across every queue whose
+-- jobs name it; the rate counts their `rate_cost` units; rate_burst as on a policy.
+CREATE TABLE workhorse.budgets (
+    name          text PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 255),
+    namespace     text        NOT NULL CHECK (length(namespace) BETWEEN 1 AND 255),
+    max_active    integer     CHECK (max_active BETWEEN 1 AND 1000000),
+    rate_limit    integer     CHECK (rate_limit BETWEEN 1 AND 1000000),
+    rate_period   double precision CHECK (rate_period > 0 AND rate_period <= 31622400),
+    rate_burst    integer,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT budgets_some_limit CHECK (max_active IS NOT NULL OR rate_limit IS NOT NULL),
+    CONSTRAINT budgets_rate_pair CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT budgets_rate_burst_check CHECK (rate_burst IS NULL
+        OR (rate_limit IS NOT NULL AND rate_burst BETWEEN 1 AND rate_limit))
+);
+CREATE INDEX budgets_namespace_idx ON workhorse.budgets (namespace);
+
+-- An operator's override of a budget (never touched by a sync, kept when a sync prunes the
+-- budget, as a queue's control is): the fields it replaces (NULL: not replaced) until it is
+-- cleared or expires. A row is deleted when its override is cleared.
+CREATE TABLE workhorse.budget_controls (
+    name                 text PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 255),
+    max_active           integer     CHECK (max_active BETWEEN 1 AND 1000000),
+    rate_limit           integer     CHECK (rate_limit BETWEEN 1 AND 1000000),
+    rate_period          double precision CHECK (rate_period > 0 AND rate_period <= 31622400),
+    rate_burst           integer     CHECK (rate_burst BETWEEN 1 AND 1000000),
+    override_set_at      timestamptz NOT NULL DEFAULT now(),
+    override_expires_at  timestamptz,
+    CONSTRAINT budget_controls_rate_pair CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT budget_controls_some_field CHECK (max_active IS NOT NULL
+        OR rate_limit IS NOT NULL OR rate_burst IS NOT NULL)
+);
+
+-- A budget's starts, in rate_starts' buckets (each stored at its end; a start counts until its
+-- bucket's end is a whole window ago: exact, and at most 1% of the window late). `span` 0 is the
+-- rate's window P (buckets of P/100), 1 the burst's window P*B/N (buckets of 1/100 of it): the
+-- two are counted apart so that neither needs more than ~101 rows in its window. The claim
+-- writes it; housekeeping prunes it like rate_starts.
+CREATE TABLE workhorse.budget_starts (
+    budget      text        NOT NULL,
+    span        smallint    NOT NULL CHECK (span IN (0, 1)),
+    bucket_end  timestamptz NOT NULL,
+    n           integer     NOT NULL,
+    PRIMARY KEY (budget, span, bucket_end)
+);
+CREATE INDEX budget_starts_end_idx ON workhorse.budget_starts (bucket_end);
+ALTER TABLE workhorse.budget_starts SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
+
+-- The queues that have used a budget, written by the enqueue of a job naming it (ON CONFLICT DO
+-- NOTHING: an existing row is not locked, so producers never queue behind each other). The
+-- claim reads it to keep such queues off the ungoverned fast path, to give the
+-- budget's freed places to its queues in turn (`last_turn`: when the queue last got one), and to
+-- wake the budget's other queues when units free. One small row per pair ever used, kept: a
+-- pair may still have scheduled jobs (which become ready without an enqueue), so pruning it
+-- needs the claim's rules.
+CREATE TABLE workhorse.budget_queues (
+    budget     text        NOT NULL,
+    queue      text        NOT NULL,
+    last_turn  timestamptz,
+    -- When a claim of the queue last met a job of the budget it could not take (the budget
+    -- full, out of rate, or the queue deferring to another): NULL once it got a place since.
+    wanted_at  timestamptz,
+    PRIMARY KEY (budget, queue)
+);
+CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues (queue, budget);
+-- The queues waiting for a budget's places, oldest turn first: a claim reads only these.
+CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues (budget, last_turn)
+    WHERE wanted_at IS NOT NULL;
+ALTER TABLE workhorse.budget_queues SET (
+    autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0);
+
+-- ---- a workflow's on_error job may name a budget -------------------------------------------------
+ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
+    CHECK (length(on_error_budget) BETWEEN 1 AND 255);
+
+-- ---- key heads by budget ----------------------------------------------------------------------
+-- A head's job's budget, set by a trigger on every write of the head: a claim passes over the
+-- heads of a full budget as one range (docs/design.md: a key whose head names a full budget is passed
+-- over like a saturated key, its cost never growing with them). Every head of a database that
+-- predates this migration heads a job without a budget: nothing to fill.
+ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
+CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
+
+-- ==== functions =================================================================================
+-- The claim of level 2 and every helper it calls (sql/claim/claim_v2.sql says what it does).
+\ir ../claim/_keyed_v2.sql
+\ir ../claim/_hint_keys_v2.sql
+\ir ../claim/_prepare_queue_v2.sql
+\ir ../claim/_budget_lock_id_v1.sql
+\ir ../claim/_budget_starts_used_v1.sql
+\ir ../claim/_budget_next_start_v1.sql
+\ir ../claim/_burst_used_v1.sql
+\ir ../claim/_burst_next_start_v1.sql
+\ir ../claim/_choose_units_v1.sql
+\ir ../claim/claim_v2.sql
+-- Outcomes an operator or a worker records.
+\ir ../outcomes/_after_operator_change_v2.sql
+\ir ../outcomes/release_v2.sql
+\ir ../outcomes/retry_jobs_v2.sql
+\ir ../outcomes/cancel_jobs_v2.sql
+\ir ../outcomes/_record_attempt_v1.sql
+-- The enqueue.
+\ir ../enqueue/_on_key_full_v1.sql
+\ir ../enqueue/enqueue_v2.sql
+-- Policies and operator controls on queues.
+\ir ../policies/sync_concurrency_policies_v2.sql
+\ir ../policies/set_queue_control_v2.sql
+-- Named budgets.
+\ir ../budgets/sync_budgets_v1.sql
+\ir ../budgets/set_budget_control_v1.sql
+\ir ../budgets/_key_head_budget_v1.sql
+-- Schedules.
+\ir ../schedules/sync_schedules_v2.sql
+\ir ../schedules/fire_schedules_v2.sql
+-- Workflows.
+\ir ../workflows/_workflow_changed_v1.sql
+\ir ../workflows/_workflow_release_v1.sql
+\ir ../workflows/enqueue_workflow_v1.sql
+-- Housekeeping.
+\ir ../housekeeping/housekeeping_v2.sql
+\ir ../housekeeping/prune_jobs_v2.sql
+
+-- ==== triggers ==================================================================================
+CREATE TRIGGER jobs_attempt_ended
+    AFTER UPDATE ON workhorse.jobs
+    FOR EACH ROW
+    WHEN (OLD.status = 'active'
+          AND (NEW.status NOT IN ('active', 'succeeded', 'ready')
+               OR NEW.fence IS DISTINCT FROM OLD.fence))
+    EXECUTE FUNCTION workhorse._record_attempt_v1();
+
+CREATE TRIGGER jobs_workflow_trg
+    AFTER UPDATE OF status ON workhorse.jobs
+    FOR EACH ROW
+    WHEN ((NEW.workflow_id IS NOT NULL OR NEW.has_dependents)
+          AND NEW.status IS DISTINCT FROM OLD.status)
+    EXECUTE FUNCTION workhorse._workflow_changed_v1();
+
+-- The release, at commit (see _workflow_release_v1.sql): deferred, so that it sees every success
+-- of the transaction and locks their dependents in one order. Named after jobs_workflow_trg on
+-- purpose: the triggers of one event fire in name order, so a transaction that sets it
+-- IMMEDIATE still has each success noted before the release that takes it (it then releases at
+-- the end of each statement, and loses the one lock order across its statements).
+CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release
+    AFTER UPDATE OF status ON workhorse.jobs
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    WHEN (NEW.status = 'succeeded' AND OLD.status IS DISTINCT FROM 'succeeded'
+          AND (NEW.workflow_id IS NOT NULL OR NEW.has_dependents))
+    EXECUTE FUNCTION workhorse._workflow_release_v1();
+
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads
+    FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
