@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any, overload
 
 from . import _ops
+from ._calls import Call, check_call_options
+from ._durations import parse_lease
 from ._enqueue import AppEnqueuer, Plan
+from .canvas import Signature
 from .errors import (
     AppLoadError,
     InvalidOptionsError,
@@ -27,6 +30,7 @@ from .errors import (
     UnknownTaskError,
     first_line,
 )
+from .handle import JobHandle
 from .retry import RetryBackoff
 from .task import (
     CostSpec,
@@ -371,8 +375,6 @@ class App(AppEnqueuer):
         rate_burst: int | None = None,
         rate_burst_per_key: int | None = None,
     ) -> Task[Any, Any]:
-        from ._durations import parse_lease
-
         task_name = name if name is not None else self._default_task_name(fn)
         check_name("task name", task_name)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
@@ -632,6 +634,59 @@ class App(AppEnqueuer):
             return self.tasks[name]
         except KeyError:
             raise UnknownTaskError(f"app {self.name!r} has no task named {name!r}") from None
+
+    # ---- by name -----------------------------------------------------------------------------
+
+    def _send_call(
+        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Call:
+        check_call_options(options, "send_task")
+        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
+
+    def signature(
+        self, name: str, args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None, **options: Any,
+    ) -> Any:
+        """A signature of a registered task by name, like `send_task` (UnknownTaskError when
+        no such task is registered).
+
+        >>> app.signature("billing.send", args=[{"tenant": "t1"}])     # doctest: +SKIP
+        billing.send.s({'tenant': 't1'},)
+        """
+
+        return Signature(self.get_task(name), tuple(args or ()), kwargs, options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue a registered task by name, with apply_async's options.
+
+        >>> app.send_task("billing.send", args=[{"tenant": "t1"}], queue="mail")  # doctest: +SKIP
+        """
+        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """`send_task` for async code.
+
+        >>> await app.send_task_async("billing.send", args=[{"tenant": "t1"}])  # doctest: +SKIP
+        """
+        calls = [self._send_call(name, args, kwargs, options)]
+        return (await self.enqueue_calls_async(calls, connection))[0]
 
     # ---- policies ------------------------------------------------------------------------
 
