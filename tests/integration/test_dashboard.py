@@ -386,7 +386,7 @@ def test_the_job_list_reads_a_window_of_history_and_every_indexed_status_beyond_
 def test_the_jobs_page_pages_and_offers_the_succeeded_jobs_it_did_not_search(
         conn, client, monkeypatch):
     rows = _history(conn, 300)
-    monkeypatch.setattr(_ops.jobs, "BROWSE_WINDOW", 40)
+    monkeypatch.setattr(_ops, "BROWSE_WINDOW", 40)
     oldest_k1 = min(row[0] for row in rows if row[3] == "k1" and row[2] == "succeeded")
     html = client.get("/jobs?key=k1").text
     shown = [int(i) for i in re.findall(r'<tr data-job="(\d+)"', html)]
@@ -408,7 +408,7 @@ def test_the_jobs_page_pages_and_offers_the_succeeded_jobs_it_did_not_search(
     assert oldest_k1 in seen
     assert seen >= {row[0] for row in rows if row[3] == "k1" and row[2] == "succeeded"}
     # A full page links to the next one, which starts below its last job.
-    monkeypatch.setattr(_ops.jobs, "BROWSE_WINDOW", 100_000)
+    monkeypatch.setattr(_ops, "BROWSE_WINDOW", 100_000)
     first = client.get("/jobs").text
     ids = [int(i) for i in re.findall(r'<tr data-job="(\d+)"', first)]
     assert len(ids) == data.JOBS_PAGE

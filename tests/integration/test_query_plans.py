@@ -216,7 +216,7 @@ def test_the_dashboards_job_list_reads_no_more_than_its_window_of_history(explai
     # one, and fails.
     q.conn.execute("SET enable_seqscan = off")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_ops.jobs, "BROWSE_WINDOW", window)
+        patch.setattr(_ops, "BROWSE_WINDOW", window)
         for chosen in filters:
             texts = plans(lambda chosen=chosen: data.jobs(q.conn, data.JobFilter(**chosen)))
             _check(texts)
