@@ -389,7 +389,7 @@ def dependencies(depends_on: object) -> list[Dependency]:
     >>> dependencies([7, JobHandle(8, None), 7, WorkflowHandle(3, None)])
     [7, 8, WorkflowResult(workflow_id=3)]
     """
-    if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence | tuple):
+    if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence):
         raise InvalidOptionsError(
             f"depends_on must be a list of job ids or handles, got {depends_on!r}")
     found: list[Dependency] = []

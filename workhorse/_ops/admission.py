@@ -32,9 +32,6 @@ from .jobs import DEFAULT_RETENTION_JSON
 FEATURE_LEVEL = 2
 
 
-# ---- the worker's calls: claim, outcomes, leases ------------------------------------------------
-
-
 def lease_seconds(lease: object) -> float:
     """A lease must be a finite, positive number of seconds: a NULL or NaN lease would leave an
     active job that never expires and that no count of active jobs sees."""

@@ -27,8 +27,6 @@ from ..types import (
 )
 from .jobs import HEALTH_SAMPLE
 
-# ---- named budgets (docs/design.md "Named budgets") ----------------------------------------------
-
 
 def _budget_override(row: Sequence[Any]) -> BudgetOverride:
     """From (max_active, rate n, rate period, burst, set, expires)."""

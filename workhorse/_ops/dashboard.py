@@ -15,8 +15,6 @@ from ..types import (
 )
 from .jobs import HEALTH_SAMPLE
 
-# ---- the dashboard ------------------------------------------------------------------------------
-
 # The supervisor counters the throughput history keeps, per minute (a column each).
 THROUGHPUT_FIELDS = ("claimed", "succeeded", "failed", "retried", "held", "canceled")
 # A saturated key's backlog is counted up to this many ready jobs (then shown as "more than").

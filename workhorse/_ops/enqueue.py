@@ -23,8 +23,6 @@ from ..types import (
 from .jobs import or_null, unless_one
 from .workflows import WorkflowMember, enqueue_workflow
 
-# ---- enqueue and jobs ---------------------------------------------------------------------------
-
 
 def enqueue_many(
     jobs: Sequence[tuple[str, Any, EnqueueOptions | None]],
@@ -187,8 +185,6 @@ def unique_digest(options: EnqueueOptions, payload: Any,
     except (TypeError, ValueError) as exc:
         raise InvalidOptionsError(f"unique: the compared arguments are not JSON: {exc}") from None
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 
 
 _DEFAULT_OPTIONS = EnqueueOptions()

@@ -21,8 +21,6 @@ from ..types import (
 )
 from .jobs import or_null, unless_one
 
-# ---- schedules ----------------------------------------------------------------------------------
-
 # At most this many schedules in one sync, and due ones in one firing pass (the rest: next pass).
 MAX_SCHEDULE_DEFINITIONS = 10_000
 FIRING_BATCH = 500

@@ -11,9 +11,6 @@ from ..errors import (
 SCHEMA_LOCK = 0x776F726B686F7273  # "workhors": serializes concurrent schema installs
 
 
-# ---- schema -------------------------------------------------------------------------------------
-
-
 def schema_version() -> Operation[int]:
     """The version the database's schema is at (0: not installed)."""
     rows = yield _sql.statement("schema_installed"), ()

@@ -37,7 +37,7 @@ def heartbeat(leases: Sequence[tuple[int, int, float]]) -> Operation[set[int]]:
     return set(held)
 
 
-# ---- wake-ups and the supervisor's row ---------------------------------------------------------
+# ---- wake-ups and the supervisor's row ----------------------------------------------------------
 
 
 def listen() -> Operation[None]:
