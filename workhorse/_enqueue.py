@@ -14,22 +14,21 @@ adds the declarations and the registry.
 
 from __future__ import annotations
 
-import abc
 import contextvars
 import os
 import threading
 import weakref
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import _ops, _results, database, telemetry
+from ._calls import Call
 from .errors import InvalidOptionsError
-from .handle import Enqueuer, JobHandle
-from .task import Call, Task, check_call_options
+from .handle import Enqueuer, JobHandle, WorkflowHandle
 from .types import Attempt, Job
 
 T = TypeVar("T")
@@ -46,6 +45,14 @@ _diversions: contextvars.ContextVar[tuple[tuple[AppEnqueuer, Enqueuer], ...]] = 
 # Every App of this process, so that a framework can close them all at once (Django, before it
 # drops its test databases).
 _apps: weakref.WeakSet[AppEnqueuer] = weakref.WeakSet()
+
+
+@runtime_checkable
+class WorkflowRunner(Protocol):
+    """A diversion that runs a flattened canvas itself (`workhorse.testing.eager`'s does)."""
+
+    def run_workflow(self, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
+                     kind: str) -> WorkflowHandle: ...
 
 
 def close_every_app() -> None:
@@ -114,10 +121,6 @@ class AppEnqueuer(Enqueuer):
         self._async_pool: AsyncConnectionPool | None = None
         self._pool_pid = os.getpid()
         _apps.add(self)
-
-    @abc.abstractmethod
-    def get_task(self, name: str) -> Task[Any, Any]:
-        """The task declared under `name` (App's registry answers)."""
 
     # ---- the database ------------------------------------------------------------------------
 
@@ -364,104 +367,56 @@ class AppEnqueuer(Enqueuer):
         """
         return self.enqueue_calls(list(calls))
 
-    def _send_call(
-        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
-        options: dict[str, Any],
-    ) -> Call:
-        check_call_options(options, "send_task")
-        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
-
-    def signature(
-        self, name: str, args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None, **options: Any,
-    ) -> Any:
-        """A signature of a registered task by name, like `send_task` (UnknownTaskError when
-        no such task is registered).
-
-        >>> app.signature("billing.send", args=[{"tenant": "t1"}])     # doctest: +SKIP
-        billing.send.s({'tenant': 't1'},)
-        """
-        from .canvas import Signature
-
-        return Signature(self.get_task(name), tuple(args or ()), kwargs, options)
-
-    def send_task(
-        self,
-        name: str,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        *,
-        connection: Any = None,
-        **options: Any,
-    ) -> JobHandle:
-        """Enqueue a registered task by name, with apply_async's options.
-
-        >>> app.send_task("billing.send", args=[{"tenant": "t1"}], queue="mail")  # doctest: +SKIP
-        """
-        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
-
-    async def send_task_async(
-        self,
-        name: str,
-        args: Sequence[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
-        *,
-        connection: Any = None,
-        **options: Any,
-    ) -> JobHandle:
-        """`send_task` for async code.
-
-        >>> await app.send_task_async("billing.send", args=[{"tenant": "t1"}])  # doctest: +SKIP
-        """
-        calls = [self._send_call(name, args, kwargs, options)]
-        return (await self.enqueue_calls_async(calls, connection))[0]
-
     # ---- workflows (docs/design.md "Workflows") --------------------------------------------------
 
+    def _workflow_runner(self) -> WorkflowRunner | None:
+        diverted = self._diversion()
+        if diverted is None:
+            return None
+        if not isinstance(diverted, WorkflowRunner):
+            raise InvalidOptionsError(f"{diverted!r} takes this app's enqueues but no workflow")
+        return diverted
+
     def enqueue_workflow(self, members: Sequence[_ops.WorkflowMember], result: Sequence[int],
-                         kind: str, on_error: Any = None, connection: Any = None) -> Any:
-        """Insert a flattened canvas in one transaction; its WorkflowHandle (canvas.py).
+                         kind: str, on_error: Any = None,
+                         connection: Any = None) -> WorkflowHandle:
+        """Insert a flattened canvas in one transaction; its WorkflowHandle (handle.py).
 
         >>> app.enqueue_workflow(plan.members, plan.result, plan.kind)  # doctest: +SKIP
         WorkflowHandle(id=7)
         """
-        from .canvas import WorkflowHandle
-
-        diverted = self._diversion()
-        if diverted is not None:
-            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
+        runner = self._workflow_runner()
+        if runner is not None:
+            return runner.run_workflow(members, result, kind)
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
-        workflow_id, _ = self._run(_single(operation),
-                                   self._caller(connection, psycopg.Connection), transaction=True)
-        return WorkflowHandle(workflow_id, self)
+        workflow_id, ids = self._run(_single(operation),
+                                     self._caller(connection, psycopg.Connection),
+                                     transaction=True)
+        return WorkflowHandle(workflow_id, self, member_ids=tuple(ids))
 
     async def enqueue_workflow_async(
         self, members: Sequence[_ops.WorkflowMember], result: Sequence[int], kind: str,
         on_error: Any = None, connection: Any = None,
-    ) -> Any:
+    ) -> WorkflowHandle:
         """`enqueue_workflow` for async code.
 
         >>> await app.enqueue_workflow_async(plan.members, plan.result, plan.kind)  # doctest: +SKIP
         WorkflowHandle(id=7)
         """
-        from .canvas import WorkflowHandle
-
-        diverted = self._diversion()
-        if diverted is not None:
-            return diverted.run_workflow(members, result, kind)  # type: ignore[attr-defined]
+        runner = self._workflow_runner()
+        if runner is not None:
+            return runner.run_workflow(members, result, kind)
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
         conn = self._caller(connection, psycopg.AsyncConnection)
-        workflow_id, _ = await self._run_async(_single(operation), conn, transaction=True)
-        return WorkflowHandle(workflow_id, self)
+        workflow_id, ids = await self._run_async(_single(operation), conn, transaction=True)
+        return WorkflowHandle(workflow_id, self, member_ids=tuple(ids))
 
-    def workflow(self, workflow_id: int) -> Any:
+    def workflow(self, workflow_id: int) -> WorkflowHandle:
         """The WorkflowHandle of an existing workflow, from its id, in any process.
 
         >>> app.workflow(7).get(timeout=60)                           # doctest: +SKIP
         [1, 2, 3]
         """
-        from .canvas import WorkflowHandle
-
         if isinstance(workflow_id, bool) or not isinstance(workflow_id, int):
             raise InvalidOptionsError(f"a workflow id is an int, got {workflow_id!r}")
         return WorkflowHandle(workflow_id, self)
@@ -475,7 +430,7 @@ class AppEnqueuer(Enqueuer):
         return self._run(_single(_ops.workflow_jobs(workflow_id)),
                          self._using(psycopg.Connection))
 
-    def workflow_row(self, workflow_id: int) -> Any:
+    def workflow_row(self, workflow_id: int) -> tuple[Any, ...] | None:
         """A workflow's own row (id, result members, result kind, on_error job, created_at).
 
         >>> app.workflow_row(7)[1:3]                                  # doctest: +SKIP

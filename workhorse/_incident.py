@@ -14,13 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from . import _sql
+from ._driver import Operation
 from .types import WorkerInfo, check_name
-
-if TYPE_CHECKING:
-    from ._ops import Operation
 
 # How many of the newest job ids `queue_known` searches for a queue's jobs beyond the indexed
 # statuses (as the dashboard's job list does: finished history has no index by queue).

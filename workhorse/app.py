@@ -14,11 +14,15 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 from . import _ops
+from ._calls import Call, check_call_options
+from ._durations import parse_lease
 from ._enqueue import AppEnqueuer, Plan
+from .canvas import Signature
 from .errors import (
     AppLoadError,
     InvalidOptionsError,
@@ -27,6 +31,7 @@ from .errors import (
     UnknownTaskError,
     first_line,
 )
+from .handle import JobHandle
 from .retry import RetryBackoff
 from .task import (
     CostSpec,
@@ -89,6 +94,60 @@ def _importable_main_name() -> str | None:
         if parts and all(part.isidentifier() for part in parts):
             return ".".join(parts)
     return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskOptions:
+    """Every option of `@app.task(...)`, with its default: their one declaration (`App.task`
+    takes these as keyword arguments, and registers with them). The queue's own limits
+    (max_active ... rate_burst_per_key) declare the task's queue; see `App.task`.
+
+    >>> TaskOptions.of({"queue": "mail", "max_attempts": 5}).max_attempts
+    5
+    """
+
+    name: str | None = None
+    queue: str | QueueSpec | None = None
+    max_active: int | None = None
+    max_active_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_per_key: str | None = None
+    concurrency_key: KeySpec = None
+    priority: int = 0
+    max_attempts: int = 3
+    retry_backoff: RetryBackoff | None = None
+    on_failure: str = "fail"
+    lease: float | str | None = None
+    retention: dict[str, Any] | None = None
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    timeout: float | str | None = None
+    unique: Unique | None = None
+    fairness: str = "fifo"
+    on_key_full: str = "queue"
+    cost: CostSpec = 1
+    rate_cost: CostSpec = 1
+    weight: int = 1
+    budget: str | BudgetSpec | None = None
+    rate_burst: int | None = None
+    rate_burst_per_key: int | None = None
+
+    @classmethod
+    def of(cls, options: dict[str, Any]) -> TaskOptions:
+        """The options `@app.task(**options)` gives; TypeError naming the valid ones for an
+        unknown one (as a misspelt keyword argument is).
+
+        >>> TaskOptions.of({"retries": 3})
+        Traceback (most recent call last):
+        ...
+        TypeError: task() got an unexpected keyword argument 'retries'; valid options are ...
+        """
+        valid = [field.name for field in dataclasses.fields(cls)]
+        unknown = [name for name in options if name not in valid]
+        if unknown:
+            raise TypeError(
+                f"task() got an unexpected keyword argument {unknown[0]!r}; valid options are "
+                f"{', '.join(valid)}")
+        return cls(**options)
 
 
 class App(AppEnqueuer):
@@ -245,66 +304,11 @@ class App(AppEnqueuer):
     def task(self, fn: Callable[..., Any], /) -> Task[Any, Any]: ...
 
     @overload
-    def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | QueueSpec | None = None,
-        max_active: int | None = None,
-        max_active_per_key: int | None = None,
-        rate_limit: str | None = None,
-        rate_limit_per_key: str | None = None,
-        concurrency_key: KeySpec = None,
-        priority: int = 0,
-        max_attempts: int = 3,
-        retry_backoff: RetryBackoff | None = None,
-        on_failure: str = "fail",
-        lease: float | str | None = None,
-        retention: dict[str, Any] | None = None,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        timeout: float | str | None = None,
-        unique: Unique | None = None,
-        fairness: str = "fifo",
-        on_key_full: str = "queue",
-        cost: CostSpec = 1,
-        rate_cost: CostSpec = 1,
-        weight: int = 1,
-        budget: str | BudgetSpec | None = None,
-        rate_burst: int | None = None,
-        rate_burst_per_key: int | None = None,
-    ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
+    def task(self, fn: None = None, /, **options: Any
+             ) -> Callable[[Callable[..., Any]], Task[Any, Any]]: ...
 
     def task(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | QueueSpec | None = None,
-        max_active: int | None = None,
-        max_active_per_key: int | None = None,
-        rate_limit: str | None = None,
-        rate_limit_per_key: str | None = None,
-        concurrency_key: KeySpec = None,
-        priority: int = 0,
-        max_attempts: int = 3,
-        retry_backoff: RetryBackoff | None = None,
-        on_failure: str = "fail",
-        lease: float | str | None = None,
-        retention: dict[str, Any] | None = None,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        timeout: float | str | None = None,
-        unique: Unique | None = None,
-        fairness: str = "fifo",
-        on_key_full: str = "queue",
-        cost: CostSpec = 1,
-        rate_cost: CostSpec = 1,
-        weight: int = 1,
-        budget: str | BudgetSpec | None = None,
-        rate_burst: int | None = None,
-        rate_burst_per_key: int | None = None,
+        self, fn: Callable[..., Any] | None = None, /, **options: Any,
     ) -> Task[Any, Any] | Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Register a handler, with or without arguments.
 
@@ -328,109 +332,69 @@ class App(AppEnqueuer):
         ('mail.fetch', 'mail', (<class 'ConnectionError'>,), 30.0)
         """
 
+        settings = TaskOptions.of(options)  # the options are checked before the function comes
+
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
-            return self._register(
-                function, name=name, queue=queue, max_active=max_active,
-                max_active_per_key=max_active_per_key, rate_limit=rate_limit,
-                rate_limit_per_key=rate_limit_per_key, concurrency_key=concurrency_key,
-                priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
-                on_failure=on_failure, lease=lease, retention=retention, retry_on=retry_on,
-                timeout=timeout, unique=unique, fairness=fairness, on_key_full=on_key_full,
-                cost=cost, rate_cost=rate_cost, weight=weight, budget=budget,
-                rate_burst=rate_burst, rate_burst_per_key=rate_burst_per_key,
-            )
+            return self._register(function, settings)
 
         return register(fn) if fn is not None else register
 
-    def _register(
-        self,
-        fn: Callable[..., Any],
-        *,
-        name: str | None,
-        queue: str | QueueSpec | None,
-        max_active: int | None,
-        max_active_per_key: int | None,
-        rate_limit: str | None,
-        rate_limit_per_key: str | None,
-        concurrency_key: KeySpec,
-        priority: int,
-        max_attempts: int,
-        retry_backoff: RetryBackoff | None,
-        on_failure: str,
-        lease: float | str | None,
-        retention: dict[str, Any] | None = None,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
-        timeout: float | str | None = None,
-        unique: Unique | None = None,
-        fairness: str = "fifo",
-        on_key_full: str = "queue",
-        cost: CostSpec = 1,
-        rate_cost: CostSpec = 1,
-        weight: int = 1,
-        budget: str | BudgetSpec | None = None,
-        rate_burst: int | None = None,
-        rate_burst_per_key: int | None = None,
-    ) -> Task[Any, Any]:
-        from ._durations import parse_lease
-
-        task_name = name if name is not None else self._default_task_name(fn)
+    def _register(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
+        o = options
+        task_name = o.name if o.name is not None else self._default_task_name(fn)
         check_name("task name", task_name)
         if task_name in self.tasks and self.tasks[task_name].fn is not fn:
             raise InvalidOptionsError(f"task {task_name!r} is already registered")
-        if on_failure not in ("fail", "hold"):
-            raise InvalidOptionsError(f"on_failure must be 'fail' or 'hold', got {on_failure!r}")
-        if (
-            concurrency_key is not None
-            and not callable(concurrency_key)
-            and (not isinstance(concurrency_key, str) or not concurrency_key)
-        ):
+        if o.on_failure not in ("fail", "hold"):
             raise InvalidOptionsError(
-                f"concurrency_key must be a non-empty str or a callable, got {concurrency_key!r}"
-            )
+                f"on_failure must be 'fail' or 'hold', got {o.on_failure!r}")
+        key = o.concurrency_key
+        if key is not None and not callable(key) and (not isinstance(key, str) or not key):
+            raise InvalidOptionsError(
+                f"concurrency_key must be a non-empty str or a callable, got {key!r}")
         # Validates priority, max_attempts, weight and fixed costs once, at declaration.
-        EnqueueOptions(priority=priority, max_attempts=max_attempts, weight=weight,
-                       cost=1 if callable(cost) else cost,
-                       rate_cost=1 if callable(rate_cost) else rate_cost)
-        retry_on = check_retry_on(retry_on)
-        timeout_limit = timeout_seconds(timeout)
-        budget_text = budget_name(budget)
+        EnqueueOptions(priority=o.priority, max_attempts=o.max_attempts, weight=o.weight,
+                       cost=1 if callable(o.cost) else o.cost,
+                       rate_cost=1 if callable(o.rate_cost) else o.rate_cost)
+        retry_on = check_retry_on(o.retry_on)
+        timeout_limit = timeout_seconds(o.timeout)
+        budget_text = budget_name(o.budget)
         if budget_text is not None:
             check_name("budget", budget_text)
         lease_seconds = None
-        if lease is not None:
+        if o.lease is not None:
             try:
-                lease_seconds = parse_lease(lease)
+                lease_seconds = parse_lease(o.lease)
             except ValueError as exc:
                 raise InvalidOptionsError(f"task {task_name!r}: {exc}") from None
 
-        limits = (max_active, max_active_per_key, rate_limit, rate_limit_per_key)
-        bursts = (rate_burst, rate_burst_per_key)
-        if isinstance(queue, QueueSpec):
+        limits = (o.max_active, o.max_active_per_key, o.rate_limit, o.rate_limit_per_key)
+        rules = (o.fairness, o.on_key_full)
+        bursts = (o.rate_burst, o.rate_burst_per_key)
+        if isinstance(o.queue, QueueSpec):
             if (any(value is not None for value in (*limits, *bursts))
-                    or (fairness, on_key_full) != ("fifo", "queue")):
-                spec = self._declare_queue(QueueSpec(queue.name, *limits, fairness, on_key_full,
-                                                     *bursts))
+                    or rules != ("fifo", "queue")):
+                spec = self._declare_queue(QueueSpec(o.queue.name, *limits, *rules, *bursts))
             else:
-                spec = self._declare_queue(queue)
-        elif queue is not None:
-            spec = self._declare_queue(QueueSpec(queue, *limits, fairness, on_key_full, *bursts))
+                spec = self._declare_queue(o.queue)
+        elif o.queue is not None:
+            spec = self._declare_queue(QueueSpec(o.queue, *limits, *rules, *bursts))
         else:
-            default_limit = _default_limit() if max_active is None else None
+            default_limit = _default_limit() if o.max_active is None else None
             spec = self._declare_queue(QueueSpec(
-                task_name, max_active if max_active is not None else default_limit,
-                max_active_per_key, rate_limit, rate_limit_per_key, fairness, on_key_full,
-                *bursts,
+                task_name, o.max_active if o.max_active is not None else default_limit,
+                *limits[1:], *rules, *bursts,
             ))
-        if isinstance(budget, BudgetSpec):
-            self._declare_budget(budget)  # declared with this app (a conflict raises here)
+        if isinstance(o.budget, BudgetSpec):
+            self._declare_budget(o.budget)  # declared with this app (a conflict raises here)
 
         task: Task[Any, Any] = Task(
-            self, fn, name=task_name, queue=spec, concurrency_key=concurrency_key,
-            priority=priority, max_attempts=max_attempts, retry_backoff=retry_backoff,
-            on_failure=on_failure, lease=lease_seconds,
-            retention=retention_seconds(retention, self.retention), retry_on=retry_on,
-            timeout=timeout_limit, unique=unique, cost=cost, rate_cost=rate_cost, weight=weight,
-            budget=budget_text,
+            self, fn, name=task_name, queue=spec, concurrency_key=key,
+            priority=o.priority, max_attempts=o.max_attempts, retry_backoff=o.retry_backoff,
+            on_failure=o.on_failure, lease=lease_seconds,
+            retention=retention_seconds(o.retention, self.retention), retry_on=retry_on,
+            timeout=timeout_limit, unique=o.unique, cost=o.cost, rate_cost=o.rate_cost,
+            weight=o.weight, budget=budget_text,
         )
         self.tasks[task_name] = task
         return task
@@ -632,6 +596,59 @@ class App(AppEnqueuer):
             return self.tasks[name]
         except KeyError:
             raise UnknownTaskError(f"app {self.name!r} has no task named {name!r}") from None
+
+    # ---- by name -----------------------------------------------------------------------------
+
+    def _send_call(
+        self, name: str, args: Sequence[Any] | None, kwargs: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Call:
+        check_call_options(options, "send_task")
+        return self.get_task(name).call(tuple(args or ()), kwargs, **options)
+
+    def signature(
+        self, name: str, args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None, **options: Any,
+    ) -> Any:
+        """A signature of a registered task by name, like `send_task` (UnknownTaskError when
+        no such task is registered).
+
+        >>> app.signature("billing.send", args=[{"tenant": "t1"}])     # doctest: +SKIP
+        billing.send.s({'tenant': 't1'},)
+        """
+
+        return Signature(self.get_task(name), tuple(args or ()), kwargs, options)
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """Enqueue a registered task by name, with apply_async's options.
+
+        >>> app.send_task("billing.send", args=[{"tenant": "t1"}], queue="mail")  # doctest: +SKIP
+        """
+        return self.enqueue_calls([self._send_call(name, args, kwargs, options)], connection)[0]
+
+    async def send_task_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        **options: Any,
+    ) -> JobHandle:
+        """`send_task` for async code.
+
+        >>> await app.send_task_async("billing.send", args=[{"tenant": "t1"}])  # doctest: +SKIP
+        """
+        calls = [self._send_call(name, args, kwargs, options)]
+        return (await self.enqueue_calls_async(calls, connection))[0]
 
     # ---- policies ------------------------------------------------------------------------
 

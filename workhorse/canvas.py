@@ -16,18 +16,37 @@ from __future__ import annotations
 
 import abc
 import copy
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
-from . import _ops
-from .errors import InvalidOptionsError, TaskCanceledError, TaskFailedError
-from .handle import JobHandle
-from .types import Job, JobStatus, WorkflowStatus
+from ._calls import Call, budget_name
+from ._ops.workflows import WORKFLOW_MEMBERS_MAX, Dependency, WorkflowMember
+from .errors import InvalidOptionsError
+from .handle import JobHandle, WorkflowEnqueuer
+from .handle import WorkflowHandle as WorkflowHandle  # its home before handle.py; still names it
+from .types import EnqueueOptions
 
-if TYPE_CHECKING:
-    from .task import Task
+
+@runtime_checkable
+class SignedTask(Protocol):
+    """What a signature needs of its task (a Task is one): its name and enqueuer, its call
+    resolution and its enqueues, and the retention its jobs keep."""
+
+    name: str
+    retention_json: str
+
+    @property
+    def enqueuer(self) -> WorkflowEnqueuer: ...
+
+    @property
+    def call(self) -> Callable[..., Call]: ...
+
+    @property
+    def apply_async(self) -> Callable[..., JobHandle]: ...
+
+    @property
+    def enqueue_async(self) -> Callable[..., Awaitable[JobHandle]]: ...
 
 # The options `.set()` takes (Celery's names too: countdown, eta).
 SET_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "eta", "run_at",
@@ -58,7 +77,7 @@ class Canvas(abc.ABC):
             return NotImplemented
         return Chain(self, other)
 
-    def _app(self) -> Any:
+    def _app(self) -> WorkflowEnqueuer:
         for sig in self.signatures():
             return sig.task.enqueuer
         raise InvalidOptionsError("an empty canvas has nothing to enqueue")
@@ -113,12 +132,10 @@ class Signature(Canvas):
     >>> s = add.s(2).set(queue="math", priority=5)              # doctest: +SKIP
     """
 
-    def __init__(self, task: Task[Any, Any], args: Sequence[Any] = (),
+    def __init__(self, task: SignedTask, args: Sequence[Any] = (),
                  kwargs: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
                  immutable: bool = False) -> None:
-        from .task import Task
-
-        if not isinstance(task, Task):
+        if not isinstance(task, SignedTask):
             raise InvalidOptionsError(f"a signature is of a task, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidOptionsError(f"args must be a list or tuple, got {args!r}")
@@ -156,7 +173,7 @@ class Signature(Canvas):
         other.options = {**self.options, **options}
         return other
 
-    def call(self, incoming: bool) -> Any:
+    def call(self, incoming: bool) -> Call:
         """The resolved Call of this member; `incoming`: a parent's result will come first.
 
         >>> add.s(2).call(incoming=True).payload                      # doctest: +SKIP
@@ -168,7 +185,7 @@ class Signature(Canvas):
         if incoming:
             payload = dict(call.payload)
             payload["args"] = list(payload["args"])[1:]
-            call = type(call)(call.task, payload, call.options, call.on_failure, call.arguments)
+            call = Call(call.task, payload, call.options, call.on_failure, call.arguments)
         return call
 
     def delay(self, *args: Any, **kwargs: Any) -> Any:
@@ -215,8 +232,6 @@ def _check_set(options: dict[str, Any]) -> None:
             f"{', '.join(SET_OPTIONS)}")
     if options.get("budget") is not None:
         # Checked as the enqueue will check it (a spec or a name of 1-255 characters).
-        from .task import budget_name
-        from .types import EnqueueOptions
         EnqueueOptions(budget=budget_name(options["budget"]))
     for name in ("cost", "rate_cost", "weight"):
         value = options.get(name)
@@ -336,10 +351,22 @@ class Plan:
     """A canvas flattened: members in dependency order (parents first), the members whose
     results make the canvas's, and how ('one', 'list')."""
 
-    members: list[_ops.WorkflowMember] = field(default_factory=list)
+    members: list[WorkflowMember] = field(default_factory=list)
     result: list[int] = field(default_factory=list)
     kind: str = "one"
     on_error: tuple[str, Any, Any, str] | None = None
+
+    @classmethod
+    def of_call(cls, call: Call, depends_on: Sequence[Dependency], retention: str) -> Plan:
+        """The plan of one call that runs after `depends_on` (job ids, WorkflowResults).
+
+        >>> Plan.of_call(add.call((1, 2)), [7], add.retention_json).kind  # doctest: +SKIP
+        'one'
+        """
+        member = WorkflowMember(call.task, call.payload, call.options, call.on_failure, "none",
+                                tuple((None, d, i, False) for i, d in enumerate(depends_on)),
+                                retention)
+        return cls(members=[member], result=[0], kind="one")
 
     @classmethod
     def of(cls, canvas: Canvas, depends_on: Sequence[int] = ()) -> Plan:
@@ -352,9 +379,9 @@ class Plan:
         out = plan.build(canvas, None, list(depends_on))
         assert out is not None
         plan.result, plan.kind = out
-        if len(plan.members) > _ops.WORKFLOW_MEMBERS_MAX:
+        if len(plan.members) > WORKFLOW_MEMBERS_MAX:
             raise InvalidOptionsError(
-                f"a workflow has at most {_ops.WORKFLOW_MEMBERS_MAX} members, "
+                f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members, "
                 f"got {len(plan.members)}")
         if canvas.on_error is not None:
             sig = canvas.on_error
@@ -368,9 +395,9 @@ class Plan:
         >>> Plan().build(add.s(1), None, [])                         # doctest: +SKIP
         ([0], 'one')
         """
-        if len(self.members) > _ops.WORKFLOW_MEMBERS_MAX:
+        if len(self.members) > WORKFLOW_MEMBERS_MAX:
             raise InvalidOptionsError(
-                f"a workflow has at most {_ops.WORKFLOW_MEMBERS_MAX} members")
+                f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members")
         if isinstance(node, Signature):
             passes = incoming is not None and not node.immutable
             call = node.call(incoming=passes)
@@ -381,7 +408,7 @@ class Plan:
             for existing in external:
                 parents.append((None, existing, len(parents), False))
             mode = incoming[1] if passes and incoming is not None else "none"
-            self.members.append(_ops.WorkflowMember(
+            self.members.append(WorkflowMember(
                 call.task, call.payload, call.options, call.on_failure, mode, tuple(parents),
                 node.task.retention_json))
             return ([len(self.members) - 1], "one")
@@ -398,119 +425,3 @@ class Plan:
                 tails.extend(out[0])
             return (tails, "list")
         raise InvalidOptionsError(f"not a canvas: {node!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowHandle:
-    """A workflow's handle, from `canvas.delay()` or `app.workflow(id)` in any process.
-
-    >>> h = chord(group(count.s(p) for p in pages), total.s()).delay()   # doctest: +SKIP
-    >>> h.get(timeout=60)                                               # doctest: +SKIP
-    1234
-    """
-
-    id: int
-    enqueuer: Any = field(repr=False, compare=False)
-    # Under eager(): the member ids and the result's members and kind, kept in memory.
-    eager: tuple[tuple[int, ...], tuple[int, ...], str] | None = field(
-        default=None, repr=False, compare=False)
-
-    def jobs(self) -> list[Job]:
-        """The members, in insertion order.
-
-        >>> [j.status for j in h.jobs()]                             # doctest: +SKIP
-        """
-        if self.eager is not None:
-            return [self.enqueuer.get_job(i) for i in self.eager[0]]
-        jobs: list[Job] = self.enqueuer.workflow_jobs(self.id)
-        return jobs
-
-    def shape(self) -> tuple[tuple[int, ...], str]:
-        """The members whose results make the workflow's, and how ('one', 'list').
-
-        >>> h.shape()                                                # doctest: +SKIP
-        ((12,), 'one')
-        """
-        if self.eager is not None:
-            return self.eager[1], self.eager[2]
-        row = self.enqueuer.workflow_row(self.id)
-        if row is None:
-            from .errors import JobNotFoundError
-
-            raise JobNotFoundError(f"there is no workflow {self.id} (pruned by retention?)")
-        return tuple(row[1]), row[2]
-
-    def status(self) -> WorkflowStatus:
-        """Members counted by status, and whether all of them finished.
-
-        >>> h.status().counts                                        # doctest: +SKIP
-        """
-        counts: dict[str, int] = {}
-        finished = True
-        for job in self.jobs():
-            counts[job.status.value] = counts.get(job.status.value, 0) + 1
-            finished = finished and job.resting and job.status is not JobStatus.HELD
-        return WorkflowStatus(id=self.id, counts=counts, finished=finished)
-
-    def _outcome(self, result: tuple[int, ...], kind: str) -> tuple[bool, Any]:
-        jobs = self.jobs()
-        by_id = {job.id: job for job in jobs}
-        stuck = [job for job in jobs if job.status in (JobStatus.FAILED, JobStatus.HELD)]
-        if stuck:
-            first = min(stuck, key=lambda j: (j.finished_at is None, j.finished_at, j.id))
-            error = first.error or {}
-            raise TaskFailedError(
-                f"workflow {self.id}: job {first.id} ({first.task}) ended {first.status.value}: "
-                f"{error.get('type')}: {error.get('message')}", first)
-        wanted = [by_id[i] for i in result if i in by_id]
-        canceled = [job for job in wanted if job.status is JobStatus.CANCELED]
-        if canceled:
-            raise TaskCanceledError(f"workflow {self.id} was canceled", canceled[0])
-        if wanted and all(job.status is JobStatus.SUCCEEDED for job in wanted):
-            if kind == "one":
-                return True, wanted[0].result
-            return True, [job.result for job in wanted]
-        return False, None
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The canvas's result once it succeeded (a chain's last member's, a group's list, a
-        chord's callback's); TaskFailedError naming the first member that ended failed or
-        held; TaskCanceledError when it was canceled; TimeoutError when `timeout` passes first.
-
-        >>> h.get(timeout=60)                                        # doctest: +SKIP
-        20
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        result, kind = self.shape()
-        while True:
-            done, value = self._outcome(result, kind)
-            if done:
-                return value
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            if left == 0.0:
-                raise TimeoutError(f"workflow {self.id} did not finish within {timeout}s")
-            # A held member upstream notifies nothing the result members would: look again
-            # at least once a second.
-            self.enqueuer.wait_for(result[-1], 1.0 if left is None else min(left, 1.0))
-
-    def cancel(self) -> list[int]:
-        """Cancel every unfinished member (active ones get a cancel request).
-
-        >>> h.cancel()                                               # doctest: +SKIP
-        """
-        ids = [job.id for job in self.jobs() if not job.resting or job.status is JobStatus.HELD]
-        changed: list[int] = self.enqueuer.cancel(ids) if ids else []
-        return changed
-
-
-def handle_of(value: object) -> list[int]:
-    """The job ids a `depends_on` entry stands for: an id, a JobHandle, or a WorkflowHandle
-    (its result members)."""
-    if isinstance(value, WorkflowHandle):
-        return list(value.shape()[0])
-    if isinstance(value, JobHandle):
-        return [value.id]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOptionsError(
-            f"depends_on takes job ids, JobHandles or WorkflowHandles, got {value!r}")
-    return [value]

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from . import _ops
 from .errors import DatabaseError, first_line
 
 ENV_URL = "WORKHORSE_DATABASE_URL"
@@ -181,8 +182,6 @@ def ensure_schema(url: str) -> None:
     with _migrated_lock:
         if url in _migrated:
             return
-        from .queue import Queue
-
-        with connect(url, role="migrate", autocommit=True) as conn:
-            Queue(conn).install_schema()
+        with connect(url, role="migrate", autocommit=True) as conn, conn.transaction():
+            _ops.execute(conn, _ops.install_schema())
         _migrated.add(url)

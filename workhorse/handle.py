@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import JobNotFoundError, TaskCanceledError, TaskFailedError
-from .types import Attempt, Job, JobStatus, Progress, check_id
+from ._ops.workflows import Dependency, WorkflowMember, WorkflowResult
+from .errors import InvalidOptionsError, JobNotFoundError, TaskCanceledError, TaskFailedError
+from .types import Attempt, Job, JobStatus, Progress, WorkflowStatus, check_id
 
 
 class Enqueuer(Protocol):
@@ -49,6 +50,25 @@ class Enqueuer(Protocol):
     def cancel(self, ids: Sequence[int]) -> list[int]: ...
 
     def retry(self, ids: Sequence[int]) -> list[int]: ...
+
+
+class WorkflowEnqueuer(Enqueuer, Protocol):
+    """What a Task and a canvas need besides: insert a flattened canvas (its members in
+    dependency order, the members whose results make the workflow's, how: 'one' or 'list')
+    and read a workflow back. App is one."""
+
+    def enqueue_workflow(self, members: Sequence[WorkflowMember], result: Sequence[int],
+                         kind: str, on_error: Any = None,
+                         connection: Any = None) -> WorkflowHandle: ...
+
+    async def enqueue_workflow_async(
+        self, members: Sequence[WorkflowMember], result: Sequence[int], kind: str,
+        on_error: Any = None, connection: Any = None,
+    ) -> WorkflowHandle: ...
+
+    def workflow_jobs(self, workflow_id: int) -> list[Job]: ...
+
+    def workflow_row(self, workflow_id: int) -> tuple[Any, ...] | None: ...
 
 
 def _left(deadline: float | None) -> float | None:
@@ -256,3 +276,135 @@ class JobHandle:
         if job is None:
             raise JobNotFoundError(f"there is no job {self.id} (pruned by retention?)")
         return job
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowHandle:
+    """A workflow's handle, from `canvas.delay()` or `app.workflow(id)` in any process.
+
+    >>> h = chord(group(count.s(p) for p in pages), total.s()).delay()   # doctest: +SKIP
+    >>> h.get(timeout=60)                                               # doctest: +SKIP
+    1234
+    """
+
+    id: int
+    enqueuer: Any = field(repr=False, compare=False)
+    # Under eager(): the member ids and the result's members and kind, kept in memory.
+    eager: tuple[tuple[int, ...], tuple[int, ...], str] | None = field(
+        default=None, repr=False, compare=False)
+    # The member ids in insertion order, when the enqueue that made the handle knows them.
+    member_ids: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    def jobs(self) -> list[Job]:
+        """The members, in insertion order.
+
+        >>> [j.status for j in h.jobs()]                             # doctest: +SKIP
+        """
+        if self.eager is not None:
+            return [self.enqueuer.get_job(i) for i in self.eager[0]]
+        jobs: list[Job] = self.enqueuer.workflow_jobs(self.id)
+        return jobs
+
+    def shape(self) -> tuple[tuple[int, ...], str]:
+        """The members whose results make the workflow's, and how ('one', 'list').
+
+        >>> h.shape()                                                # doctest: +SKIP
+        ((12,), 'one')
+        """
+        if self.eager is not None:
+            return self.eager[1], self.eager[2]
+        row = self.enqueuer.workflow_row(self.id)
+        if row is None:
+            raise JobNotFoundError(f"there is no workflow {self.id} (pruned by retention?)")
+        return tuple(row[1]), row[2]
+
+    def status(self) -> WorkflowStatus:
+        """Members counted by status, and whether all of them finished.
+
+        >>> h.status().counts                                        # doctest: +SKIP
+        """
+        counts: dict[str, int] = {}
+        finished = True
+        for job in self.jobs():
+            counts[job.status.value] = counts.get(job.status.value, 0) + 1
+            finished = finished and job.resting and job.status is not JobStatus.HELD
+        return WorkflowStatus(id=self.id, counts=counts, finished=finished)
+
+    def _outcome(self, result: tuple[int, ...], kind: str) -> tuple[bool, Any]:
+        jobs = self.jobs()
+        by_id = {job.id: job for job in jobs}
+        stuck = [job for job in jobs if job.status in (JobStatus.FAILED, JobStatus.HELD)]
+        if stuck:
+            first = min(stuck, key=lambda j: (j.finished_at is None, j.finished_at, j.id))
+            error = first.error or {}
+            raise TaskFailedError(
+                f"workflow {self.id}: job {first.id} ({first.task}) ended {first.status.value}: "
+                f"{error.get('type')}: {error.get('message')}", first)
+        wanted = [by_id[i] for i in result if i in by_id]
+        canceled = [job for job in wanted if job.status is JobStatus.CANCELED]
+        if canceled:
+            raise TaskCanceledError(f"workflow {self.id} was canceled", canceled[0])
+        if wanted and all(job.status is JobStatus.SUCCEEDED for job in wanted):
+            if kind == "one":
+                return True, wanted[0].result
+            return True, [job.result for job in wanted]
+        return False, None
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The canvas's result once it succeeded (a chain's last member's, a group's list, a
+        chord's callback's); TaskFailedError naming the first member that ended failed or
+        held; TaskCanceledError when it was canceled; TimeoutError when `timeout` passes first.
+
+        >>> h.get(timeout=60)                                        # doctest: +SKIP
+        20
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        result, kind = self.shape()
+        while True:
+            done, value = self._outcome(result, kind)
+            if done:
+                return value
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if left == 0.0:
+                raise TimeoutError(f"workflow {self.id} did not finish within {timeout}s")
+            # A held member upstream notifies nothing the result members would: look again
+            # at least once a second.
+            self.enqueuer.wait_for(result[-1], 1.0 if left is None else min(left, 1.0))
+
+    def cancel(self) -> list[int]:
+        """Cancel every unfinished member (active ones get a cancel request).
+
+        >>> h.cancel()                                               # doctest: +SKIP
+        """
+        ids = [job.id for job in self.jobs() if not job.resting or job.status is JobStatus.HELD]
+        changed: list[int] = self.enqueuer.cancel(ids) if ids else []
+        return changed
+
+
+def dependencies(depends_on: object) -> list[Dependency]:
+    """What a `depends_on` list stands for, with no I/O: job ids (an id, a JobHandle's), and
+    WorkflowResults (a WorkflowHandle's result members, which the enqueue reads on its own
+    connection; an eager one's are known already). Each job id once, in order.
+
+    >>> dependencies([7, JobHandle(8, None), 7, WorkflowHandle(3, None)])
+    [7, 8, WorkflowResult(workflow_id=3)]
+    """
+    if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence):
+        raise InvalidOptionsError(
+            f"depends_on must be a list of job ids or handles, got {depends_on!r}")
+    found: list[Dependency] = []
+    for entry in depends_on:
+        if isinstance(entry, WorkflowHandle):
+            if entry.eager is None:
+                found.append(WorkflowResult(entry.id))
+                continue
+            ids: list[Dependency] = list(entry.eager[1])
+        elif isinstance(entry, JobHandle):
+            ids = [entry.id]
+        elif isinstance(entry, bool) or not isinstance(entry, int):
+            raise InvalidOptionsError(
+                f"depends_on takes job ids, JobHandles or WorkflowHandles, got {entry!r}")
+        else:
+            ids = [entry]
+        found += [job_id for job_id in ids if job_id not in found]
+    return found

@@ -1,6 +1,6 @@
 """`Queue` and `AsyncQueue`: the database API on a caller-owned connection.
 
-Each method drives one operation of `_ops.py` (where the statements and row mappings live), so
+Each method drives one operation of `_ops` (where the statements and row mappings live), so
 the sync and async twins share every statement and every row mapping.
 
 The caller owns the connection and its transaction: nothing here commits. Worker-side calls
@@ -11,14 +11,16 @@ its queue's admission lock until its transaction ends.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from . import _ops
-from ._ops import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
+from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
 from .errors import StaleLeaseError, WorkhorseError
+from .handle import dependencies
 from .types import (
     Budget,
     BudgetDefinition,
@@ -44,6 +46,24 @@ def _opens_caller_transaction(
 ) -> bool:
     """True when a statement now would begin the caller's (non-autocommit) transaction."""
     return not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+Jobs = Iterable[tuple[str, Any, EnqueueOptions | None]]
+
+
+def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptions | None]]:
+    """`jobs`, each `depends_on` handle turned into what the enqueue reads, with no I/O: job ids,
+    and for a WorkflowHandle its workflow, whose result members the enqueue reads on this
+    connection (inside the caller's transaction). A malformed job is left for the enqueue to
+    refuse."""
+    resolved = []
+    for item in jobs:
+        options = item[2] if isinstance(item, tuple) and len(item) == 3 else None
+        if isinstance(options, EnqueueOptions) and options.depends_on:
+            item = (item[0], item[1],
+                    replace(options, depends_on=tuple(dependencies(options.depends_on))))
+        resolved.append(item)
+    return resolved
 
 
 class Queue:
@@ -77,7 +97,8 @@ class Queue:
         >>> job_id = q.enqueue("mail.send", {"args": [7], "kwargs": {}},  # doctest: +SKIP
         ...                    EnqueueOptions(queue="mail", concurrency_key="t1"))
         """
-        return self._run(_ops.enqueue_many([(task, payload, options)]))[0]
+        jobs = _with_dependencies_resolved([(task, payload, options)])
+        return self._run(_ops.enqueue_many(jobs))[0]
 
     def enqueue_many(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
@@ -88,7 +109,7 @@ class Queue:
         ...                 ("mail.send", {"args": [9], "kwargs": {}}, None)])
         [43, 44]
         """
-        return self._run(_ops.enqueue_many(list(jobs), **extra))
+        return self._run(_ops.enqueue_many(_with_dependencies_resolved(jobs), **extra))
 
     def enqueue_outcomes(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
@@ -102,7 +123,7 @@ class Queue:
         >>> q.enqueue_outcomes([job, job])                               # doctest: +SKIP
         [(45, False), (45, True)]
         """
-        return self._run(_ops.enqueue_outcomes(list(jobs), **extra))
+        return self._run(_ops.enqueue_outcomes(_with_dependencies_resolved(jobs), **extra))
 
     def sync_concurrency_policies(
         self,
@@ -476,7 +497,8 @@ class AsyncQueue:
 
         >>> job_id = await aq.enqueue("mail.send", {"args": [7], "kwargs": {}})  # doctest: +SKIP
         """
-        return (await self._run(_ops.enqueue_many([(task, payload, options)])))[0]
+        jobs = _with_dependencies_resolved([(task, payload, options)])
+        return (await self._run(_ops.enqueue_many(jobs)))[0]
 
     async def enqueue_many(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
@@ -486,7 +508,7 @@ class AsyncQueue:
         >>> await aq.enqueue_many([("mail.send", {"args": [8]}, None)])  # doctest: +SKIP
         [43]
         """
-        return await self._run(_ops.enqueue_many(list(jobs), **extra))
+        return await self._run(_ops.enqueue_many(_with_dependencies_resolved(jobs), **extra))
 
     async def enqueue_outcomes(
         self, jobs: Iterable[tuple[str, Any, EnqueueOptions | None]], **extra: Any
@@ -496,7 +518,7 @@ class AsyncQueue:
         >>> await aq.enqueue_outcomes([("sync.user", {"args": [42]}, opts)])  # doctest: +SKIP
         [(45, False)]
         """
-        return await self._run(_ops.enqueue_outcomes(list(jobs), **extra))
+        return await self._run(_ops.enqueue_outcomes(_with_dependencies_resolved(jobs), **extra))
 
     async def sync_concurrency_policies(
         self,

@@ -10,112 +10,28 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from ._calls import (
+    Call,
+    CostSpec,
+    KeySpec,
+    budget_name,
+    check_call_options,
+    resolve_cost,
+    resolve_key,
+)
+from ._durations import parse_duration
+from .canvas import Plan, Signature
+from .context import Retry
 from .errors import InvalidOptionsError
-from .handle import Enqueuer, JobHandle
+from .handle import JobHandle, WorkflowEnqueuer, dependencies
 from .retry import RetryBackoff
 from .types import BudgetSpec, EnqueueOptions, QueueSpec, Unique, retention_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-KeySpec = str | Callable[..., Any] | None
-# A job's cost or rate cost: an int, or a callable of the task's arguments called at enqueue.
-CostSpec = int | Callable[..., Any]
-
-
-def resolve_key(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """A concurrency key from a string, or a callable called as `key(*args, **kwargs)`.
-
-    A str is used as is, an int becomes a string, None means keyless; anything else, or an empty
-    string, is an InvalidOptionsError.
-
-    >>> resolve_key(lambda message: message["tenant"], ({"tenant": "t1"},), {})
-    't1'
-    """
-    if callable(spec):
-        try:
-            value = spec(*args, **kwargs)
-        except InvalidOptionsError:
-            raise
-        except Exception as exc:
-            # The key function is user code run at enqueue: its failure is a bad enqueue, raised
-            # before anything is written, with the original kept as the cause.
-            name = getattr(spec, "__qualname__", repr(spec))
-            raise InvalidOptionsError(
-                f"the concurrency_key callable {name} raised {type(exc).__name__}: {exc}"
-            ) from exc
-    else:
-        value = spec
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InvalidOptionsError(f"concurrency key must be a str or int, got {value!r}")
-    if isinstance(value, int):
-        value = str(value)
-    if not isinstance(value, str):
-        raise InvalidOptionsError(
-            f"concurrency key must be a str or int, got {type(value).__name__}: {value!r}"
-        )
-    if value == "":
-        raise InvalidOptionsError("concurrency key must not be empty (use None for keyless)")
-    return value
-
-
-def resolve_cost(what: str, spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """A job's `cost` or `rate_cost`: the value, or a callable called as `cost(*args, **kwargs)`
-    at enqueue. A callable that raises is an InvalidOptionsError (nothing is written); what it
-    returns is checked by EnqueueOptions (an int in [1, 1,000,000]).
-
-    >>> resolve_cost("cost", lambda job: job["gpus"], ({"gpus": 2},), {})
-    2
-    """
-    if not callable(spec):
-        return spec
-    try:
-        return spec(*args, **kwargs)
-    except InvalidOptionsError:
-        raise
-    except Exception as exc:
-        name = getattr(spec, "__qualname__", repr(spec))
-        raise InvalidOptionsError(
-            f"the {what} callable {name} raised {type(exc).__name__}: {exc}") from exc
-
-
-# What apply_async, map, enqueue_async and send_task accept besides args and kwargs; `countdown`
-# and `eta` are Celery's spellings of `delay` and `run_at`.
-CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
-                "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode", "cost",
-                "rate_cost", "weight", "budget")
-
-
-def budget_name(budget: object) -> str | None:
-    """The name a `budget=` gives: a BudgetSpec's, or a string as it is (checked when the
-    options are built: 1-255 characters); None for none.
-
-    >>> budget_name(BudgetSpec("openai", max_active=5)), budget_name("partner-api")
-    ('openai', 'partner-api')
-    """
-    if budget is None or isinstance(budget, str):
-        return budget
-    if isinstance(budget, BudgetSpec):
-        return budget.name
-    raise InvalidOptionsError(
-        f"budget must be a budget name or an app.budget(...) spec, got {budget!r}")
-
-
-def check_call_options(options: Mapping[str, Any], where: str) -> None:
-    """InvalidOptionsError naming the valid options when `options` has an unknown one."""
-    unknown = [name for name in options if name not in CALL_OPTIONS]
-    if unknown:
-        raise InvalidOptionsError(
-            f"{where}() got unknown option(s) {', '.join(map(repr, unknown))}; valid options are "
-            f"{', '.join(CALL_OPTIONS)}" + (", connection" if where != "map" else "")
-        )
-
 
 def check_retry_on(value: Any) -> tuple[type[BaseException], ...]:
     if not isinstance(value, tuple) or not all(
@@ -131,8 +47,6 @@ def check_retry_on(value: Any) -> tuple[type[BaseException], ...]:
 def timeout_seconds(value: Any) -> float | None:
     if value is None:
         return None
-    from ._durations import parse_duration
-
     try:
         seconds = parse_duration(value)
     except (TypeError, ValueError) as exc:
@@ -177,19 +91,6 @@ def _shape(signature: inspect.Signature) -> str:
     return str(signature.replace(parameters=bare, return_annotation=inspect.Signature.empty))
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One enqueue request, resolved and validated; the unit `App.enqueue_many` sends."""
-
-    task: str
-    payload: dict[str, Any]
-    options: EnqueueOptions
-    on_failure: str = "fail"
-    # The arguments bound through the task's signature, by parameter name: what a unique job's
-    # `by=("args",)` compares (set only when the call is unique).
-    arguments: dict[str, Any] | None = None
-
-
 class Task(Generic[P, R]):
     """A handler registered with `@app.task`. Calling it runs the function in-process.
 
@@ -203,7 +104,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        enqueuer: Enqueuer,
+        enqueuer: WorkflowEnqueuer,
         fn: Callable[P, R],
         *,
         name: str,
@@ -278,8 +179,6 @@ class Task(Generic[P, R]):
         >>> fetch.should_retry(Retry("10s"))
         True
         """
-        from .context import Retry
-
         return isinstance(exc, (Retry, *self.retry_on))
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -490,55 +389,36 @@ class Task(Generic[P, R]):
             return self._after(args, kwargs, options, depends_on, connection)
         return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)], connection)[0]
 
-    def _parents(self, depends_on: Any) -> list[int]:
-        from .canvas import handle_of
-
-        if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence):
-            raise InvalidOptionsError(
-                f"depends_on must be a list of job ids or handles, got {depends_on!r}")
-        ids: list[int] = []
-        for entry in depends_on:
-            for job_id in handle_of(entry):
-                if job_id not in ids:
-                    ids.append(job_id)
-        return ids
-
     def _after(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None,
                options: dict[str, Any], depends_on: Any, connection: Any) -> JobHandle:
         """One job that runs after `depends_on` succeeded (a workflow of one member); an empty
-        list is no dependency."""
-        from .canvas import Plan
-
-        parents = self._parents(depends_on)
-        if not parents:
-            return self.enqueuer.enqueue_calls([self.call(args, kwargs, **options)],
-                                               connection)[0]
+        list is no dependency. Handles become ids here, with no I/O: a WorkflowHandle's result
+        members are read by the enqueue itself, on its connection."""
+        parents = dependencies(depends_on)
         call = self.call(args, kwargs, **options)
-        member = _ops_member(call, parents, self.retention_json)
-        plan = Plan(members=[member], result=[0], kind="one")
-        handle = self.enqueuer.enqueue_workflow(  # type: ignore[attr-defined]
+        if not parents:
+            return self.enqueuer.enqueue_calls([call], connection)[0]
+        plan = Plan.of_call(call, parents, self.retention_json)
+        handle = self.enqueuer.enqueue_workflow(
             plan.members, plan.result, plan.kind, None, connection)
-        return JobHandle(handle.jobs()[0].id, self.enqueuer)
+        ids = handle.eager[0] if handle.eager is not None else handle.member_ids
+        return JobHandle(ids[0], self.enqueuer)
 
-    def s(self, *args: Any, **kwargs: Any) -> Any:
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this task (docs/design.md "Workflows"): in a chain it gets the previous
         member's result as its first argument.
 
         >>> add.s(2)                                               # doctest: +SKIP
         math.add.s(2,)
         """
-        from .canvas import Signature
-
         return Signature(self, args, kwargs)
 
-    def si(self, *args: Any, **kwargs: Any) -> Any:
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
         """An immutable signature: it never receives a parent's result.
 
         >>> add.si(2, 3)                                           # doctest: +SKIP
         math.add.si(2, 3)
         """
-        from .canvas import Signature
-
         return Signature(self, args, kwargs, immutable=True)
 
     def map(self, arguments: Sequence[Sequence[Any]], **options: Any) -> list[JobHandle]:
@@ -573,10 +453,3 @@ class Task(Generic[P, R]):
         calls = [self.call(args, kwargs, **options)]
         return (await self.enqueuer.enqueue_calls_async(calls, connection))[0]
 
-
-def _ops_member(call: Call, parents: Sequence[int], retention: str) -> Any:
-    from . import _ops
-
-    return _ops.WorkflowMember(call.task, call.payload, call.options, call.on_failure, "none",
-                               tuple((None, p, i, False) for i, p in enumerate(parents)),
-                               retention)

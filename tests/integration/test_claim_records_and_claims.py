@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from workhorse import ConcurrencyPolicyDefinition, EnqueueOptions, JobStatus, Queue, _ops, _sql
+from workhorse._ops import admission
 from workhorse.types import ClaimedJob
 
 RETENTION = _ops.DEFAULT_RETENTION_JSON
@@ -174,7 +175,7 @@ def test_the_claim_names_only_the_successes_that_did_not_end_succeeded(conn, que
     def success_rows(jobs: list[ClaimedJob]) -> list[tuple[Any, ...]]:
         rows = conn.execute(
             f"SELECT id, fence, status FROM workhorse.{CLAIM}('u', 0, 30, %s, %s, %s, %s, %s)"
-            " WHERE status IS NOT NULL", _ops._success_columns(_successes(jobs))).fetchall()
+            " WHERE status IS NOT NULL", admission._success_columns(_successes(jobs))).fetchall()
         return sorted(rows)
 
     assert success_rows(first[:1]) == []  # accepted: nothing said

@@ -24,6 +24,7 @@ from workhorse import (
     _ops,
     _sql,
 )
+from workhorse._ops import admission
 
 ENQUEUE = _sql.function_name("enqueue")
 CLAIM = _sql.function_name("claim")
@@ -129,7 +130,7 @@ def test_outcome_functions_record_nothing_for_a_job_above_their_level(conn, queu
 
 def test_the_worker_warns_once_per_queue(conn, queue, caplog):
     _enqueue(conn, "q", NEWER)
-    _ops._too_new_warned.discard("q")
+    admission._too_new_warned.discard("q")
     with caplog.at_level(logging.WARNING, logger="workhorse.worker"):
         for _ in range(3):
             assert _ops.execute(conn, _ops.claim_batch("q", 5, 30)) == ([], None)

@@ -18,16 +18,20 @@ login form that sets a signed, expiring session cookie, or `Authorization: Beare
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-TOKEN_ENV = "WORKHORSE_DASHBOARD_TOKEN"
-MIN_TOKEN_LENGTH = 32
+from ._access import (
+    MIN_TOKEN_LENGTH,
+    TOKEN_ENV,
+    check_token,
+    configured_token,
+    is_loopback,
+)
+
 EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
 INSTALL_HINT = "pip install 'workhorse[dashboard]'"
 
@@ -41,48 +45,6 @@ def missing_extra() -> list[str]:
         except ImportError:
             missing.append(name)
     return missing
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding `host` only listens on this machine (so that no token is needed)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_token(token: str) -> str:
-    """`token` if the dashboard can use it: at least MIN_TOKEN_LENGTH characters of printable
-    text, with no blank at either end (the login form trims what is typed); else
-    InvalidOptionsError, in one line that names the variable."""
-    from ..errors import InvalidOptionsError
-
-    problem = None
-    if not isinstance(token, str):
-        problem = "must be a string"
-    elif len(token) < MIN_TOKEN_LENGTH:
-        problem = f"is {len(token)} characters long; it needs at least {MIN_TOKEN_LENGTH}"
-    elif token != token.strip():
-        problem = "begins or ends with a blank"
-    elif not token.isprintable():
-        problem = "contains a control character"
-    else:
-        try:
-            token.encode("utf-8")
-        except UnicodeEncodeError:
-            problem = "is not valid UTF-8 text"
-    if problem is not None:
-        raise InvalidOptionsError(
-            f"{TOKEN_ENV} {problem} (make one with: python3 -c 'import secrets; "
-            f"print(secrets.token_urlsafe(32))')")
-    return token
-
-
-def configured_token() -> str | None:
-    """WORKHORSE_DASHBOARD_TOKEN, or None when it is unset or empty."""
-    return os.environ.get(TOKEN_ENV) or None
 
 
 def create_app(url: str, *, read_only: bool = False, token: str | None = None,

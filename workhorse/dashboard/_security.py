@@ -35,7 +35,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from ..errors import WorkhorseError, first_line
 from ..types import shown
-from . import check_token, is_loopback
+from ._access import check_token, is_loopback
 
 SESSION_COOKIE = "workhorse_session"
 CSRF_COOKIE = "workhorse_csrf"

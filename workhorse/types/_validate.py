@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .._durations import parse_duration
 from ..errors import InvalidOptionsError, InvalidPolicyError, InvalidScheduleError, WorkhorseError
 
-if TYPE_CHECKING:
-    from .options import RateLimit
+
+class _Rate(Protocol):
+    """What a burst is checked against: a rate of N starts (RateLimit, which sits above this
+    module: it is built with these checks)."""
+
+    @property
+    def n(self) -> int: ...
 
 
 NAME_MAX = 255
@@ -195,11 +200,12 @@ def delay_seconds(delay: object) -> float:
         raise InvalidOptionsError(f"delay must be at most 1000 years, got {shown(delay)}") from None
 
 
-def check_rate_burst(owner: str, what: str, burst: object, rate: RateLimit | None,
+def check_rate_burst(owner: str, what: str, burst: object, rate: _Rate | None,
                      rate_name: str) -> int | None:
     """A rate burst B (docs/design.md "rate bursts"): None, or an int (not a bool) with
     1 <= B <= N of its rate; a burst without a rate is InvalidPolicyError, as is any other value.
 
+    >>> from workhorse.types import RateLimit
     >>> check_rate_burst("queue 'mail'", "rate_burst", 10, RateLimit(100, 60.0), "rate_limit")
     10
     """

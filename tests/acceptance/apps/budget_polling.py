@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from workhorse import _ops
+from workhorse._ops import admission
 
 from .budget_owner import app as owner_app
 from .budget_user import app as user_app
 
 __all__ = ["owner_app", "user_app"]
 
-_claimed = _ops._claimed
+_claimed = admission._claimed
 
 
 def _polling(rows: list[Any]) -> Any:
@@ -23,4 +23,4 @@ def _polling(rows: list[Any]) -> Any:
     return out
 
 
-_ops._claimed = _polling
+admission._claimed = _polling
