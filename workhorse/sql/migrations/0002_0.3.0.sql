@@ -13,8 +13,7 @@
 -- Job keys (issue #27): unique jobs and job_key (debounce, throttle), and enqueue_v2, which
 -- writes them and says of each job whether the enqueue inserted it.
 --
--- Why job keys need no feature level (a deliberate deviation from docs/design.md's "a job key
--- raises the queue's level"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
+-- Why job keys need no feature level (docs/design.md "Job keys"): only enqueue_v2 ever reads or writes `job_key` and `unique_key`.
 -- The claim, complete, fail, snooze, retry and cancel functions of 0.2.0 (*_v1) never touch
 -- them, and the two unique indexes below are partial on the key columns alone, not on the
 -- status: so no status change those functions make (a retry back to `scheduled`, a snooze,
