@@ -1,5 +1,5 @@
 """The dashboard's task substring over a long history (issue #32, benchmarks/README.md "The
-dashboard's pages"; migration 0008): the search turns the substring into the succeeded task
+dashboard's pages"; migrations/0002_0.3.0.sql): the search turns the substring into the succeeded task
 names it matches (a skip scan of jobs_succeeded_task_idx) and reads each window's succeeded
 matches by (task, id), the other statuses through their own partial indexes.
 

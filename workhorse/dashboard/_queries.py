@@ -27,7 +27,7 @@ SUGGESTIONS = 200
 QUEUE_CHART_WINDOW = 20_000
 # A task substring is turned into the succeeded task names it matches while there are at most
 # this many distinct names (one index probe each); past it the search reads each window row by
-# row, as it did before jobs_succeeded_task_idx (migration 0008).
+# row, as it did before jobs_succeeded_task_idx (migrations/0002_0.3.0.sql).
 TASK_NAMES_CAP = 1_000
 RATE_SAMPLE = 1000
 # What each action applies to (docs/design.md's status table).
@@ -135,7 +135,7 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     params = {**search.params(), "queues": matching}
     # With a task substring, each window's succeeded matches are read by (task, id) for the
     # names it matches, and the other statuses through their own indexes, instead of the window
-    # row by row (docs/design.md "The dashboard in an incident"; migration 0008).
+    # row by row (docs/design.md "The dashboard in an incident"; migrations/0002_0.3.0.sql).
     window_statement, above_statement = "dashboard_jobs_window", "dashboard_jobs_above"
     if search.task is not None:
         tasks = yield from succeeded_task_names(search.task)
