@@ -1,7 +1,7 @@
 """The dashboard's task substring over a long history (issue #32, benchmarks/README.md "The
-dashboard's pages"; migrations/0002_0.3.0.sql): the search turns the substring into the succeeded task
-names it matches (a skip scan of jobs_succeeded_task_idx) and reads each window's succeeded
-matches by (task, id), the other statuses through their own partial indexes.
+dashboard's pages"; migrations/0002_0.3.0.sql): the search turns the substring into the
+succeeded task names it matches (a skip scan of jobs_succeeded_task_idx) and reads each window's
+succeeded matches by (task, id), the other statuses through their own partial indexes.
 
 Two guards, each shown to fail on a broken variant in the test itself:
 - the same pages, counts and newer links as the search that reads each window row by row (the
