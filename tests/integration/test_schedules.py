@@ -242,7 +242,11 @@ def test_a_fired_job_runs_at_its_occurrence_with_its_arguments(conn: Any, queue:
     stored = queue.list_schedules()[0]
     assert stored.last_run_at == jobs[-1][0]
     assert stored.next_run_at > firing.now >= stored.next_run_at - timedelta(seconds=10)
-    assert Scheduler("a").fire(conn).fired == []  # nothing more is due
+    # Nothing more is due: a second pass fires no occurrence already fired. Only one that fell
+    # due since (the clock crossed a 10 s boundary between the passes on a slow machine) may.
+    again = Scheduler("a").fire(conn)
+    assert all(stored.next_run_at <= occurrence <= again.now
+               for _, occurrence, _ in again.fired), again.fired
 
 
 @pytest.mark.parametrize("policy", ["latest", "all", "skip"])
