@@ -77,17 +77,28 @@ def collect(processes: list[subprocess.Popen[str]], timeout: float = 400) -> lis
 
 
 def lock_wait(
-    conn: psycopg.Connection[Any], pid: int, finished: Callable[[], bool], timeout: float = 30.0
+    conn: psycopg.Connection[Any],
+    pid: int,
+    finished: Callable[[], bool],
+    timeout: float = 30.0,
+    *,
+    blocked_by: int | None = None,
 ) -> str | None:
     """Poll `pg_stat_activity` until backend `pid` waits on a lock, and return what it waits on
     (`wait_event`, such as "advisory"); None when `finished()` says its work ended first, or
-    after `timeout`. So "it waits for the lock" is seen, not inferred from its being slow."""
+    after `timeout`. So "it waits for the lock" is seen, not inferred from its being slow.
+
+    With `blocked_by`, only a wait that backend causes counts (`pg_blocking_pids`): a brief wait
+    on something unrelated, such as a catalog lock another test's DDL holds, is not "waiting for
+    the claim" (it made a sync of another queue look blocked once in CI)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = conn.execute(
-            "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
+            "SELECT wait_event_type, wait_event, %s::integer = ANY(pg_blocking_pids(pid))"
+            " FROM pg_stat_activity WHERE pid = %s",
+            (blocked_by, pid),
         ).fetchone()
-        if row is not None and row[0] == "Lock":
+        if row is not None and row[0] == "Lock" and (blocked_by is None or row[2]):
             return str(row[1])
         if finished():
             return None

@@ -242,7 +242,8 @@ def test_sync_waits_for_an_in_flight_governed_claim(
 
         thread = threading.Thread(target=sync)
         thread.start()
-        waited = lock_wait(queue.conn, syncing.info.backend_pid, done.is_set)
+        waited = lock_wait(queue.conn, syncing.info.backend_pid, done.is_set,
+                           blocked_by=claimer.info.backend_pid)
         if target == "same queue":
             assert waited is not None, "the sync should wait for the claim's admission lock"
             assert not done.is_set()

@@ -325,7 +325,8 @@ def test_a_heartbeat_never_revives_a_lease_a_claim_counted_free(
                 target=lambda: claimed.extend(Queue(claiming).claim("one", 1, 30)))
             claimer.start()
             waited = lock_wait(queue.conn, claiming.info.backend_pid,
-                               lambda: not claimer.is_alive())
+                               lambda: not claimer.is_alive(),
+                               blocked_by=beating.info.backend_pid)
             beating.commit()
             claimer.join(30)
             assert not claimer.is_alive()
