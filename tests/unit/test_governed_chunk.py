@@ -32,3 +32,12 @@ def test_a_slot_no_larger_than_a_chunk_is_never_capped(concurrency: int) -> None
 def test_the_chunk_grows_as_handlers_get_shorter() -> None:
     chunks = [governed_chunk(256, pace) for pace in (0.1, 0.02, 0.01, 0.005, 0.0025)]
     assert chunks == [8, 26, 52, 103, 205]
+
+
+def test_slow_claims_make_bigger_chunks() -> None:
+    # 8 supervisors on one budget: a claim waits ~20 ms for the admission lock, so 20 ms
+    # handlers at -c 64 need claims of their whole room, not of 8 (issue #40).
+    assert governed_chunk(64, 0.02, claim_cost=0.02) is None
+    assert governed_chunk(256, 0.02, claim_cost=0.004) == 103
+    # A claim faster than GOVERNED_CLAIM_COST is not trusted to be that fast.
+    assert governed_chunk(64, 0.02, claim_cost=0.0001) == governed_chunk(64, 0.02) == 8

@@ -81,6 +81,9 @@ class Claimer:
         self._known: tuple[int, list[str]] | None = None
         self._rotation = 0
         self.statements = 0  # claims sent, so that a round that sent none can be told
+        # A governed claim's round trip, a moving average (lock wait included): what sizes the
+        # slot's governed chunks (slot.governed_chunk).
+        self.governed_claim_seconds = 0.0
 
     def known_tasks(self) -> list[str] | None:
         """The task names to claim (None: any), sorted once per change of the registry."""
@@ -248,6 +251,11 @@ class Claimer:
                     claimed, next_start = await _ops.execute_async(
                         conn, _ops.claim_batch(state.name, need, self.lease,
                                                self.known_tasks()))
+                if state.governed and need > 0:
+                    took = time.monotonic() - state.claim_sent
+                    self.governed_claim_seconds = (
+                        took if not self.governed_claim_seconds
+                        else 0.8 * self.governed_claim_seconds + 0.2 * took)
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()

@@ -72,21 +72,27 @@ PREFETCH_WINDOW = 0.05
 # claims nothing ahead, so every place freed waits for a claim: one claim for the whole budget
 # (jobs of one batch ending together) keeps every place idle for the claim's whole round trip,
 # where small claims refill the first places at once while the next claim is on its way. Small
-# claims cost a claim's fixed part each time (about GOVERNED_CLAIM_COST, under the queue's
-# admission lock), so a claim takes at least enough to refill the slot's places in half the
-# handlers' time, and at least GOVERNED_CHUNK_MIN: jobs shorter than twice GOVERNED_CLAIM_COST
-# keep claiming the slot's whole room at once.
+# claims cost a claim's round trip each time, so a claim takes at least enough to refill the
+# slot's places in half the handlers' time, at the claims' measured round trip (the claimer's
+# moving average, at least GOVERNED_CLAIM_COST), and at least GOVERNED_CHUNK_MIN. The round trip
+# is measured, not assumed: with several supervisors on one budget a claim waits for the queue's
+# admission lock behind the others', and chunks sized for an idle lock (8 jobs where 20 ms is
+# spent waiting) kept a 256-place budget 84% idle (issue #40).
 GOVERNED_CHUNK_MIN = 8
 GOVERNED_CLAIM_COST = 0.001
 
 
-def governed_chunk(concurrency: int, pace: float | None) -> int | None:
+def governed_chunk(
+    concurrency: int, pace: float | None, claim_cost: float = GOVERNED_CLAIM_COST
+) -> int | None:
     """The most jobs one governed claim should take at `pace` (the handlers' moving-average
-    seconds a job), or None for no cap: no job timed yet, or jobs so short that the slot's places
-    need claims of its whole concurrency."""
+    seconds a job) when a claim takes `claim_cost` seconds, or None for no cap: no job timed yet,
+    or jobs so short (or claims so slow) that the slot's places need claims of its whole
+    concurrency."""
     if pace is None or pace <= 0:
         return None
-    chunk = max(GOVERNED_CHUNK_MIN, math.ceil(2 * GOVERNED_CLAIM_COST * concurrency / pace))
+    cost = max(claim_cost, GOVERNED_CLAIM_COST)
+    chunk = max(GOVERNED_CHUNK_MIN, math.ceil(2 * cost * concurrency / pace))
     return None if chunk >= concurrency else chunk
 
 
@@ -348,8 +354,9 @@ class Slot:
                 await claimer.claim(self._claim_conn, eligible, want + ahead, self._start,
                                     stop=lambda: self._draining, recorder=recorder,
                                     governed_limit=want,
-                                    governed_chunk=governed_chunk(self.config.concurrency,
-                                                                  self._pace))
+                                    governed_chunk=governed_chunk(
+                                        self.config.concurrency, self._pace,
+                                        claimer.governed_claim_seconds))
                 reconnect.succeeded()
                 if claimer.statements == sent:  # nothing was worth a claim: never spin
                     await self._wake.wait(claimer.idle_timeout(time.monotonic()))
