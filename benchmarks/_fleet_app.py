@@ -69,11 +69,15 @@ CLAIM_CALL = re.compile(r"workhorse\.claim\w*\s*\(")
 def count_claims(folder: str) -> None:
     """Wrap psycopg's cursors so that every claim statement this process sends is counted:
     claims, claims that admitted a job (a returned row with an id and no status: a success row
-    has a status, a marker row has no id) and jobs admitted. Each process keeps its counts in
+    has a status, a marker row has no id) and jobs admitted; and, of the claims that admitted
+    nothing, those that asked for no job (they only recorded successes: the limit, the second
+    parameter, below 1) and those that carried successes (complete_and_claim's fourth, the ids,
+    not empty); the rest were bare (claim.sql: queue, limit, lease, tasks), asked for jobs with
+    nothing to record. Each process keeps its counts in
     `folder/<pid>`, overwritten in place after every claim (one pwrite: the reader needs no
     exit hook, and a slot ends with os._exit)."""
     checked: dict[int, tuple[object, bool]] = {}
-    counts = [0, 0, 0]
+    counts = [0, 0, 0, 0, 0]
     files: dict[int, int] = {}
 
     def is_claim(query: object) -> bool:
@@ -84,7 +88,7 @@ def count_claims(folder: str) -> None:
             checked[id(query)] = seen
         return seen[1]
 
-    def record(cursor: Any) -> None:
+    def record(cursor: Any, params: Any) -> None:
         result = cursor.pgresult
         names = [column.name for column in cursor.description or ()]
         admitted = 0
@@ -97,12 +101,17 @@ def count_claims(folder: str) -> None:
             )
         pid = os.getpid()
         if pid not in files:  # a forked slot starts its own counts
-            counts[:] = [0, 0, 0]
+            counts[:] = [0, 0, 0, 0, 0]
             files[pid] = os.open(os.path.join(folder, str(pid)), os.O_WRONLY | os.O_CREAT, 0o644)
         counts[0] += 1
         counts[1] += admitted > 0
         counts[2] += admitted
-        os.pwrite(files[pid], f"{counts[0]} {counts[1]} {counts[2]}\n".ljust(48).encode(), 0)
+        if not admitted and isinstance(params, (list, tuple)) and len(params) > 3:
+            if params[1] is None or params[1] < 1:
+                counts[3] += 1
+            elif len(params) > 4 and params[3]:
+                counts[4] += 1
+        os.pwrite(files[pid], (" ".join(map(str, counts)) + "\n").ljust(64).encode(), 0)
 
     sync_execute = psycopg.Cursor.execute
     async_execute = psycopg.AsyncCursor.execute
@@ -110,13 +119,13 @@ def count_claims(folder: str) -> None:
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         done = sync_execute(self, query, *args, **kwargs)
         if is_claim(query):
-            record(self)
+            record(self, args[0] if args else kwargs.get("params"))
         return done
 
     async def execute_async(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         done = await async_execute(self, query, *args, **kwargs)
         if is_claim(query):
-            record(self)
+            record(self, args[0] if args else kwargs.get("params"))
         return done
 
     psycopg.Cursor.execute = execute  # type: ignore[method-assign]
@@ -125,13 +134,25 @@ def count_claims(folder: str) -> None:
 
 def read_claim_counts(folder: str) -> tuple[int, int, int]:
     """(claims, claims that admitted a job, jobs admitted), summed over the processes' files."""
-    total = [0, 0, 0]
+    total = _summed_counts(folder)
+    return total[0], total[1], total[2]
+
+
+def read_empty_claim_kinds(folder: str) -> tuple[int, int, int]:
+    """Of the claims that admitted nothing: (those that only recorded successes, those that
+    carried successes and asked for jobs, the bare ones), summed over the processes' files."""
+    claims, admitting, _, record_only, riding = _summed_counts(folder)
+    return record_only, riding, claims - admitting - record_only - riding
+
+
+def _summed_counts(folder: str) -> list[int]:
+    total = [0, 0, 0, 0, 0]
     for name in os.listdir(folder):
         with open(os.path.join(folder, name)) as f:
             fields = f.read().split()
-        for i, value in enumerate(fields[:3]):
+        for i, value in enumerate(fields[:5]):
             total[i] += int(value)
-    return total[0], total[1], total[2]
+    return total
 
 
 if os.environ.get(CLAIM_COUNTS_ENV):

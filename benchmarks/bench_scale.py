@@ -176,6 +176,8 @@ class Result:
     holders_mean: float = math.nan
     cpu: c.CpuWindow | None = None
     worker_claims: tuple[int, int, int] | None = None  # claims, admitting, jobs (workers' count)
+    # Of the claims that admitted nothing: only recorded successes, carried successes, bare.
+    empty_kinds: tuple[int, int, int] | None = None
     top_functions: list[tuple[str, int, float, float]] = field(default_factory=list)
     top_statements: list[tuple[str, int, float, float]] = field(default_factory=list)
     frames: tuple[int, list[tuple[str, int]], int, str] | None = None  # pid, top, samples, why
@@ -386,6 +388,7 @@ def measure(
                 frames = (spy.pid, top, samples, why)
         wait_gone(conn)
         worker_claims = fa.read_claim_counts(counts)
+        empty_kinds = fa.read_empty_claim_kinds(counts)
         calls1, ms1 = function_stats(conn, names)
         top_functions = c.top_changes(functions0, c.function_snapshot(conn))
         top_statements = (c.top_changes(statements0, c.statement_snapshot(conn), by=1)
@@ -412,7 +415,7 @@ def measure(
         handler_peak=peak.total, load=load,
         holders_mean=sum(h for _, h in inside) / len(inside) if inside else math.nan,
         cpu=cpu.window(first - clock_offset, last - clock_offset),
-        worker_claims=worker_claims, top_functions=top_functions,
+        worker_claims=worker_claims, empty_kinds=empty_kinds, top_functions=top_functions,
         top_statements=top_statements, frames=frames,
     )
 
@@ -473,6 +476,14 @@ def claim_cells(r: Result) -> tuple[str, str]:
         return "-", "-"
     claims, admitting, jobs = r.worker_claims
     return (f"{jobs / admitting:.1f}" if admitting else "-", f"{claims - admitting:,}")
+
+
+def _empty_kinds(r: Result) -> str:
+    if r.empty_kinds is None:
+        return ""
+    record_only, riding, bare = r.empty_kinds
+    return (f" ({record_only:,} asked for none, only recording successes; {riding:,} carried "
+            f"successes; {bare:,} bare)")
 
 
 @dataclass
@@ -578,7 +589,8 @@ def breakdown(r: Result) -> list[str]:
         claims, admitting, jobs = r.worker_claims
         lines.append(
             f"claims (the workers' count): {claims:,}, {admitting:,} admitted {jobs:,} jobs, "
-            f"{claims - admitting:,} admitted nothing; pg_stat_user_functions: {r.claims:,} "
+            f"{claims - admitting:,} admitted nothing{_empty_kinds(r)}; pg_stat_user_functions: "
+            f"{r.claims:,} "
             f"claims ({r.claims / max(r.succeeded, 1):.3f} per job), {r.claim_ms:.2f} ms each "
             "in the function")
     lines.append(

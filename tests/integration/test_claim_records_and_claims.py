@@ -184,3 +184,86 @@ def test_the_claim_names_only_the_successes_that_did_not_end_succeeded(conn, que
     stale = dataclasses.replace(first[2], fence=first[2].fence + 1000)
     assert success_rows([first[1], stale]) == [
         (first[1].id, first[1].fence, "canceled"), (stale.id, stale.fence, "stale")]
+
+
+def _admission_lock_held(database_url: str, name: str) -> psycopg.Connection[Any]:
+    """A connection whose open transaction holds `name`'s admission lock, as a claim does until
+    it commits."""
+    lock_id = _sql.function_name("_admission_lock_id")
+    holder = psycopg.connect(database_url)
+    holder.execute(f"SELECT pg_advisory_xact_lock(workhorse.{lock_id}(%s))", (name,))
+    return holder
+
+
+def _waits_for(conn: psycopg.Connection[Any], database_url: str, holder: psycopg.Connection[Any],
+               call: Any) -> str | None:
+    """Run `call(c)` on a fresh connection in a thread and say what it waited on, if it waited
+    for `holder` (lock_wait with blocked_by); the holder then commits so that it can end."""
+    import threading
+
+    from _integration import lock_wait
+
+    with psycopg.connect(database_url, autocommit=True) as c:
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call(c)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            done.set()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        waited = lock_wait(conn, c.info.backend_pid, done.is_set, timeout=5,
+                           blocked_by=holder.info.backend_pid)
+        holder.commit()
+        thread.join(30)
+        assert not errors, errors
+        return waited
+
+
+@pytest.mark.parametrize("limit", [0, 1])
+def test_a_claim_that_only_records_takes_no_admission_lock(conn, queue, database_url, limit):
+    """Successes recorded by a claim that asks for no job (limit 0) do not queue for the
+    admission lock that admitting claims hold (complete takes none either); one that asks for a
+    job waits for it, which shows that the check sees a wait."""
+    _govern(queue, "g", 4)
+    _fill(queue, "g", 6)
+    first = queue.claim("g", 2, 30)
+    holder = _admission_lock_held(database_url, "g")
+    try:
+        waited = _waits_for(conn, database_url, holder,
+                            lambda c: _ride(c, "g", limit, first))
+    finally:
+        holder.close()
+    if limit == 0:
+        assert waited is None
+    else:
+        assert waited == "advisory"
+    assert _statuses(conn)["succeeded"] == 2
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_bare_claim_on_a_full_queue_returns_without_queueing_for_the_lock(
+        conn, queue, database_url, full):
+    """A claim with no successes that finds the queue full in its committed snapshot returns at
+    once, admitting nothing, instead of waiting for the admission lock to find no room; on a
+    queue with room it waits (the check can fail). Exactness is the locked count's: the model
+    and contention suites run through this path."""
+    _govern(queue, "g", 2)
+    _fill(queue, "g", 5)
+    assert len(queue.claim("g", 2 if full else 1, 30)) == (2 if full else 1)
+    holder = _admission_lock_held(database_url, "g")
+    got: list[Any] = []
+    try:
+        waited = _waits_for(conn, database_url, holder,
+                            lambda c: got.extend(Queue(c).claim("g", 2, 30)))
+    finally:
+        holder.close()
+    if full:
+        assert waited is None and got == []
+    else:
+        assert waited == "advisory" and len(got) == 1
+    assert _statuses(conn)["active"] == 2

@@ -2563,7 +2563,30 @@ BEGIN
     v_peek := EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = p_queue)
               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
               OR EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
-    IF v_peek THEN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        -- Only successes to record: no admission, so no lock (complete_v1 takes none either).
+        -- Recording frees places and never needs to see another claim, and a claim that queued
+        -- for the lock only to record would hold up the claims that admit.
+        NULL;
+    ELSIF v_peek THEN
+        IF v_sent = 0 AND EXISTS (
+            SELECT 1 FROM workhorse._limits_v1(p_queue, clock_timestamp()) AS l
+            WHERE l.max_active IS NOT NULL AND l.feature_level <= c_level
+              AND l.max_active <= (
+                  SELECT count(*) FROM (
+                      SELECT 1 FROM workhorse.jobs j
+                      WHERE j.queue = p_queue AND j.status = 'active'
+                        AND j.lease_until > clock_timestamp()
+                      LIMIT l.max_active) AS a))
+        THEN
+            -- Full in a committed snapshot, so full under the lock too: a claim not yet
+            -- committed only adds to the count, and a place freed after this snapshot is reused
+            -- by the claim that freed it or wakes the claimers again (every job costs at least
+            -- one unit, so a full count of jobs is a full count of units). A claim that frees
+            -- nothing returns at once instead of queueing for the lock to find no room: with
+            -- several supervisors on a full budget those were a third of the claims (issue #40).
+            RETURN;
+        END IF;
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
