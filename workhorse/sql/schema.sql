@@ -235,6 +235,12 @@ CREATE TABLE workhorse.rate_starts (
 
 ALTER TABLE workhorse.rate_starts SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 
+CREATE TABLE workhorse.result_listeners (
+    backend_pid integer NOT NULL,
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT result_listeners_pkey PRIMARY KEY (backend_pid)
+);
+
 CREATE TABLE workhorse.schedule_runs (
     schedule_id bigint NOT NULL,
     occurrence timestamp with time zone NOT NULL,
@@ -1128,7 +1134,7 @@ BEGIN
                                   p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
-        PERFORM workhorse._ended_v1(v_held);
+        PERFORM workhorse._ended_v2(v_held);
         IF p_heads THEN
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
@@ -1149,7 +1155,7 @@ BEGIN
                 'traceback', NULL)
         FROM workhorse.budgets bd
         WHERE j.id = ANY(v_held_budget) AND bd.name = j.budget;
-        PERFORM workhorse._ended_v1(v_held_budget);
+        PERFORM workhorse._ended_v2(v_held_budget);
         IF p_heads THEN
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
@@ -1201,6 +1207,22 @@ CREATE OR REPLACE FUNCTION workhorse._ended_v1(p_ids bigint[])
 AS $function$
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_notify(workhorse.results_channel_v1(), c.ids)
+    FROM (SELECT string_agg(t.id::text, ',') AS ids
+          FROM unnest(p_ids) WITH ORDINALITY AS t(id, n)
+          GROUP BY (t.n - 1) / 1000) AS c;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._ended_v2(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0
+       OR NOT EXISTS (SELECT 1 FROM workhorse.result_listeners) THEN
         RETURN;
     END IF;
     PERFORM pg_notify(workhorse.results_channel_v1(), c.ids)
@@ -1481,7 +1503,7 @@ BEGIN
     )
     SELECT array_agg(e.id) INTO v_ended FROM ended e;
     IF v_ended IS NOT NULL THEN
-        PERFORM workhorse._ended_v1(v_ended);
+        PERFORM workhorse._ended_v2(v_ended);
     END IF;
 
     -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
@@ -1663,6 +1685,61 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._record_successes_v2(p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[])
+ RETURNS TABLE(id bigint, fence bigint, queue text, status text)
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+AS $function$
+DECLARE
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
+    v_succeeded timestamptz[];  -- each retention document's expiry for a success, and for a
+    v_canceled timestamptz[];   -- cancel: worked out once a batch, not once a job
+    v_done integer;
+BEGIN
+    SELECT array_agg(workhorse._expiry_v1('succeeded', r.doc::jsonb, v_at) ORDER BY r.n),
+           array_agg(workhorse._expiry_v1('canceled', r.doc::jsonb, v_at) ORDER BY r.n)
+    INTO v_succeeded, v_canceled
+    FROM unnest(p_retentions) WITH ORDINALITY AS r(doc, n);
+
+    RETURN QUERY
+        WITH done AS (
+            UPDATE workhorse.jobs j
+            SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'succeeded'
+                              ELSE 'canceled' END,
+                result = CASE WHEN j.cancel_requested_at IS NULL THEN b.result::jsonb END,
+                finished_at = v_at,
+                expires_at = CASE WHEN j.cancel_requested_at IS NULL
+                                  THEN v_succeeded[COALESCE(b.ix, 1)]
+                                  ELSE v_canceled[COALESCE(b.ix, 1)] END,
+                lease_until = NULL
+            FROM unnest(p_ids, p_fences, p_results, p_retention_ix) AS b(id, fence, result, ix)
+            -- `IN ('active', '')`, not `= 'active'` (no job's status is ''): a clause that implies
+            -- jobs_active_idx's predicate lets the planner read that whole index (every active
+            -- job of every queue) whenever its statistics say few jobs are active, as they do
+            -- after an ANALYZE of a backlog; this way the batch's ids are looked up.
+            WHERE j.id = b.id AND j.fence = b.fence AND j.status IN ('active', '')
+              AND j.feature_level <= 1  -- this function's feature level
+            RETURNING j.id, j.fence, j.queue, j.status
+        ), ended AS (
+            SELECT workhorse._ended_v2(array_agg(d.id)) AS n FROM done d
+        )
+        SELECT done.id, done.fence, done.queue, done.status FROM done, ended;
+    GET DIAGNOSTICS v_done = ROW_COUNT;
+
+    IF v_done < cardinality(p_ids) THEN
+        -- Some were not active under their fence: stale, or resent. A resend ended earlier
+        -- (another finished_at); those ended just now are not reported twice.
+        RETURN QUERY
+            SELECT j.id, j.fence, j.queue, j.status
+            FROM unnest(p_ids, p_fences) AS b(id, fence)
+            JOIN workhorse.jobs j ON j.id = b.id AND j.fence = b.fence
+            WHERE j.status IN ('succeeded', 'canceled')
+              AND j.finished_at IS DISTINCT FROM v_at;
+    END IF;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._refresh_heads_v1(p_queue text, p_keys text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1754,7 +1831,7 @@ BEGIN
                 expires_at = workhorse._expiry_v1('canceled', m.retention, v_at)
             FROM workhorse.workflow_members m
             WHERE j.id = ANY(v_ids) AND j.status = 'waiting' AND m.job_id = j.id;
-            PERFORM workhorse._ended_v1(v_ids);
+            PERFORM workhorse._ended_v2(v_ids);
         END IF;
     END IF;
 
@@ -1915,7 +1992,7 @@ BEGIN
                                       octet_length(v_payload::text)),
                     'traceback', NULL)
             WHERE j.id = v_job.id;
-            PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
+            PERFORM workhorse._ended_v2(ARRAY[v_job.id]);
             CONTINUE;
         END IF;
         v_due := COALESCE(v_job.run_at, now() + make_interval(secs => COALESCE(v_job.delay, 0)));
@@ -1997,7 +2074,7 @@ BEGIN
         RETURNING j.id
     )
     SELECT array_agg(id ORDER BY id) INTO v_waiting FROM canceled;
-    PERFORM workhorse._ended_v1(v_waiting);
+    PERFORM workhorse._ended_v2(v_waiting);
 
     WITH canceled AS (
         UPDATE workhorse.jobs j
@@ -2017,7 +2094,7 @@ BEGIN
     )
     SELECT array_agg(id ORDER BY id) INTO v_requested FROM requested;
     PERFORM workhorse._after_operator_change_v2(v_queues, v_keys);
-    PERFORM workhorse._ended_v1(v_ids);
+    PERFORM workhorse._ended_v2(v_ids);
     RETURN QUERY SELECT DISTINCT u.id
                  FROM unnest(COALESCE(v_waiting, '{}') || COALESCE(v_ids, '{}')
                              || COALESCE(v_requested, '{}')) AS u(id)
@@ -2564,7 +2641,7 @@ BEGIN
               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
               OR EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     IF p_limit IS NULL OR p_limit < 1 THEN
-        -- Only successes to record: no admission, so no lock (complete_v1 takes none either).
+        -- Only successes to record: no admission, so no lock (complete_v2 takes none either).
         -- Recording frees places and never needs to see another claim, and a claim that queued
         -- for the lock only to record would hold up the claims that admit.
         NULL;
@@ -2595,7 +2672,7 @@ BEGIN
     IF v_sent > 0 THEN
         SELECT COALESCE(array_agg(r.id), '{}'), array_agg(r.fence), array_agg(r.status)
         INTO v_done_ids, v_done_fences, v_done_statuses
-        FROM workhorse._record_successes_v1(
+        FROM workhorse._record_successes_v2(
             p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
         v_freed := cardinality(v_done_ids);
         IF v_freed < v_sent OR NOT 'succeeded' = ALL(v_done_statuses) THEN
@@ -3250,6 +3327,26 @@ BEGIN
         WITH done AS (
             SELECT r.id, r.fence, r.queue, r.status
             FROM workhorse._record_successes_v1(
+                p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r
+        ), woken AS (
+            SELECT count(workhorse._wake_v1(g.queue)) AS n
+            FROM (SELECT DISTINCT d.queue FROM done d) AS g
+            WHERE EXISTS (SELECT 1 FROM workhorse.policies p WHERE p.queue = g.queue)
+               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = g.queue)
+        )
+        SELECT done.id, done.fence, done.status FROM done, woken;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.complete_v2(p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[])
+ RETURNS TABLE(id bigint, fence bigint, status text)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    RETURN QUERY
+        WITH done AS (
+            SELECT r.id, r.fence, r.queue, r.status
+            FROM workhorse._record_successes_v2(
                 p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r
         ), woken AS (
             SELECT count(workhorse._wake_v1(g.queue)) AS n
@@ -3981,6 +4078,54 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.fail_v2(p_id bigint, p_fence bigint, p_error text, p_retry_at timestamp with time zone, p_retention text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_status text;
+    v_queue text;
+    v_at timestamptz := clock_timestamp();  -- one clock reading: the expiry is exact
+BEGIN
+    -- The next status is computed from the row being updated (not a snapshot read before it),
+    -- so that a cancel request that commits meanwhile is seen.
+    UPDATE workhorse.jobs j
+    SET status = workhorse._failed_status_v1(
+            j.cancel_requested_at, j.attempts, j.max_attempts, j.on_failure, p_retry_at),
+        run_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
+                               j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
+                      THEN p_retry_at ELSE j.run_at END,
+        finished_at = CASE WHEN workhorse._failed_status_v1(j.cancel_requested_at, j.attempts,
+                                    j.max_attempts, j.on_failure, p_retry_at) = 'scheduled'
+                           THEN NULL ELSE v_at END,
+        expires_at = workhorse._expiry_v1(
+            workhorse._failed_status_v1(j.cancel_requested_at, j.attempts, j.max_attempts,
+                                        j.on_failure, p_retry_at),
+            p_retention::jsonb, v_at),
+        error = p_error::jsonb,
+        lease_until = NULL
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+      AND j.feature_level <= 1  -- this function's feature level
+    RETURNING j.status, j.queue INTO v_status, v_queue;
+    IF v_status IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
+            OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
+        PERFORM workhorse._wake_v1(v_queue);
+    END IF;
+    IF v_status IN ('failed', 'held', 'canceled') THEN
+        PERFORM workhorse._ended_v2(ARRAY[p_id]);
+    END IF;
+    IF v_status IS NULL THEN
+        -- A resend of a failure already recorded under its fence (the connection broke after
+        -- the commit, before the reply): the status it ended in, not stale.
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status <> 'active'
+          AND j.error = p_error::jsonb;
+    END IF;
+    RETURN v_status;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.fire_schedules_v1(p_run_ids bigint[], p_run_occurrences timestamp with time zone[], p_ids bigint[], p_next_run_ats timestamp with time zone[])
  RETURNS TABLE(schedule_id bigint, occurrence timestamp with time zone, job_id bigint)
  LANGUAGE plpgsql
@@ -4278,6 +4423,9 @@ BEGIN
     WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
+
+    DELETE FROM workhorse.result_listeners r
+    WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);
 END
 $function$;
 
@@ -4287,6 +4435,19 @@ CREATE OR REPLACE FUNCTION workhorse.listen_results_v1()
 AS $function$
 BEGIN
     EXECUTE format('LISTEN %I', workhorse.results_channel_v1());
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.listen_results_v2()
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    EXECUTE format('LISTEN %I', workhorse.results_channel_v1());
+    DELETE FROM workhorse.result_listeners r
+    WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);
+    INSERT INTO workhorse.result_listeners (backend_pid) VALUES (pg_backend_pid())
+    ON CONFLICT (backend_pid) DO UPDATE SET since = now();
 END
 $function$;
 
@@ -4494,7 +4655,7 @@ BEGIN
     )
     SELECT array_agg(r.id), array_agg(r.status) INTO v_released, v_statuses
     FROM released r, hinted, woken;
-    PERFORM workhorse._ended_v1(ARRAY(
+    PERFORM workhorse._ended_v2(ARRAY(
         SELECT u.id FROM unnest(v_released, v_statuses) AS u(id, status)
         WHERE u.status = 'canceled'));
     RETURN QUERY SELECT u.id, u.status FROM unnest(v_released, v_statuses) AS u(id, status);
@@ -4805,6 +4966,46 @@ BEGIN
     END IF;
     IF v_status = 'canceled' THEN
         PERFORM workhorse._ended_v1(ARRAY[p_id]);
+    END IF;
+    RETURN v_status;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.snooze_v2(p_id bigint, p_fence bigint, p_delay double precision, p_retention text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text;  -- the job's queue, whose claimers are told
+    v_status text;
+    v_at timestamptz := clock_timestamp();
+BEGIN
+    UPDATE workhorse.jobs j
+    SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'scheduled' ELSE 'canceled' END,
+        attempts = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+        run_at = CASE WHEN j.cancel_requested_at IS NULL
+                      THEN v_at + make_interval(secs => p_delay) ELSE j.run_at END,
+        finished_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL ELSE v_at END,
+        expires_at = CASE WHEN j.cancel_requested_at IS NULL THEN NULL
+                          ELSE workhorse._expiry_v1('canceled', p_retention::jsonb, v_at) END,
+        lease_until = NULL
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+      AND j.feature_level <= 1  -- this function's feature level
+    RETURNING j.status, j.queue INTO v_status, v_queue;
+    IF v_status IS NULL THEN
+        -- A resend of a snooze already recorded (the connection broke before the reply): the
+        -- job waits under the same fence (only a claim changes it).
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('scheduled', 'canceled');
+        RETURN v_status;
+    END IF;
+    IF v_status IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_queue)
+            OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_queue)) THEN
+        PERFORM workhorse._wake_v1(v_queue);
+    END IF;
+    IF v_status = 'canceled' THEN
+        PERFORM workhorse._ended_v2(ARRAY[p_id]);
     END IF;
     RETURN v_status;
 END

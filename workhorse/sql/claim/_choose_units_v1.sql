@@ -674,7 +674,7 @@ BEGIN
                                   p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
         WHERE j.id = ANY(v_held);
-        PERFORM workhorse._ended_v1(v_held);
+        PERFORM workhorse._ended_v2(v_held);
         IF p_heads THEN
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j
@@ -695,7 +695,7 @@ BEGIN
                 'traceback', NULL)
         FROM workhorse.budgets bd
         WHERE j.id = ANY(v_held_budget) AND bd.name = j.budget;
-        PERFORM workhorse._ended_v1(v_held_budget);
+        PERFORM workhorse._ended_v2(v_held_budget);
         IF p_heads THEN
             PERFORM workhorse._refresh_heads_v1(p_queue, ARRAY(
                 SELECT DISTINCT j.ckey FROM workhorse.jobs j

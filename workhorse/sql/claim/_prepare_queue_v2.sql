@@ -31,7 +31,7 @@ BEGIN
     )
     SELECT array_agg(e.id) INTO v_ended FROM ended e;
     IF v_ended IS NOT NULL THEN
-        PERFORM workhorse._ended_v1(v_ended);
+        PERFORM workhorse._ended_v2(v_ended);
     END IF;
 
     -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred

@@ -4,7 +4,7 @@
 -- admission, with a per-key rate limit's next start counted from the end of the claim.
 --
 -- Arguments: `p_queue`; `p_limit`, the most jobs to claim (NULL or below 1: none, only record);
--- `p_lease`, in seconds; the successes to record first, as _record_successes_v1 takes them
+-- `p_lease`, in seconds; the successes to record first, as _record_successes_v2 takes them
 -- (`p_ids`, `p_fences`, `p_results` as JSON text, `p_retention_ix`, `p_retentions`; NULL arrays
 -- when there are none); `p_tasks`, the task names the claiming worker's app declares (NULL: any
 -- task).
@@ -60,8 +60,8 @@
 --
 -- This folder (sql/claim/) holds this claim and every function it calls, directly or not, and
 -- nothing it calls lives elsewhere (tests/unit/test_sql_lifecycle.py checks it): the admission
--- lock (_admission_lock_id_v1), the successes it records first (_record_successes_v1, _expiry_v1,
--- _ended_v1, results_channel_v1), the queue's limits in force (_limits_v1), the key heads
+-- lock (_admission_lock_id_v1), the successes it records first (_record_successes_v2, _expiry_v1,
+-- _ended_v2, results_channel_v1), the queue's limits in force (_limits_v1), the key heads
 -- (_prepare_queue_v2, _hint_keys_v2, _keyed_v2, _refresh_heads_v1), the claim in units
 -- (_choose_units_v1) with its rate, burst and budget counts (_rate_used_v1, _burst_used_v1,
 -- _budget_starts_used_v1, _budget_lock_id_v1) and their next starts (_rate_next_start_v1,
@@ -145,7 +145,7 @@ BEGIN
               OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
               OR EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     IF p_limit IS NULL OR p_limit < 1 THEN
-        -- Only successes to record: no admission, so no lock (complete_v1 takes none either).
+        -- Only successes to record: no admission, so no lock (complete_v2 takes none either).
         -- Recording frees places and never needs to see another claim, and a claim that queued
         -- for the lock only to record would hold up the claims that admit.
         NULL;
@@ -176,7 +176,7 @@ BEGIN
     IF v_sent > 0 THEN
         SELECT COALESCE(array_agg(r.id), '{}'), array_agg(r.fence), array_agg(r.status)
         INTO v_done_ids, v_done_fences, v_done_statuses
-        FROM workhorse._record_successes_v1(
+        FROM workhorse._record_successes_v2(
             p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
         v_freed := cardinality(v_done_ids);
         IF v_freed < v_sent OR NOT 'succeeded' = ALL(v_done_statuses) THEN

@@ -4,7 +4,8 @@
 -- lock, as an operator's clear), control rows with nothing left to control are deleted, and start
 -- buckets older than the longest window in force are pruned, so that rate_starts, burst_starts
 -- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
--- window is shorter) stay bounded. Returns the totals.
+-- window is shorter) stay bounded; result waiters' registrations whose sessions are gone are
+-- dropped (once the last waiter left, outcomes stop sending results notices). Returns the totals.
 CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -72,5 +73,8 @@ BEGIN
     WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
+
+    DELETE FROM workhorse.result_listeners r
+    WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);
 END
 $$;

@@ -129,8 +129,8 @@ CREATE INDEX jobs_ready_task_idx ON workhorse.jobs (queue, task, rank, id)
 -- A member whose dependencies have not all succeeded is `waiting`: it holds no capacity and no
 -- claim sees it (claim_v1 and claim_v2 take `ready` rows only). Release and failure propagation
 -- happen in the database, in triggers on workhorse.jobs, so that they run in the very
--- transaction that records a member's end, whichever function records it (complete_v1,
--- fail_v1, snooze_v1, _record_successes_v1 riding on a claim, cancel_jobs_v1, retry_jobs_v1):
+-- transaction that records a member's end, whichever function of whichever release records it
+-- (complete, fail, snooze, successes riding on a claim, cancel, retry):
 -- failures, cancels and retries in a row trigger, at once; releases in a deferred constraint
 -- trigger, at commit, for all the transaction's successes together, their dependents locked in
 -- (queue, id) order (so two completions never deadlock on shared dependents). A release is an
@@ -140,7 +140,7 @@ CREATE INDEX jobs_ready_task_idx ON workhorse.jobs (queue, task, rank, id)
 --
 -- A member raises its queue's level to 2 (0.3.0's): a 0.2.0 worker claims nothing there, and
 -- knows nothing of `waiting`. The member rows themselves stay level 1, because the completion
--- functions (complete_v1, fail_v1, snooze_v1, _record_successes_v1: level 1, frozen) leave a
+-- functions (complete, fail, snooze and _record_successes, v1 and v2: level 1) leave a
 -- higher-level row alone; the queue's level is what keeps the old claim away.
 
 ALTER TABLE workhorse.jobs DROP CONSTRAINT jobs_status_check;
@@ -413,7 +413,25 @@ ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
 ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
 CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
 
+-- ---- result waiters -------------------------------------------------------------------------
+-- The sessions that LISTEN for results (listen_results_v2 registers its own, and drops those of
+-- sessions that are gone): an outcome sends its results NOTIFY only while one is registered
+-- (_ended_v2), since every NOTIFY costs its commit PostgreSQL's notification lock and wakes
+-- every listening session of the database (issue #40).
+CREATE TABLE workhorse.result_listeners (
+    backend_pid integer PRIMARY KEY,
+    since timestamptz NOT NULL DEFAULT now()
+);
+
 -- ==== functions =================================================================================
+-- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
+\ir ../claim/_ended_v2.sql
+\ir ../claim/_record_successes_v2.sql
+\ir ../outcomes/complete_v2.sql
+\ir ../outcomes/fail_v2.sql
+\ir ../outcomes/snooze_v2.sql
+\ir ../outcomes/listen_results_v2.sql
+
 -- The claim of level 2 and every helper it calls (sql/claim/claim_v2.sql says what it does).
 \ir ../claim/_keyed_v2.sql
 \ir ../claim/_hint_keys_v2.sql

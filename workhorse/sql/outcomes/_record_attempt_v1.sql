@@ -13,8 +13,8 @@
 --  * `lost`: the fence was replaced under an expired lease (a claim took the job again), or
 --    the job was ended by the sweep of an expired lease with no attempts left (its error says
 --    LeaseExpired); ended_at is when the lease ran out;
---  * `snoozed`: back to `scheduled` with the attempt given back (snooze_v1);
---  * `retried`: a failure with attempts left, back to `scheduled` (fail_v1 with a retry time);
+--  * `snoozed`: back to `scheduled` with the attempt given back (snooze_v2);
+--  * `retried`: a failure with attempts left, back to `scheduled` (fail_v2 with a retry time);
 --  * `failed`: a failure that ends the job `failed` or `held`;
 --  * `canceled`: the job ends `canceled` after its cancel was requested while it ran (its error
 --    the failure it ended with, if any).

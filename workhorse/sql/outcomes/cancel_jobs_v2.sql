@@ -42,7 +42,7 @@ BEGIN
         RETURNING j.id
     )
     SELECT array_agg(id ORDER BY id) INTO v_waiting FROM canceled;
-    PERFORM workhorse._ended_v1(v_waiting);
+    PERFORM workhorse._ended_v2(v_waiting);
 
     WITH canceled AS (
         UPDATE workhorse.jobs j
@@ -62,7 +62,7 @@ BEGIN
     )
     SELECT array_agg(id ORDER BY id) INTO v_requested FROM requested;
     PERFORM workhorse._after_operator_change_v2(v_queues, v_keys);
-    PERFORM workhorse._ended_v1(v_ids);
+    PERFORM workhorse._ended_v2(v_ids);
     RETURN QUERY SELECT DISTINCT u.id
                  FROM unnest(COALESCE(v_waiting, '{}') || COALESCE(v_ids, '{}')
                              || COALESCE(v_requested, '{}')) AS u(id)

@@ -1,8 +1,8 @@
 -- Give back jobs a slot claimed ahead and never started (a drain, a pause, a policy installed):
 -- each goes back to `ready` with its attempt not used, as if it had never been claimed, and
 -- claimers are told. A job whose cancel was requested meanwhile ends `canceled` instead (it never
--- ran; `p_retention` as for fail_v1). Stale (id, fence) pairs change nothing. Returns the
--- (id, status) of every job released. Jobs are looked up by id (see fail_v1.sql).
+-- ran; `p_retention` as for fail_v2). Stale (id, fence) pairs change nothing. Returns the
+-- (id, status) of every job released. Jobs are looked up by id (see fail_v2.sql).
 -- Feature level 1: a job of a higher level is left alone, as if its fence were stale.
 CREATE FUNCTION workhorse.release_v2(p_ids bigint[], p_fences bigint[], p_retention text)
 RETURNS TABLE (id bigint, status text)
@@ -40,7 +40,7 @@ BEGIN
     )
     SELECT array_agg(r.id), array_agg(r.status) INTO v_released, v_statuses
     FROM released r, hinted, woken;
-    PERFORM workhorse._ended_v1(ARRAY(
+    PERFORM workhorse._ended_v2(ARRAY(
         SELECT u.id FROM unnest(v_released, v_statuses) AS u(id, status)
         WHERE u.status = 'canceled'));
     RETURN QUERY SELECT u.id, u.status FROM unnest(v_released, v_statuses) AS u(id, status);

@@ -1,1 +1,1 @@
-SELECT workhorse.fail_v1(%s::bigint, %s::bigint, %s::text, %s::timestamptz, %s::text)
+SELECT workhorse.fail_v2(%s::bigint, %s::bigint, %s::text, %s::timestamptz, %s::text)

@@ -1,1 +1,1 @@
-SELECT workhorse.listen_results_v1()
+SELECT workhorse.listen_results_v2()

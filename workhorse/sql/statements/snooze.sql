@@ -1,1 +1,1 @@
-SELECT workhorse.snooze_v1(%s::bigint, %s::bigint, %s::double precision, %s::text)
+SELECT workhorse.snooze_v2(%s::bigint, %s::bigint, %s::double precision, %s::text)

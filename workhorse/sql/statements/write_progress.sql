@@ -3,7 +3,7 @@
 -- job was claimed again, writes nothing), and never a value older than the stored one of the same
 -- attempt (`seq`). `done` and `total` come as the text of JSON numbers. One row per job in the
 -- batch; returns the ids written.
--- `status IN ('active', '')`: see fail_v1.sql (the planner then reads the jobs by id).
+-- `status IN ('active', '')`: see fail_v2.sql (the planner then reads the jobs by id).
 UPDATE workhorse.jobs j
 SET progress = jsonb_build_object('done', b.done::numeric, 'total', b.total::numeric,
                                   'message', b.message, 'fence', b.fence, 'seq', b.seq),

@@ -68,7 +68,7 @@ BEGIN
                 expires_at = workhorse._expiry_v1('canceled', m.retention, v_at)
             FROM workhorse.workflow_members m
             WHERE j.id = ANY(v_ids) AND j.status = 'waiting' AND m.job_id = j.id;
-            PERFORM workhorse._ended_v1(v_ids);
+            PERFORM workhorse._ended_v2(v_ids);
         END IF;
     END IF;
 

@@ -97,7 +97,7 @@ BEGIN
                                       octet_length(v_payload::text)),
                     'traceback', NULL)
             WHERE j.id = v_job.id;
-            PERFORM workhorse._ended_v1(ARRAY[v_job.id]);
+            PERFORM workhorse._ended_v2(ARRAY[v_job.id]);
             CONTINUE;
         END IF;
         v_due := COALESCE(v_job.run_at, now() + make_interval(secs => COALESCE(v_job.delay, 0)));
