@@ -538,3 +538,47 @@ def test_a_governed_chunk_caps_each_governed_claim_and_keeps_the_queue_eligible(
 
     _run(database_url, body)
     assert started == [("g", governed[:5]), ("f", free), ("g", governed[5:10])]
+
+
+@pytest.mark.parametrize("case", ["full, running jobs", "full, running none", "room"])
+def test_a_hint_is_left_to_the_next_ride_only_when_full_and_running_there(
+    database_url: str, queue: Queue, case: str
+) -> None:
+    """A governed queue whose claim said `full`, in which the slot runs jobs, ignores a wake-up:
+    its own next outcome rides on a claim anyway, and acting on it made every supervisor claim
+    for one place given back (issue #40). Running nothing there, or after a claim that found
+    room, the hint makes the queue eligible again (both show the check can fail)."""
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=2)])
+    _fill(queue, "g", 5 if case != "room" else 1)
+    running = case == "full, running jobs"
+    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
+                      runs_jobs_in=lambda name: running and name == "g")
+    started: Started = []
+
+    async def body(aconn: psycopg.AsyncConnection[Any]) -> None:
+        (g,) = claimer.queues
+        want = 4
+        assert await claimer.claim(aconn, [g], want, _starter(started)) == (
+            2 if case != "room" else 1)
+        assert g.full is (case != "room")  # room: short for want of jobs, not of places
+        assert claimer.eligible(time.monotonic()) == []  # short: dry until a hint or a poll
+        claimer.hinted(["g"])
+        eligible = claimer.eligible(time.monotonic())
+        assert eligible == ([] if case == "full, running jobs" else [g])
+
+    _run(database_url, body)
+
+
+def test_the_claim_says_full_only_when_the_limit_left_no_room(queue: Queue, conn: Any) -> None:
+    """The `full` marker: the limit reached, by this claim or before it (then with the unlocked
+    look), not a queue that ran out of ready jobs, and never an ungoverned one."""
+    from workhorse import _ops
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=2)])
+    _fill(queue, "g", 3)
+    _fill(queue, "free", 1)
+    first = _ops.execute(conn, _ops.claim_as("g", 2, 30))
+    assert len(first.jobs) == 2 and first.full  # it took the last places
+    second = _ops.execute(conn, _ops.claim_as("g", 2, 30))
+    assert second.jobs == [] and second.full
+    free = _ops.execute(conn, _ops.claim_as("free", 5, 30))
+    assert len(free.jobs) == 1 and not free.full

@@ -46,11 +46,13 @@ def lease_seconds(lease: object) -> float:
 class ClaimReply:
     """What one claim call said: the jobs claimed; the seconds until a rate limit allows the
     next start, when one cut the claim short (else None); the (id, fence) pairs of the
-    successes that rode on it, each with its new status (stale ones left out)."""
+    successes that rode on it, each with its new status (stale ones left out); and whether the
+    queue's max_active left no room (`full`)."""
 
     jobs: list[ClaimedJob]
     next_start: float | None
     accepted: dict[tuple[int, int], JobStatus]
+    full: bool = False
 
 
 def claim_as(
@@ -78,7 +80,7 @@ def claim_as(
             del accepted[key]
         else:
             accepted[key] = status
-    return ClaimReply(reply.jobs, reply.next_start, accepted)
+    return ClaimReply(reply.jobs, reply.next_start, accepted, reply.full)
 
 
 def claim_batch(
@@ -117,18 +119,22 @@ class _ClaimRows:
     jobs: list[ClaimedJob]
     next_start: float | None
     exceptions: dict[tuple[int, int], JobStatus | None]
+    full: bool = False
 
 
 def _claimed(rows: list[Any]) -> _ClaimRows:
     """Claim rows: jobs, and the markers (rows with no id): the rate limit's next start, or a
     status: `feature_level` says that the queue needs a newer claim than this package's (it
-    admitted nothing, and the worker is told once per queue). Rows with an id and no task are the
+    admitted nothing, and the worker is told once per queue), `full` that its max_active left no
+    room. Rows with an id and no task are the
     successes that did not end succeeded: (id, fence) -> status (None: stale)."""
     out = _ClaimRows([], None, {})
     for row in rows:
         if row[0] is None:  # no job: a marker
             if row[15] == "feature_level":
                 _warn_feature_level(row[2], row[6])
+            elif row[15] == "full":
+                out.full = True
             else:  # the rate limit's next allowed start
                 out.next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one

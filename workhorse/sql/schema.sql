@@ -2662,6 +2662,10 @@ BEGIN
             -- one unit, so a full count of jobs is a full count of units). A claim that frees
             -- nothing returns at once instead of queueing for the lock to find no room: with
             -- several supervisors on a full budget those were a third of the claims (issue #40).
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+                NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
             RETURN;
         END IF;
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
@@ -2827,6 +2831,10 @@ BEGIN
             IF v_freed > 0 THEN
                 PERFORM workhorse._wake_v1(p_queue);
             END IF;
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+                NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
             RETURN;
         END IF;
         IF v_rate IS NOT NULL THEN
@@ -3312,6 +3320,13 @@ BEGIN
             NULL::integer, v_next, NULL::text, NULL::timestamptz;
     END IF;
 
+    IF v_governed AND NOT v_units AND v_max IS NOT NULL AND v_active + v_admitted >= v_max THEN
+        -- This claim took the last places: the queue is full now.
+        RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+            NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+            NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
+    END IF;
     IF v_governed AND v_freed > v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;

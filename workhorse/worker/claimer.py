@@ -54,6 +54,7 @@ class QueueState:
     rides: int = 0  # governed claims that carried successes, since the last one that took none
     replace_only: bool = False  # this round: dry, claimed only for the successes that ride
     claim_sent: float = 0.0  # monotonic: when the latest claim was sent (its leases start later)
+    full: bool = False  # its max_active was reached at the last claim that could tell
 
 
 class Claimer:
@@ -67,6 +68,7 @@ class Claimer:
         governed: Iterable[str] = (),
         pass_on: Callable[[str], None] | None = None,
         tasks: Mapping[str, object] | None = None,
+        runs_jobs_in: Callable[[str], bool] = lambda queue: False,
     ) -> None:
         governed = set(governed)
         self.queues = [QueueState(q, governed=q in governed) for q in queues]
@@ -75,6 +77,7 @@ class Claimer:
         self.dequeue_timeout = dequeue_timeout
         self.saturation_poll = saturation_poll
         self.pass_on = pass_on
+        self.runs_jobs_in = runs_jobs_in  # whether this slot runs a job of the queue now
         # The app's task registry (read at each claim: a task module imported late still
         # counts): a job of any other task is another app's, and the claim passes it over.
         self._tasks = tasks
@@ -96,9 +99,16 @@ class Claimer:
     # ---- what the slot hears -----------------------------------------------------------------
 
     def hinted(self, names: Iterable[str]) -> None:
-        """These queues may have work (a relayed NOTIFY)."""
+        """These queues may have work (a relayed NOTIFY). A governed queue whose last claim found
+        it full, and in which this slot runs jobs, ignores the hint: the wake-up can only be a
+        place freed elsewhere, and this slot's own next outcome rides on a claim of the queue
+        anyway (or its poll comes), where acting on every such wake-up made every supervisor
+        claim for each place one claim gave back, all but one of them finding nothing (issue
+        #40). A slot running nothing there acts on it: that is whom the wake-up is for."""
         for name in names:
             state = self._by_name.get(name)
+            if state is not None and state.governed and state.full and self.runs_jobs_in(name):
+                continue
             if state is not None:
                 state.hints += 1
                 state.dry_since = None
@@ -236,21 +246,27 @@ class Claimer:
                         elif state.replace_only:
                             need = min(need, len(successes))
                     try:
-                        claimed, next_start, accepted = await _ops.execute_async(
-                            conn, _ops.complete_and_claim(
-                                state.name, max(need, 0), self.lease, encoded(successes),
-                                self.known_tasks()))
+                        reply = await _ops.execute_async(conn, _ops.claim_as(
+                            state.name, max(need, 0), self.lease, encoded(successes),
+                            self.known_tasks()))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
-                    recorder.counted(successes, accepted)
+                    recorder.counted(successes, reply.accepted)
                     if need <= 0:
                         state.relayed = relayed
                         continue
                 else:
-                    claimed, next_start = await _ops.execute_async(
-                        conn, _ops.claim_batch(state.name, need, self.lease,
-                                               self.known_tasks()))
+                    reply = await _ops.execute_async(conn, _ops.claim_as(
+                        state.name, need, self.lease, tasks=self.known_tasks()))
+                claimed, next_start = reply.jobs, reply.next_start
+                if reply.full:
+                    state.full = True
+                elif len(claimed) < need or len(claimed) > len(successes):
+                    # Short without the limit saying so (no ready job left), or more than its
+                    # own successes freed: there was room. A claim that only replaced its own
+                    # successes leaves the queue as full as it found it.
+                    state.full = False
                 if state.governed and need > 0:
                     took = time.monotonic() - state.claim_sent
                     self.governed_claim_seconds = (

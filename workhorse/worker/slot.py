@@ -169,7 +169,7 @@ class Slot:
         self.claimer = Claimer(
             config.queues, lease=config.lease, dequeue_timeout=config.dequeue_timeout,
             saturation_poll=config.saturation_poll, governed=governed or (),
-            pass_on=self._pass_on, tasks=app.tasks,
+            pass_on=self._pass_on, tasks=app.tasks, runs_jobs_in=self._runs_jobs_in,
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
@@ -261,6 +261,9 @@ class Slot:
             # A queue governed now (a policy, a pause, an override) admits in the claim only:
             # what was claimed ahead from it goes back.
             self._give_back(lambda execution: execution.job.queue in names)
+
+    def _runs_jobs_in(self, queue: str) -> bool:
+        return any(execution.job.queue == queue for execution in self._running.values())
 
     def _pass_on(self, queue: str) -> None:
         if self._receiver is not None:

@@ -20,6 +20,9 @@
 --    `next_start_in` says in how many seconds the next start is allowed;
 --  * when the queue needs a newer claim than this one, a marker row with no id, `status`
 --    'feature_level' and the queue's level in `attempts`: nothing is admitted there.
+--  * when the queue's max_active left no room, or this claim took the last places (the claim
+--    in units says nothing), a marker row with no id and `status` 'full': the worker then
+--    leaves the queue's wake-ups to its own next outcome while it runs jobs there.
 -- A governed queue's claimers are woken when this call freed more places than it took.
 --
 -- Admission (docs/design.md, invariants 1 to 7):
@@ -166,6 +169,10 @@ BEGIN
             -- one unit, so a full count of jobs is a full count of units). A claim that frees
             -- nothing returns at once instead of queueing for the lock to find no room: with
             -- several supervisors on a full budget those were a third of the claims (issue #40).
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+                NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
             RETURN;
         END IF;
         PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
@@ -331,6 +338,10 @@ BEGIN
             IF v_freed > 0 THEN
                 PERFORM workhorse._wake_v1(p_queue);
             END IF;
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+                NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+                NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+                NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
             RETURN;
         END IF;
         IF v_rate IS NOT NULL THEN
@@ -816,6 +827,13 @@ BEGIN
             NULL::integer, v_next, NULL::text, NULL::timestamptz;
     END IF;
 
+    IF v_governed AND NOT v_units AND v_max IS NOT NULL AND v_active + v_admitted >= v_max THEN
+        -- This claim took the last places: the queue is full now.
+        RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text, NULL::smallint,
+            NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
+            NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
+    END IF;
     IF v_governed AND v_freed > v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;
