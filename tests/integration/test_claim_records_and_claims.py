@@ -245,25 +245,31 @@ def test_a_claim_that_only_records_takes_no_admission_lock(conn, queue, database
     assert _statuses(conn)["succeeded"] == 2
 
 
-@pytest.mark.parametrize("full", [True, False])
-def test_a_bare_claim_on_a_full_queue_returns_without_queueing_for_the_lock(
-        conn, queue, database_url, full):
-    """A claim with no successes that finds the queue full in its committed snapshot returns at
-    once, admitting nothing, instead of waiting for the admission lock to find no room; on a
-    queue with room it waits (the check can fail). Exactness is the locked count's: the model
-    and contention suites run through this path."""
+@pytest.mark.parametrize(("full", "expect_full"), [(True, True), (False, True), (True, False)])
+def test_a_bare_claim_expecting_a_full_queue_returns_without_queueing_for_the_lock(
+        conn, queue, database_url, full, expect_full):
+    """A claim with no successes whose caller expects the queue full (its last claim said so)
+    and that finds it full in its committed snapshot returns at once, admitting nothing, instead
+    of waiting for the admission lock to find no room. On a queue with room it waits, and so does
+    a claim that expects room (it does not pay for the unlocked look): the check can fail both
+    ways. Exactness is the locked count's: the model and contention suites run through here."""
     _govern(queue, "g", 2)
     _fill(queue, "g", 5)
     assert len(queue.claim("g", 2 if full else 1, 30)) == (2 if full else 1)
     holder = _admission_lock_held(database_url, "g")
     got: list[Any] = []
+
+    def claim(c: psycopg.Connection[Any]) -> None:
+        reply = _ops.execute(c, _ops.claim_as("g", 2, 30, expect_full=expect_full))
+        got.extend(reply.jobs)
+        assert reply.full  # no room, or it took the last place
+
     try:
-        waited = _waits_for(conn, database_url, holder,
-                            lambda c: got.extend(Queue(c).claim("g", 2, 30)))
+        waited = _waits_for(conn, database_url, holder, claim)
     finally:
         holder.close()
-    if full:
+    if full and expect_full:
         assert waited is None and got == []
     else:
-        assert waited == "advisory" and len(got) == 1
+        assert waited == "advisory" and len(got) == (0 if full else 1)
     assert _statuses(conn)["active"] == 2

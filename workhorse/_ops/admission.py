@@ -59,11 +59,15 @@ def claim_as(
     queue: str, limit: int, lease: float,
     successes: Sequence[tuple[int, int, str, str]] = (),
     tasks: Collection[str] | None = None,
+    *,
+    expect_full: bool = False,
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
     once. With `tasks` (the names the worker's app declares), a job of any other task is passed
-    over, never claimed: another app's worker may serve the same queue."""
+    over, never claimed: another app's worker may serve the same queue. With `expect_full` (the
+    caller's last claim of the queue said `full`), a claim with no successes first looks,
+    without the queue's admission lock, whether the queue is still full, and returns if so."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
@@ -71,7 +75,7 @@ def claim_as(
         rows = yield _sql.statement("complete_and_claim"), (
             queue, limit, lease, *_success_columns(successes), known)
     else:
-        rows = yield _sql.statement("claim"), (queue, limit, lease, known)
+        rows = yield _sql.statement("claim"), (queue, limit, lease, known, expect_full)
     reply = _claimed(rows)
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}

@@ -2570,7 +2570,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_tasks text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_tasks text[] DEFAULT NULL::text[], p_expect_full boolean DEFAULT false)
  RETURNS TABLE(id bigint, task text, queue text, ckey text, priority smallint, payload jsonb, attempts integer, max_attempts integer, fence bigint, lease_until timestamp with time zone, enqueued_at timestamp with time zone, run_at timestamp with time zone, meta jsonb, started_at timestamp with time zone, rank integer, next_start_in double precision, status text, scheduled_for timestamp with time zone)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -2646,7 +2646,7 @@ BEGIN
         -- for the lock only to record would hold up the claims that admit.
         NULL;
     ELSIF v_peek THEN
-        IF v_sent = 0 AND EXISTS (
+        IF v_sent = 0 AND p_expect_full AND EXISTS (
             SELECT 1 FROM workhorse._limits_v1(p_queue, clock_timestamp()) AS l
             WHERE l.max_active IS NOT NULL AND l.feature_level <= c_level
               AND l.max_active <= (

@@ -258,7 +258,8 @@ class Claimer:
                         continue
                 else:
                     reply = await _ops.execute_async(conn, _ops.claim_as(
-                        state.name, need, self.lease, tasks=self.known_tasks()))
+                        state.name, need, self.lease, tasks=self.known_tasks(),
+                        expect_full=state.governed and state.full))
                 claimed, next_start = reply.jobs, reply.next_start
                 if reply.full:
                     state.full = True

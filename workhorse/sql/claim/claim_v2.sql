@@ -7,7 +7,9 @@
 -- `p_lease`, in seconds; the successes to record first, as _record_successes_v2 takes them
 -- (`p_ids`, `p_fences`, `p_results` as JSON text, `p_retention_ix`, `p_retentions`; NULL arrays
 -- when there are none); `p_tasks`, the task names the claiming worker's app declares (NULL: any
--- task).
+-- task); `p_expect_full`, whether the caller's last claim found the queue full (only then does
+-- a claim with no successes first look, unlocked, whether it still is: that look counts the
+-- active jobs once more, which a claim that will find room should not pay).
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -31,8 +33,9 @@
 --    walk the ready rows with SKIP LOCKED. Active means an unexpired lease; a job whose lease
 --    expired is claimable again and uses an attempt. A paused queue admits nothing.
 --    Two calls skip the lock, because they cannot admit: one that asks for no job (it only
---    records successes, as complete does), and one with no successes that finds the queue full
---    in its committed snapshot (a claim not yet committed only adds to that count).
+--    records successes, as complete does), and one with no successes that expects the queue
+--    full and finds it so in its committed snapshot (a claim not yet committed only adds to
+--    that count).
 --  * A queue-wide limit only, or none: the row walk, priority then id order, at most the room.
 --  * A per-key limit or rate: the walk over key heads in admission order, passing over saturated
 --    keys and keys out of starts, so the cost grows with the keys passed over and the batch,
@@ -73,7 +76,7 @@
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
-    p_retentions text[], p_tasks text[] DEFAULT NULL)
+    p_retentions text[], p_tasks text[] DEFAULT NULL, p_expect_full boolean DEFAULT false)
 RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
@@ -153,7 +156,7 @@ BEGIN
         -- for the lock only to record would hold up the claims that admit.
         NULL;
     ELSIF v_peek THEN
-        IF v_sent = 0 AND EXISTS (
+        IF v_sent = 0 AND p_expect_full AND EXISTS (
             SELECT 1 FROM workhorse._limits_v1(p_queue, clock_timestamp()) AS l
             WHERE l.max_active IS NOT NULL AND l.feature_level <= c_level
               AND l.max_active <= (
