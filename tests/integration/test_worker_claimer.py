@@ -540,6 +540,45 @@ def test_a_governed_chunk_caps_each_governed_claim_and_keeps_the_queue_eligible(
     assert started == [("g", governed[:5]), ("f", free), ("g", governed[5:10])]
 
 
+def test_a_chunk_that_cuts_a_replacement_short_leaves_the_queue_eligible(
+    database_url: str, queue: Queue
+) -> None:
+    """A full queue's claim that carries its own successes only replaces them; when the chunk
+    cuts that replacement short, the places freed and not yet taken are still this slot's to
+    refill, so the queue stays eligible (no ride or hint needed). Without that they sat idle
+    until the saturation poll (issue #40: one supervisor with a whole budget of successes
+    riding at once)."""
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=4)])
+    ids = _fill(queue, "g", 12)
+    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
+                               ride=["g"])
+    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
+                      runs_jobs_in=lambda name: True)
+    started: Started = []
+
+    async def body(aconn: psycopg.AsyncConnection[Any]) -> None:
+        (g,) = claimer.queues
+        first: list[ClaimedJob] = []
+
+        def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
+            first.extend(claimed)
+            started.append((state.name, [job.id for job in claimed]))
+
+        assert await claimer.claim(aconn, [g], 8, start) == 4
+        assert g.full and claimer.eligible(time.monotonic()) == []  # dry: full
+        for job in first:  # all four end at once; their successes ride
+            recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
+        (state,) = claimer.eligible(time.monotonic(), recorder.riding())
+        assert state.replace_only
+        assert await claimer.claim(aconn, [g], 8, _starter(started), recorder=recorder,
+                                   governed_chunk=3) == 3
+        assert claimer.eligible(time.monotonic()) == [g]  # one freed place left to refill
+        assert await claimer.claim(aconn, [g], 8, _starter(started), governed_chunk=3) == 1
+
+    _run(database_url, body)
+    assert started == [("g", ids[:4]), ("g", ids[4:7]), ("g", ids[7:8])]
+
+
 @pytest.mark.parametrize("case", ["full, running jobs", "full, running none", "room"])
 def test_a_hint_is_left_to_the_next_ride_only_when_full_and_running_there(
     database_url: str, queue: Queue, case: str

@@ -273,6 +273,11 @@ class Claimer:
                     self.governed_claim_seconds = (
                         took if not self.governed_claim_seconds
                         else 0.8 * self.governed_claim_seconds + 0.2 * took)
+                if (state.replace_only and governed_chunk is not None
+                        and len(claimed) == need == governed_chunk < len(successes)):
+                    # The chunk cut short the replacement of our own successes: the places
+                    # they freed and this claim did not take are still ours to refill.
+                    state.dry_since = None
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()
