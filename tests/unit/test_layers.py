@@ -274,3 +274,22 @@ def test_an_upward_import_fails() -> None:
     })
     assert upward_imports(graph, LITTLE_LAYERS, top="pkg") == [
         "pkg.ops (middle) imports pkg.app (top)"]
+
+
+# Rooms of one concern (docs/architecture.md "Module map"): a module that outgrows this holds
+# more than one.
+MODULE_LINES = 900
+
+
+def _oversized(root: Path, limit: int) -> list[str]:
+    return sorted(f"{path.relative_to(root)}: {n}" for path in root.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > limit)
+
+
+def test_no_module_is_over_the_size_of_one_concern() -> None:
+    assert _oversized(PACKAGE, MODULE_LINES) == []
+
+
+def test_the_size_check_finds_a_big_module() -> None:
+    # The largest module is over a smaller limit: the check can fail.
+    assert _oversized(PACKAGE, 800) != []
