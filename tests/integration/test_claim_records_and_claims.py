@@ -273,3 +273,73 @@ def test_a_bare_claim_expecting_a_full_queue_returns_without_queueing_for_the_lo
     else:
         assert waited == "advisory" and len(got) == (0 if full else 1)
     assert _statuses(conn)["active"] == 2
+
+
+def _swap(conn: psycopg.Connection[Any], name: str, limit: int, jobs: list[ClaimedJob],
+          *, expect_full: bool = True) -> Any:
+    return _ops.execute(conn, _ops.claim_as(name, limit, 30, _successes(jobs),
+                                            expect_full=expect_full))
+
+
+@pytest.mark.parametrize("expect_full", [True, False])
+def test_a_swap_takes_only_the_places_its_successes_free(conn, queue, expect_full):
+    """A claim with successes whose caller expects the queue full is a swap: it shares the
+    admission lock with other swaps, so it may refill only the places its own successes free,
+    never the room it sees beside them (another swap may see the same room). The claim that
+    expects room takes that room too: the assertion tells the two apart."""
+    _govern(queue, "g", 4)
+    _fill(queue, "g", 10)
+    first = queue.claim("g", 3, 30)
+    assert len(first) == 3  # one place of 4 is free
+    reply = _swap(conn, "g", 5, first[:1], expect_full=expect_full)
+    assert len(reply.jobs) == (1 if expect_full else 2)
+    assert reply.full == (not expect_full)
+    assert _statuses(conn)["active"] == (3 if expect_full else 4)
+
+
+def test_swaps_side_by_side_do_not_refill_places_of_jobs_whose_lease_expired(
+        conn, queue, database_url):
+    """A job whose lease expired is not counted, so a claim may already have given its place
+    to another job. Swaps run side by side (the lock is shared) and each sees the same free
+    place, so a swap may refill only the places of successes whose lease still held: those
+    every earlier claim counted. Here A0, A1 and A2 expire, X1 and X2 take two of their places
+    (they have a higher priority, so they are admitted rather than any reclaimed), and the
+    successes of A1 and A2 arrive in two swaps whose transactions overlap: each sees the one
+    free place. Without the rule both take it: 5 active at a limit of 4. (A0 is there so that
+    a swap's walk, which locks the first expired job it looks at, leaves the other swap's
+    success alone.)"""
+    _govern(queue, "g", 4)
+    _fill(queue, "g", 6)
+    a0, a1, a2, b = queue.claim("g", 4, 30)
+    conn.execute("UPDATE workhorse.jobs SET lease_until = now() - interval '1 second' "
+                 "WHERE id = ANY(%s)", ([a0.id, a1.id, a2.id],))
+    for _ in range(3):
+        queue.enqueue("t", {"args": [], "kwargs": {}}, EnqueueOptions(queue="g", priority=5))
+    taken = queue.claim("g", 2, 30)
+    assert len(taken) == 2 and {j.id for j in taken}.isdisjoint({a0.id, a1.id, a2.id, b.id})
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+        for c in (first, second):  # a wait on the other would be a failure, not a hang
+            c.execute("SET lock_timeout = '5s'")
+        one = _swap(first, "g", 5, [a1])  # not committed yet
+        two = _swap(second, "g", 5, [a2])
+        first.commit()
+        second.commit()
+    assert set(one.accepted) == {(a1.id, a1.fence)} and set(two.accepted) == {(a2.id, a2.fence)}
+    assert conn.execute(
+        "SELECT count(*) FROM workhorse.jobs WHERE status = 'active' "
+        "AND lease_until > clock_timestamp()").fetchone()[0] == 3  # b, X1, X2; at most 4
+    assert one.jobs == [] and two.jobs == []
+
+
+def test_a_swap_on_a_queue_with_per_key_limits_records_and_admits_nothing(conn, queue):
+    """A swap counts only the queue's active jobs: a queue whose rules need more (a per-key
+    limit here; costs, fair share, budgets and rate limits alike) is left to the locked claim.
+    The successes are recorded and the claimers woken to refill their places."""
+    _govern(queue, "g", 4, per_key=1)
+    _fill(queue, "g", 6, keyed=True)
+    first = queue.claim("g", 2, 30)
+    assert len(first) == 2
+    reply = _swap(conn, "g", 5, first)
+    assert reply.jobs == [] and len(reply.accepted) == 2
+    assert _statuses(conn)["succeeded"] == 2
+    assert len(queue.claim("g", 5, 30)) == 2  # the locked claim refills them
