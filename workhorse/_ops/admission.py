@@ -69,7 +69,7 @@ def claim_as(
     caller's last claim of the queue said `full`), a claim with no successes first looks,
     without the queue's admission lock, whether the queue is still full, and returns if so; a
     claim with successes is a swap: it takes at most the places they free, sharing the lock with
-    other swaps (claim_v2's header says why that is exact)."""
+    other swaps (the claim's SQL header says why that is exact)."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
