@@ -67,15 +67,13 @@ def claim_as(
     once. With `tasks` (the names the worker's app declares), a job of any other task is passed
     over, never claimed: another app's worker may serve the same queue. With `expect_full` (the
     caller's last claim of the queue said `full`), a claim with no successes first looks,
-    without the queue's admission lock, whether the queue is still full, and returns if so; a
-    claim with successes is a swap: it takes at most the places they free, sharing the lock with
-    other swaps (the claim's SQL header says why that is exact)."""
+    without the queue's admission lock, whether the queue is still full, and returns if so."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
     if successes:
         rows = yield _sql.statement("complete_and_claim"), (
-            queue, limit, lease, *_success_columns(successes), known, expect_full)
+            queue, limit, lease, *_success_columns(successes), known)
     else:
         rows = yield _sql.statement("claim"), (queue, limit, lease, known, expect_full)
     reply = _claimed(rows)

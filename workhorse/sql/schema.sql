@@ -2582,9 +2582,6 @@ DECLARE
     c_level CONSTANT integer := 2;  -- this function's feature level
     v_sent integer := COALESCE(cardinality(p_ids), 0);
     v_peek boolean;
-    v_swap boolean := false;
-    v_unexpired bigint[];
-    v_swappable integer;
     v_freed integer := 0;
     v_done_ids bigint[];
     v_done_fences bigint[];
@@ -2671,25 +2668,7 @@ BEGIN
                 NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
             RETURN;
         END IF;
-        IF v_sent > 0 AND p_expect_full THEN
-            -- A swap: the caller expects the queue full, so this claim only replaces the jobs
-            -- whose successes it records, and the count of active jobs cannot grow through it.
-            -- Swaps share the lock with one another; a claim that may grow the count, a sync,
-            -- a pause or an override takes it exclusively, so none of them runs beside a swap.
-            v_swap := true;
-            PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
-            -- The places a swap may refill: its successes whose lease has not expired. A job
-            -- whose lease expired was not counted by the claims that ran since, so its place
-            -- may be in use already (a lease is never renewed once expired, so one unexpired
-            -- now was counted by every claim before this one).
-            v_unexpired := ARRAY(
-                SELECT j.id FROM workhorse.jobs j
-                JOIN unnest(p_ids, p_fences) AS b(id, fence) ON j.id = b.id AND j.fence = b.fence
-                WHERE j.status IN ('active', '') AND j.queue = p_queue
-                  AND j.lease_until > clock_timestamp());
-        ELSE
-            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
-        END IF;
+        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
     END IF;
@@ -2700,10 +2679,6 @@ BEGIN
         FROM workhorse._record_successes_v2(
             p_ids, p_fences, p_results, p_retention_ix, p_retentions) AS r;
         v_freed := cardinality(v_done_ids);
-        IF v_swap THEN
-            v_swappable := cardinality(ARRAY(
-                SELECT d.id FROM unnest(v_done_ids) AS d(id) WHERE d.id = ANY(v_unexpired)));
-        END IF;
         IF v_freed < v_sent OR NOT 'succeeded' = ALL(v_done_statuses) THEN
             RETURN QUERY
                 SELECT b.id, NULL::text, p_queue, NULL::text, NULL::smallint, NULL::jsonb,
@@ -2753,12 +2728,8 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF (v_governed AND NOT v_peek) OR v_paused
-       OR (v_swap AND (v_level > 1 OR v_budgeted OR v_max IS NULL OR v_per_key < 2147483647
-                       OR v_rate IS NOT NULL OR v_rate_key IS NOT NULL)) THEN
-        -- Governed while we waited in shared mode (our caller retries on the hint), or paused,
-        -- or a swap where the queue's rules need more than a count (keys, costs, fair share,
-        -- budgets, rate limits): its successes are recorded, the wake-up refills their places.
+    IF (v_governed AND NOT v_peek) OR v_paused THEN
+        -- Governed while we waited in shared mode (our caller retries on the hint), or paused.
         IF v_freed > 0 AND v_peek THEN
             PERFORM workhorse._wake_v1(p_queue);
         END IF;
@@ -2856,11 +2827,6 @@ BEGIN
         ) AS a;
 
         v_room := CASE WHEN v_max IS NULL THEN p_limit ELSE LEAST(p_limit, v_max - v_active) END;
-        IF v_swap THEN
-            -- Never more than the swap's own places: other swaps run beside this one, and each
-            -- may see the same room.
-            v_room := LEAST(v_room, v_swappable);
-        END IF;
         IF v_room <= 0 THEN
             IF v_freed > 0 THEN
                 PERFORM workhorse._wake_v1(p_queue);

@@ -243,12 +243,12 @@ class Claimer:
                             # Others first, for a moment; a hint ends it sooner.
                             state.dry_since = time.monotonic()
                             state.due_at = state.dry_since + FAIR_SHARE_YIELD
-                        elif state.replace_only or state.full:
+                        elif state.replace_only:
                             need = min(need, len(successes))
                     try:
                         reply = await _ops.execute_async(conn, _ops.claim_as(
                             state.name, max(need, 0), self.lease, encoded(successes),
-                            self.known_tasks(), expect_full=state.governed and state.full))
+                            self.known_tasks()))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
