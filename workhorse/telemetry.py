@@ -37,6 +37,15 @@ job_queue_wait = _meter.create_histogram("workhorse.job.queue_wait", unit="s")
 # The latest health snapshot, published by whoever polls health (the worker supervisor, `top`).
 _snapshot_lock = threading.Lock()
 _snapshot: QueueHealth | None = None
+# Set the first time a metrics SDK collects the gauges: only an SDK's reader calls their callbacks.
+# Until then a supervisor does not read health for them (a fleet-wide read of every policy and
+# budget every few seconds per supervisor, issue #40).
+_gauges_collected = threading.Event()
+
+
+def gauges_collected() -> bool:
+    """Whether a metrics SDK has collected the health gauges (so they are worth refreshing)."""
+    return _gauges_collected.is_set()
 
 
 def publish_health(health: QueueHealth) -> None:
@@ -48,6 +57,7 @@ def publish_health(health: QueueHealth) -> None:
 
 def _gauge_values(value_of: str | Callable[[PolicyHealth], float | None]
                   ) -> Iterable[Observation]:
+    _gauges_collected.set()
     with _snapshot_lock:
         snapshot = _snapshot
     if snapshot is None:
@@ -103,6 +113,7 @@ _meter.create_observable_gauge(
 def _budget_values(field: str) -> Iterable[Observation]:
     """One observation per budget in the snapshot with a value for `field`, whose one attribute
     is the budget's name."""
+    _gauges_collected.set()
     with _snapshot_lock:
         snapshot = _snapshot
     if snapshot is None:

@@ -99,6 +99,11 @@ class Registry:
 
     def _publish_health(self, conn: psycopg.Connection[Any]) -> None:
         # The concurrency gauges report this snapshot; health is bounded (a sample per policy).
+        # Read only once a metrics SDK collects them: with none configured nobody sees the
+        # values, and on 8 idle supervisors these reads were a quarter of the server's CPU
+        # (docs/architecture.md "Background reads", issue #40).
+        if not telemetry.gauges_collected():
+            return
         try:
             telemetry.publish_health(_ops.execute(conn, _ops.health()))
         except psycopg.Error as exc:
