@@ -441,3 +441,28 @@ def test_claims_that_pass_over_another_apps_jobs_use_indexes(explained: Any) -> 
         _check(texts)
         assert any("jobs_ready_task_idx" in text for text in texts) or queue == "per-key", \
             "\n".join(texts)
+
+
+# PostgreSQL's default jit_above_cost: a plan estimated above it is JIT-compiled at every run.
+JIT_ABOVE_COST = 100_000.0
+
+
+def test_health_is_planned_below_the_jit_threshold_on_tables_never_analyzed(
+    explained: Any,
+) -> None:
+    """Health is read by the dashboard, `workhorse health` and every supervisor whose gauges a
+    metrics SDK collects. On small tables never analyzed, the planner assumes a thousand rows
+    each; budget_health's plan was then estimated at 414,000, above jit_above_cost, and every
+    read spent 60-100 ms compiling (docs/architecture.md "Background reads")."""
+    q, plans = explained
+    q.sync_concurrency_policies("plans", [ConcurrencyPolicyDefinition("queue-only", 5)])
+    q.enqueue_many([("t", {}, EnqueueOptions(queue="queue-only"))] * 20)
+    texts = plans(q.health)
+    assert len(texts) >= 4, texts  # policies, depth, waiting members, budgets at least
+    costs = []
+    for text in texts:
+        match = re.search(r"\(cost=[0-9.]+\.\.([0-9.]+) rows", text)
+        assert match, text
+        costs.append((float(match.group(1)), text.splitlines()[1][:100]))
+    over = [(cost, query) for cost, query in costs if cost >= JIT_ABOVE_COST]
+    assert not over, over
