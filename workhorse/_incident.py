@@ -34,6 +34,8 @@ class Backlog:
     max_active_per_key: int | None
     rate_limit: int | None
     rate_limit_per_key: int | None
+    feature_level: int = 1  # the claim level the queue needs (above the workers': it is idle)
+    ready: int = 0  # its ready jobs, counted up to the sample
 
 
 def _since(moment: datetime, now: datetime) -> str:
@@ -87,17 +89,22 @@ def unknown_task_ready(sample: int) -> Operation[dict[str, tuple[int, list[str]]
     return {row[0]: (int(row[1]), list(row[2] or [])) for row in rows}
 
 
-def stalled(unknown: dict[str, tuple[int, list[str]]] | None = None
-            ) -> Operation[dict[str, str]]:
-    """`QueueHealth.stalled`: queue -> why its ready (or due) work cannot move, the reasons
-    joined by "; ". Only queues with such work and at least one reason are in it. `unknown`:
-    unknown_task_ready's answer, when the caller has it."""
-    rows = yield _sql.statement("stalled_queues"), ()
-    backlog = [Backlog(*row) for row in rows]
-    if not backlog:
-        return {}
+def backlog(sample: int) -> Operation[tuple[list[Backlog], list[WorkerInfo]]]:
+    """The queues with ready or due work and what in force may hold it, with the workers'
+    registry (read only when some queue has such work: empty otherwise)."""
+    rows = yield _sql.statement("stalled_queues"), {"sample": sample}
+    found = [Backlog(*row) for row in rows]
+    if not found:
+        return [], []
     worker_rows = yield _sql.statement("list_workers"), ()
-    workers = [WorkerInfo(*row) for row in worker_rows]
+    return found, [WorkerInfo(*row) for row in worker_rows]
+
+
+def stalled_from(backlog: Sequence[Backlog], workers: Sequence[WorkerInfo],
+                 unknown: dict[str, tuple[int, list[str]]] | None = None) -> dict[str, str]:
+    """`QueueHealth.stalled` from `backlog`'s answer: queue -> why its ready (or due) work
+    cannot move, the reasons joined by "; ". Only queues with such work and at least one
+    reason are in it. `unknown`: unknown_task_ready's answer, when the caller has it."""
     found = {}
     for b in backlog:
         reasons = stall_reasons(
@@ -107,6 +114,13 @@ def stalled(unknown: dict[str, tuple[int, list[str]]] | None = None
         if reasons:
             found[b.queue] = "; ".join(reasons)
     return found
+
+
+def stalled(unknown: dict[str, tuple[int, list[str]]] | None = None, sample: int = 1000
+            ) -> Operation[dict[str, str]]:
+    """`QueueHealth.stalled` (see `stalled_from`), read."""
+    found, workers = yield from backlog(sample)
+    return stalled_from(found, workers, unknown)
 
 
 def queue_known(queue: str) -> Operation[bool]:

@@ -1,8 +1,8 @@
 """OpenTelemetry instruments, through `opentelemetry-api` only.
 
 With no SDK configured these are the API's no-op proxies, so they cost next to nothing. The one
-attribute is the queue (the budget's name on the budget gauges): raw concurrency keys are never an
-attribute, because they are unbounded and may name customers.
+attribute is the queue (the budget's name on the budget gauges; the reason gauge adds the code):
+raw concurrency keys are never an attribute, because they are unbounded and may name customers.
 """
 
 from __future__ import annotations
@@ -131,6 +131,23 @@ def _observe_budget_active(options: CallbackOptions) -> Iterable[Observation]:
     return _budget_values("active_units")
 
 
+# The reason codes' gauge (docs/design.md "Reason codes"): one observation per queue and code
+# present, valued by its count; a code that went away is simply not observed.
+REASON_ATTRIBUTE = "workhorse.reason"
+
+
+def _observe_reasons(options: CallbackOptions) -> Iterable[Observation]:
+    _gauges_collected.set()
+    with _snapshot_lock:
+        snapshot = _snapshot
+    if snapshot is None:
+        return []
+    return [Observation(reason.count, {QUEUE_ATTRIBUTE: reason.queue,
+                                       REASON_ATTRIBUTE: reason.code})
+            for reason in snapshot.reasons if reason.queue is not None]
+
+
+_meter.create_observable_gauge("workhorse.queue.reason", callbacks=[_observe_reasons])
 _meter.create_observable_gauge("workhorse.budget.concurrency.limit",
                                callbacks=[_observe_budget_limit])
 _meter.create_observable_gauge("workhorse.budget.concurrency.active",

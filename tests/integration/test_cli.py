@@ -137,7 +137,13 @@ def test_health_json_is_queue_health_field_by_field(
     queue.enqueue("t.more", None, EnqueueOptions(queue="active"))
     data = ok_json(database_url, "health")
     assert data == json.loads(json.dumps(dataclasses.asdict(queue.health())))
-    assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready", "budgets"}
+    assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready", "budgets",
+                         "reasons"}
+    # No supervisor runs: every queue with ready work says no_worker; "active" is at its limit.
+    codes = {(r["queue"], r["code"]): r["count"] for r in data["reasons"]}
+    assert codes[("active", "at_limit")] == 1
+    assert codes[("active", "no_worker")] == 1
+    assert set(data["reasons"][0]) == {"code", "count", "detail", "queue"}
     assert data["depth"] == {
         "scheduled": 1, "ready": 2, "active": 1, "succeeded": 1, "failed": 1, "held": 2,
         "canceled": 1, "waiting": 0,

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("enqueuer", ["workhorse._enqueue"]),
     ("handles and calls", ["workhorse.handle", "workhorse._calls"]),
     ("connections", ["workhorse.database", "workhorse._results", "workhorse._listen"]),
-    ("operations", ["workhorse._ops", "workhorse._incident"]),
+    ("operations", ["workhorse._ops", "workhorse._incident", "workhorse._reasons"]),
     ("driver", ["workhorse._driver", "workhorse._sql", "workhorse.embedded",
                 "workhorse._embedded_account", "workhorse.context", "workhorse.telemetry",
                 "workhorse.retry", "workhorse._text"]),

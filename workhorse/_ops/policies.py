@@ -3,10 +3,11 @@ override of its limits), the queue list and the admission tables' housekeeping."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import _incident, _sql
+from .. import _incident, _reasons, _sql
 from .._driver import Operation, Rows
 from ..errors import (
     InvalidOptionsError,
@@ -29,6 +30,7 @@ from ..types import (
     check_optional_name,
     rate_text,
 )
+from .admission import FEATURE_LEVEL
 from .budgets import budget_health
 from .jobs import HEALTH_SAMPLE
 
@@ -122,11 +124,20 @@ def health() -> Operation[QueueHealth]:
     waiting_rows = yield _sql.statement("waiting_depth"), ()
     depth[JobStatus.WAITING.value] = sum(int(n) for _, n in waiting_rows)
     unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
-    stalled = yield from _incident.stalled(unknown)
+    backlog, workers = yield from _incident.backlog(HEALTH_SAMPLE)
     budgets = yield from budget_health()
-    return QueueHealth(policies=policies, depth=depth, stalled=stalled,
+    # Last, so that the server's clock it reads is later than every next start read above.
+    expired_rows = yield _sql.statement("expired_leases"), ()
+    now, expired_queues, expired_counts = expired_rows[0]
+    budgets = [dataclasses.replace(b, reasons=_reasons.budget_reasons(b, now)) for b in budgets]
+    reasons = _reasons.queue_reasons(
+        policies=policies, backlog=backlog, workers=workers, unknown=unknown, budgets=budgets,
+        expired=dict(zip(expired_queues, expired_counts, strict=True)), now=now,
+        level=FEATURE_LEVEL)
+    return QueueHealth(policies=policies, depth=depth,
+                       stalled=_incident.stalled_from(backlog, workers, unknown),
                        unknown_task_ready={queue: n for queue, (n, _) in unknown.items()},
-                       budgets=budgets)
+                       budgets=budgets, reasons=reasons)
 
 # ---- operator controls ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from .. import _incident, _ops, telemetry
 from .._text import literal
 from ..errors import WorkhorseError
 from ..queue import Queue
-from ..types import JobStatus, QueueHealth
+from ..types import REASON_CODES, JobStatus, QueueHealth
 from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
 from ._render import (
     DataTable,
@@ -26,24 +26,45 @@ from ._render import (
     limit_text,
     limits_text,
     override_text,
+    reasons_table,
 )
+
+
+def _reason_codes(ctx: click.Context, param: click.Parameter, value: str | None
+                  ) -> frozenset[str]:
+    codes = frozenset(part.strip() for part in (value or "").split(",") if part.strip())
+    unknown = sorted(codes - set(REASON_CODES))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown reason code {', '.join(unknown)}; the codes: {', '.join(REASON_CODES)}")
+    return codes
 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print QueueHealth as JSON.")
+@click.option("--fail-on", "fail_on", metavar="CODE[,CODE]", callback=_reason_codes,
+              help="Exit 1 when a queue or budget has any of these reason codes (for probes): "
+                   + ", ".join(REASON_CODES) + ".")
 @click.pass_context
 @handle_errors
-def health(ctx: click.Context, as_json: bool) -> None:
-    """Per policy: limit, active, available, blocked_ready, saturated keys; depth by status."""
+def health(ctx: click.Context, as_json: bool, fail_on: frozenset[str]) -> None:
+    """Per policy: limit, active, available, blocked_ready, saturated keys; depth by status;
+    the reason codes of what is not moving."""
     with connect(ctx) as conn:
         result = Queue(conn).health()
     if as_json:
         print_json(result)
-        return
-    console.print(health_table(result))
-    console.print(depth_table(result))
-    if result.budgets:
-        console.print(budgets_table(result.budgets))
+    else:
+        console.print(health_table(result))
+        console.print(depth_table(result))
+        if result.budgets:
+            console.print(budgets_table(result.budgets))
+        if result.reasons or any(b.reasons for b in result.budgets):
+            console.print(reasons_table(result))
+    present = {r.code for r in result.reasons} | {
+        r.code for b in result.budgets for r in b.reasons}
+    if present & fail_on:
+        ctx.exit(1)
 
 
 @main.group(invoke_without_command=True)

@@ -140,6 +140,19 @@ def budgets_table(rows: list[BudgetHealth]) -> Table:
     return table
 
 
+def reasons_table(health: QueueHealth) -> Table:
+    """The reason codes: each queue's, then each budget's (docs/design.md "Reason codes")."""
+    table = DataTable(title="reasons")
+    for column in ("queue / budget", "code", "count", "detail"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    for r in health.reasons:
+        table.add_row(r.queue or "-", r.code, str(r.count), r.detail)
+    for b in health.budgets:
+        for r in b.reasons:
+            table.add_row(f"budget {b.name}", r.code, str(r.count), r.detail)
+    return table
+
+
 def budget_line(name: str, override: BudgetOverride | None) -> str:
     if override is None:
         return f"budget {name}: no override"

@@ -7,9 +7,11 @@ before the split, but are not part of `__all__`.
 """
 
 from .health import (
+    REASON_CODES,
     BudgetHealth,
     PolicyHealth,
     QueueHealth,
+    Reason,
 )
 from .options import (
     RATE_PERIOD_MAX,
@@ -96,6 +98,7 @@ __all__ = [
     "ATTEMPT_HISTORY_MAX",
     "ATTEMPT_OUTCOMES",
     "RATE_PERIOD_MAX",
+    "REASON_CODES",
     "RESTING",
     "Attempt",
     "Budget",
@@ -117,6 +120,7 @@ __all__ = [
     "QueueSpec",
     "QueueSummary",
     "RateLimit",
+    "Reason",
     "Schedule",
     "ScheduleDefinition",
     "SyncReport",

@@ -8,6 +8,31 @@ from datetime import datetime
 
 from .records import BudgetOverride, PolicyOverride
 
+# docs/design.md "Reason codes": the stable set, in the order health lists them. `backed_off`,
+# `suspended` and `expired` name causes of features still to come (back-pressure, suspended
+# jobs, deadlines); no health reports them yet.
+REASON_CODES = (
+    "no_worker", "unknown_task", "feature_level", "paused", "at_limit", "key_saturated",
+    "rate_limited", "budget_full", "backed_off", "suspended", "expired", "stalled",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why some of a queue's (or a budget's) work is not moving now: a code of the stable set
+    (`REASON_CODES`), the number behind it (jobs held back, or keys for `key_saturated` and a
+    per-key `rate_limited`; docs/design.md "Reason codes" says which), a sentence for people,
+    and the queue it is about (None on a `BudgetHealth`'s own reasons).
+
+    >>> [(r.queue, r.code, r.count) for r in q.health().reasons]  # doctest: +SKIP
+    [('mail', 'at_limit', 120)]
+    """
+
+    code: str
+    count: int
+    detail: str
+    queue: str | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetHealth:
@@ -36,6 +61,8 @@ class BudgetHealth:
     next_start_at: datetime | None = None
     ready: int = 0
     capped: bool = False
+    # docs/design.md "Reason codes": `budget_full`, `rate_limited` while it holds work back.
+    reasons: list[Reason] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +113,9 @@ class QueueHealth:
     """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
     overridden queue, the number of jobs by status, `stalled`: queue -> why its ready or
     due work cannot move (no live supervisor serves it or declares its task, paused, a limit of
-    0; docs/design.md "The dashboard in an incident"), and `unknown_task_ready`: queue -> ready jobs
-    whose task no live supervisor serving the queue declares (within the bounded sample).
+    0; docs/design.md "The dashboard in an incident"), `unknown_task_ready`: queue -> ready jobs
+    whose task no live supervisor serving the queue declares (within the bounded sample), and
+    `reasons`: every queue's reason codes, for alerting rules (docs/design.md "Reason codes").
 
     >>> health = q.health()  # doctest: +SKIP
     >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
@@ -103,3 +131,5 @@ class QueueHealth:
     unknown_task_ready: dict[str, int] = field(default_factory=dict)
     # docs/design.md "Named budgets": one row per declared, overridden or named budget.
     budgets: list[BudgetHealth] = field(default_factory=list)
+    # docs/design.md "Reason codes": per queue, by queue and then in REASON_CODES' order.
+    reasons: list[Reason] = field(default_factory=list)

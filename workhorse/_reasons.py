@@ -1,0 +1,134 @@
+"""Reason codes (docs/design.md "Reason codes"): why a queue's or a budget's work is not moving,
+as stable codes an alerting rule can match, each with the number behind it. Pure: `health()`
+reads the facts (policies, the backlog and the workers, budgets, expired leases) and this module
+names them, so the rules are one function each side and testable without a database.
+
+>>> from datetime import UTC, datetime
+>>> from workhorse.types import PolicyHealth
+>>> p = PolicyHealth("app", "mail", 5, None, 5, 0, 40, 0, False)
+>>> [(r.code, r.count) for r in queue_reasons(policies=[p], now=datetime.now(UTC))]
+[('at_limit', 40)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from ._incident import Backlog
+from .types import REASON_CODES, BudgetHealth, PolicyHealth, Reason, WorkerInfo
+
+_ORDER = {code: n for n, code in enumerate(REASON_CODES)}
+
+
+def _served(queue: str, workers: Sequence[WorkerInfo]) -> bool:
+    return any(w.alive and queue in w.queues for w in workers)
+
+
+def _no_worker_detail(queue: str, workers: Sequence[WorkerInfo]) -> str:
+    if not workers:
+        return "no live supervisor: none is registered"
+    if not any(w.alive for w in workers):
+        return "no live supervisor: none was seen in the last 30 s"
+    return f"no live supervisor serves it: none has {queue} in --queues"
+
+
+def _from_backlog(b: Backlog, workers: Sequence[WorkerInfo],
+                  unknown: Mapping[str, tuple[int, list[str]]], level: int) -> Iterable[Reason]:
+    if not _served(b.queue, workers):
+        yield Reason("no_worker", b.ready, _no_worker_detail(b.queue, workers), b.queue)
+    count, tasks = unknown.get(b.queue, (0, []))
+    if count:
+        names = ", ".join(tasks[:5]) + (", ..." if len(tasks) > 5 else "")
+        yield Reason("unknown_task", count,
+                     f"no live supervisor serving it declares task {names}", b.queue)
+    if b.feature_level > level:
+        yield Reason("feature_level", b.ready,
+                     f"it needs workers of feature level {b.feature_level}; this release's "
+                     f"claim {level} admits nothing there (upgrade the workers)", b.queue)
+    if b.paused:
+        yield Reason("paused", b.ready, "paused: nothing starts until it is resumed", b.queue)
+    limits = (b.max_active, b.max_active_per_key, b.rate_limit, b.rate_limit_per_key)
+    if any(limit == 0 for limit in limits):
+        yield Reason("at_limit", b.ready, "a limit in force is 0: nothing can start", b.queue)
+
+
+def _from_policy(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
+    if p.paused:
+        yield Reason("paused", p.blocked_ready, "paused: nothing starts until it is resumed",
+                     p.queue)
+        return  # while paused, the limits hold nothing back themselves
+    if not p.blocked_ready:
+        return
+    if p.max_active is not None and p.active >= p.max_active:
+        yield Reason("at_limit", p.blocked_ready,
+                     f"{p.active} of max_active={p.max_active} in use", p.queue)
+    if p.saturated_keys:
+        yield Reason("key_saturated", p.saturated_keys,
+                     f"{p.saturated_keys} keys at max_active_per_key={p.max_active_per_key}",
+                     p.queue)
+    if p.next_start_at is not None and p.next_start_at > now:
+        wait = (p.next_start_at - now).total_seconds()
+        yield Reason("rate_limited", p.blocked_ready,
+                     f"out of starts ({p.rate_limit}): the next in {wait:.1f} s", p.queue)
+    elif p.rate_limited_keys:
+        yield Reason("rate_limited", p.rate_limited_keys,
+                     f"{p.rate_limited_keys} keys out of starts ({p.rate_limit_per_key} each)",
+                     p.queue)
+
+
+def budget_reasons(budget: BudgetHealth, now: datetime) -> list[Reason]:
+    """`BudgetHealth.reasons`: `budget_full` while its units are all in use and it holds ready
+    work back, else `rate_limited` while it is out of starts; the count is its ready jobs held
+    back (across its queues)."""
+    if not budget.blocked_ready:
+        return []
+    if budget.max_active is not None and budget.active_units >= budget.max_active:
+        return [Reason("budget_full", budget.blocked_ready,
+                       f"budget {budget.name}: {budget.active_units} of "
+                       f"max_active={budget.max_active} units in use")]
+    if budget.next_start_at is not None and budget.next_start_at > now:
+        wait = (budget.next_start_at - now).total_seconds()
+        return [Reason("rate_limited", budget.blocked_ready,
+                       f"budget {budget.name} is out of starts ({budget.rate_limit}): "
+                       f"the next in {wait:.1f} s")]
+    return []
+
+
+def queue_reasons(
+    *,
+    policies: Sequence[PolicyHealth] = (),
+    backlog: Sequence[Backlog] = (),
+    workers: Sequence[WorkerInfo] = (),
+    unknown: Mapping[str, tuple[int, list[str]]] | None = None,
+    budgets: Sequence[BudgetHealth] = (),
+    expired: Mapping[str, int] | None = None,
+    now: datetime,
+    level: int = 2,
+) -> list[Reason]:
+    """`QueueHealth.reasons`: each queue's codes, by queue and then in `REASON_CODES`' order, a
+    code at most once per queue (the first cause found: a limit of 0 before a full queue).
+    `backlog` and `workers` as `_incident.backlog` reads them, `unknown` as
+    `_incident.unknown_task_ready`, `expired`: queue -> its active jobs with an expired lease,
+    `level` the feature level of this release's claim."""
+    found: dict[tuple[str, str], Reason] = {}
+
+    def add(reasons: Iterable[Reason]) -> None:
+        for reason in reasons:
+            assert reason.queue is not None
+            found.setdefault((reason.queue, reason.code), reason)
+
+    for b in backlog:
+        add(_from_backlog(b, workers, unknown or {}, level))
+    for p in policies:
+        add(_from_policy(p, now))
+    for budget in budgets:
+        for reason in budget_reasons(budget, now):
+            for queue in budget.queues:
+                add([Reason(reason.code, reason.count, reason.detail, queue)])
+    for queue, count in (expired or {}).items():
+        if count:
+            add([Reason("stalled", count,
+                        f"{count} active jobs' leases expired (their worker stopped renewing "
+                        "them); the next claim takes them again", queue)])
+    return sorted(found.values(), key=lambda r: (r.queue or "", _ORDER[r.code]))
