@@ -110,6 +110,20 @@ def test_a_stopped_fleet_is_a_banner_on_the_overview_and_the_queue_page(client, 
     assert 'id="stalled"' not in client.get("/").text
 
 
+def test_the_reason_codes_are_badges_on_the_overview_and_the_queue_page(client, conn, queue):
+    _worker(conn, ["mail"])
+    queue.enqueue_many([("t", {}, EnqueueOptions(queue="mail")) for _ in range(3)])
+    queue.pause("mail")
+    badge = re.compile(r'<span class="badge reason" data-reason="paused"[^>]*>paused( 3)?</span>')
+    assert badge.search(client.get("/").text)
+    page = client.get("/queue?name=mail").text
+    assert re.search(r'id="reasons">.*data-reason="paused" title="paused: nothing starts until '
+                     r'it is resumed">paused 3</span>', page, re.S)
+    queue.resume("mail")
+    assert 'data-reason=' not in client.get("/").text
+    assert 'id="reasons"' not in client.get("/queue?name=mail").text
+
+
 def test_the_limit_that_holds_a_queue_back_and_when_it_starts_again(client, conn, queue):
     queue.sync_concurrency_policies("shop", [
         ConcurrencyPolicyDefinition("api", max_active=2),

@@ -25,6 +25,7 @@ from ..types import (
     QueueHealth,
     QueueSummary,
     RateLimit,
+    Reason,
     ThroughputMinute,
     WorkerInfo,
 )
@@ -155,6 +156,8 @@ class Overview:
     stalled: dict[str, str] = field(default_factory=dict)
     holds: dict[str, list[str]] = field(default_factory=dict)
     unknown_task_ready: dict[str, int] = field(default_factory=dict)
+    # queue -> its reason codes (docs/design.md "Reason codes"), as health() has them.
+    reasons: dict[str, list[Reason]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class QueuePage:
     shares: list[KeyShare] = field(default_factory=list)  # a fair queue's keys by units
     # The budgets the queue's jobs have named, with the queue's ready jobs of each.
     budgets: list[tuple[BudgetRow, _queries.BudgetUse]] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)  # docs/design.md "Reason codes"
 
 
 @dataclass(frozen=True)
@@ -390,6 +394,13 @@ def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance
                       rates=rates)
 
 
+def _by_queue(reasons: list[Reason]) -> dict[str, list[Reason]]:
+    found: dict[str, list[Reason]] = {}
+    for reason in reasons:
+        found.setdefault(reason.queue or "", []).append(reason)
+    return found
+
+
 def overview(conn: psycopg.Connection[Any]) -> Overview:
     health = _ops.execute(conn, _ops.health())
     queues = _ops.execute(conn, _ops.list_queues())
@@ -401,7 +412,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         policies=governed.policies, queues=queues, depth=health.depth,
         chart=chart(minutes, now), workers_alive=sum(1 for w in workers if w.alive),
         stalled=health.stalled, holds=governed.holds,
-        unknown_task_ready=health.unknown_task_ready,
+        unknown_task_ready=health.unknown_task_ready, reasons=_by_queue(health.reasons),
     )
 
 
@@ -445,6 +456,7 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         running=_ops.execute(conn, _ops.list_jobs(queue=queue, status="active",
                                                   limit=RUNNING_SHOWN)),
         stalled=health.stalled.get(queue),
+        reasons=[r for r in health.reasons if r.queue == queue],
         holds=governed.holds.get(queue, []),
         rate=rate,
         chart=chart(minutes, now or datetime.now(UTC), scope=f"queue {queue}"),
