@@ -643,9 +643,11 @@ def top_frames(raw: str, n: int = 10) -> list[tuple[str, int]]:
 
 
 class PySpy:
-    """`py-spy record --format raw` of one process for `seconds`, in the background."""
+    """`py-spy record --format raw` of one process for `seconds`, in the background. With `gil`,
+    only the samples of the thread holding the GIL are taken: the process's Python CPU, not its
+    waits."""
 
-    def __init__(self, pid: int, seconds: float, rate: int = 100) -> None:
+    def __init__(self, pid: int, seconds: float, rate: int = 100, gil: bool = False) -> None:
         self.pid = pid
         handle, self.path = tempfile.mkstemp(prefix="bench_pyspy_", suffix=".txt")
         os.close(handle)
@@ -653,12 +655,12 @@ class PySpy:
         assert exe is not None
         self.process = subprocess.Popen(
             [exe, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate),
-             "-f", "raw", "-F", "--nonblocking", "-o", self.path],
+             "-f", "raw", "-F", "--nonblocking", *(["--gil"] if gil else []), "-o", self.path],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
 
-    def frames(self, n: int = 10) -> tuple[list[tuple[str, int]], int, str]:
-        """(top frames, samples in all, py-spy's last words when it failed)."""
+    def raw(self) -> tuple[str, str]:
+        """(the collapsed stacks, py-spy's last words), once it has finished."""
         try:
             out, _ = self.process.communicate(timeout=30)
         except subprocess.TimeoutExpired:
@@ -669,7 +671,19 @@ class PySpy:
                 raw = f.read()
         finally:
             os.unlink(self.path)
-        every = top_frames(raw, n=10**9)
         said = out.decode(errors="replace").strip().splitlines()
-        failure = "" if every else (said[-1] if said else "no samples")
-        return every[:n], sum(s for _, s in every), failure
+        return raw, said[-1] if said else "no samples"
+
+    def frames(self, n: int = 10) -> tuple[list[tuple[str, int]], int, str]:
+        """(top frames, samples in all, py-spy's last words when it failed)."""
+        raw, said = self.raw()
+        every = top_frames(raw, n=10**9)
+        return every[:n], sum(s for _, s in every), "" if every else said
+
+
+def merged_frames(spies: Sequence[PySpy], n: int = 10) -> tuple[list[tuple[str, int]], int, str]:
+    """`PySpy.frames` over several processes' samples together."""
+    raws = [spy.raw() for spy in spies]
+    every = top_frames("\n".join(raw for raw, _ in raws), n=10**9)
+    failure = "" if every else (raws[-1][1] if raws else "no process")
+    return every[:n], sum(s for _, s in every), failure

@@ -86,9 +86,10 @@ pg_stat_user_functions (the growth over the point, track_functions = 'pl'); when
 preloads pg_stat_statements (CREATE EXTENSION works only then; otherwise a line says it is
 skipped), its top 8 statements of the scratch database by total time, with
 pg_stat_statements.track = 'all' set on the database so the statements inside the claim
-functions count too; and the top 10 Python frames of one slot (the first supervisor's) by own
-samples (the innermost frame of each sampled stack, idle threads left out), from `py-spy record
---format raw --function --nonblocking` at 100 Hz for --py-spy-seconds from the queue's resume
+functions count too; and the top 10 Python frames of every slot together by own samples while
+holding the GIL (the innermost frame of each sampled stack: the slots' Python CPU, not their
+waits), from `py-spy record --format raw --function --nonblocking --gil` at 100 Hz of each slot
+for --py-spy-seconds from the queue's resume
 (`pip install py-spy`; skipped with a line when it is not there). py-spy runs beside the workers
 on the same cores, so the point it profiles pays for it. At the end, a table "for the docs"
 repeats the largest fleet's rows (e.g. 8 supervisors at max_active=256 beside the ungoverned
@@ -180,7 +181,8 @@ class Result:
     empty_kinds: tuple[int, int, int] | None = None
     top_functions: list[tuple[str, int, float, float]] = field(default_factory=list)
     top_statements: list[tuple[str, int, float, float]] = field(default_factory=list)
-    frames: tuple[int, list[tuple[str, int]], int, str] | None = None  # pid, top, samples, why
+    # slots profiled, top frames, samples, why none
+    frames: tuple[int, list[tuple[str, int]], int, str] | None = None
 
     @property
     def wait_per_claim_ms(self) -> float:
@@ -356,7 +358,7 @@ def measure(
         functions0 = c.function_snapshot(conn)
         statements0 = c.statement_snapshot(conn) if probes.statements else {}
         env = {fa.CLAIM_COUNTS_ENV: counts}
-        spy: c.PySpy | None = None
+        spies: list[c.PySpy] = []
         with bf.workers(url, case.queue, flags, case.supervisors, env) as procs:
             wait_ready(conn, procs)
             clock_offset = server_clock_offset(conn)
@@ -364,9 +366,10 @@ def measure(
             with LockSampler(url, admission_lock_key(conn, case.queue)) as sampler, cpu:
                 q.resume(case.queue)
                 if probes.breakdown and c.py_spy_path() is not None:
-                    slots = children(procs[0].process.pid)
-                    if slots:
-                        spy = c.PySpy(slots[0], probes.py_spy_seconds)
+                    # Every supervisor's slots, only while holding the GIL: where the workers'
+                    # Python CPU goes (a single slot's wall-clock samples are mostly its waits).
+                    spies = [c.PySpy(slot, probes.py_spy_seconds, gil=True)
+                             for w in procs for slot in children(w.process.pid)]
                 deadline = time.monotonic() + max(120.0, case.jobs / 100)
                 while True:
                     time.sleep(0.2)
@@ -383,9 +386,9 @@ def measure(
                             f"{case.queue}: a worker stopped or stalled ({left} left):\n{output}"
                         )
             frames = None
-            if spy is not None:
-                top, samples, why = spy.frames(10)
-                frames = (spy.pid, top, samples, why)
+            if spies:
+                top, samples, why = c.merged_frames(spies, 10)
+                frames = (len(spies), top, samples, why)
         wait_gone(conn)
         worker_claims = fa.read_claim_counts(counts)
         empty_kinds = fa.read_empty_claim_kinds(counts)
@@ -606,12 +609,13 @@ def breakdown(r: Result) -> list[str]:
         lines.extend(f"  {calls:,}, {total:,.0f}: {text}"
                      for text, calls, total, _ in r.top_statements)
     if r.frames is not None:
-        pid, top, samples, why = r.frames
+        slots, top, samples, why = r.frames
         if top:
-            lines.append(f"top Python frames of slot {pid} by own samples ({samples} in all):")
+            lines.append(f"top Python frames of the {slots} slots by own samples holding the GIL "
+                         f"(their CPU; {samples} in all):")
             lines.extend(f"  {n:5d} {n / samples:4.0%} {frame}" for frame, n in top)
         else:
-            lines.append(f"py-spy of slot {pid}: {why}")
+            lines.append(f"py-spy of the {slots} slots: {why}")
     return lines
 
 
@@ -644,7 +648,7 @@ def main() -> None:
                         "(default %(default)s)")
     parser.add_argument("--breakdown", action="store_true",
                         help="per point: where the time went (CPU by side, claims, the lock, "
-                        "top functions and statements, a slot's top Python frames by py-spy)")
+                        "top functions and statements, the slots' top Python frames by py-spy)")
     parser.add_argument("--py-spy-seconds", type=float, default=3.0, metavar="S",
                         help="with --breakdown: seconds of py-spy sampling from the drain's "
                         "start (default %(default)s)")
@@ -692,7 +696,8 @@ def main() -> None:
             else f"skipped: {why_no_statements}")
         spy = c.py_spy_path()
         facts["py-spy"] = (
-            (f"{spy}: a slot's top 10 frames for {args.py_spy_seconds:g} s per point" if spy
+            (f"{spy}: the slots' top 10 frames holding the GIL for {args.py_spy_seconds:g} s "
+             "per point" if spy
              else "skipped: py-spy is not installed (pip install py-spy)")
             if args.breakdown else "off (--breakdown)")
         printer.facts("setup", facts)
