@@ -71,10 +71,32 @@ def _fill(q: Queue) -> None:
     time.sleep(0.1)
 
 
+def _unbounded_index_scans(text: str) -> list[str]:
+    """The scans of jobs_pkey with no Index Cond: they read every job (a generic plan of
+    `UPDATE jobs ... FROM cte` does that as a merge join, at every claim). A partial index read
+    whole under a LIMIT is how the dashboard's windows work, so only the primary key counts."""
+    lines = text.splitlines()
+    found = []
+    for n, line in enumerate(lines):
+        if not re.search(r"Index (Only )?Scan using jobs_pkey on jobs\b", line):
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        details = []
+        for after in lines[n + 1:]:
+            if "->" in after or len(after) - len(after.lstrip(" ")) <= depth:
+                break
+            details.append(after)
+        if not any("Index Cond" in d for d in details):
+            found.append(line.strip())
+    return found
+
+
 def _check(texts: list[str], *, expect: tuple[str, ...] = ()) -> None:
     assert texts, "auto_explain logged nothing: the guard would be vacuous"
     offenders = [text for text in texts if "Seq Scan on jobs" in text]
     assert not offenders, "sequential scan on jobs:\n\n" + "\n\n".join(offenders)
+    unbounded = [text for text in texts if _unbounded_index_scans(text)]
+    assert not unbounded, "a whole index of jobs read:\n\n" + "\n\n".join(unbounded)
     joined = "\n".join(texts)
     for index in expect:
         assert index in joined, f"{index} not used; plans:\n{joined}"
@@ -441,6 +463,23 @@ def test_claims_that_pass_over_another_apps_jobs_use_indexes(explained: Any) -> 
         _check(texts)
         assert any("jobs_ready_task_idx" in text for text in texts) or queue == "per-key", \
             "\n".join(texts)
+
+
+def test_the_unbounded_index_scan_check_can_fail() -> None:
+    """The plan of the activation a claim prototype had (issue #40, docs/architecture.md
+    "Background reads"): a merge join reading all of jobs_pkey."""
+    plan = """Query Text: WITH ready AS (...) UPDATE workhorse.jobs j ... FROM ready r
+Update on jobs j_1  (cost=496.81..6502.60 rows=6000 width=98)
+  ->  Merge Join  (cost=496.81..6502.60 rows=6000 width=98)
+        Merge Cond: (j_1.id = r.id)
+        ->  Index Scan using jobs_pkey on jobs j_1  (cost=0.29..5676.08 rows=60000 width=18)
+        ->  Sort  (cost=496.52..511.52 rows=6000 width=40)
+              ->  CTE Scan on ready r  (cost=0.00..120.00 rows=6000 width=40)"""
+    assert _unbounded_index_scans(plan) == [
+        "->  Index Scan using jobs_pkey on jobs j_1  (cost=0.29..5676.08 rows=60000 width=18)"]
+    bounded = plan.replace("rows=60000 width=18)", "rows=60000 width=18)\n"
+                           "              Index Cond: (id = ANY ($1))")
+    assert _unbounded_index_scans(bounded) == []
 
 
 # PostgreSQL's default jit_above_cost: a plan estimated above it is JIT-compiled at every run.
