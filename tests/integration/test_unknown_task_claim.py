@@ -281,3 +281,16 @@ def test_claims_with_task_lists_match_the_model(queue: Queue, seed: int) -> None
 def test_the_model_comparison_catches_a_claim_that_ignores_the_task_list(queue: Queue) -> None:
     with pytest.raises(AssertionError, match="ours"):
         _model_history(queue, 1, filtered=False)
+
+
+@pytest.mark.parametrize("theirs", ["a.first", "c.between", "e.last"])
+def test_another_apps_task_is_seen_in_every_gap_between_ours(queue: Queue, theirs: str) -> None:
+    """The claim looks for another app's ready jobs in the gaps between the declared tasks
+    (before the first, between two, after the last) of jobs_ready_task_idx: one at the head of
+    the queue, in any gap, must be passed over, not end the claim with nothing."""
+    queue.sync_concurrency_policies("gaps", [ConcurrencyPolicyDefinition("q", max_active=8)])
+    queue.enqueue_many([(theirs, EMPTY, EnqueueOptions(queue="q"))] * 3)
+    ours = queue.enqueue_many([("b.ours", EMPTY, EnqueueOptions(queue="q")),
+                               ("d.ours", EMPTY, EnqueueOptions(queue="q"))])
+    jobs, _ = _ops.execute(queue.conn, _ops.claim_batch("q", 2, 30, ["d.ours", "b.ours"]))
+    assert [j.id for j in jobs] == ours

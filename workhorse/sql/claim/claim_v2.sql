@@ -52,8 +52,9 @@
 --  * Every path ends in the same two statements: the key heads' moves, and the activation (a new
 --    fence, the lease, an attempt, started_at) with the starts it files for the rate limits.
 --  * Another app's jobs (docs/design.md "Errors", UnknownTaskError): a job whose task is not in
---    `p_tasks` is never claimed. One probe per distinct task with ready jobs in the queue says
---    whether the queue has any; while it has none, every path below is the one it always was.
+--    `p_tasks` is never claimed. One probe per gap between the declared tasks (in
+--    jobs_ready_task_idx) says whether the queue has any ready; while it has none, every path
+--    below is the one it always was.
 --    While it has some (v_filter): the row walk merges one walk per task of `p_tasks`
 --    (jobs_ready_task_idx), so it never reads the jobs it passes over; a key whose head is
 --    another app's job is passed over like a saturated key, and within a key nothing is taken
@@ -126,6 +127,7 @@ DECLARE
     v_rate_blocked boolean := false;
     v_policy record;
     v_filter boolean := false;
+    v_tasks text[];  -- p_tasks, distinct and in order: the gaps the filter probes
     -- Another app's expired jobs, the first of each key: a key whose head comes after one is
     -- passed over (nothing of a key is taken past another app's job).
     v_cut_keys text[];
@@ -252,23 +254,30 @@ BEGIN
     END IF;
 
     IF p_tasks IS NOT NULL THEN
-        -- Does the queue hold ready jobs of a task the worker's app does not declare? A skip
-        -- scan over the distinct ready tasks, stopping at the first such one.
-        v_filter := EXISTS (
-            WITH RECURSIVE t AS (
-                (SELECT j.task FROM workhorse.jobs j
-                 WHERE j.queue = p_queue AND j.status = 'ready'
-                 ORDER BY j.queue, j.task
-                 LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.task FROM workhorse.jobs j
-                        WHERE j.queue = p_queue AND j.status = 'ready' AND j.task > t.task
-                        ORDER BY j.queue, j.task
-                        LIMIT 1)
-                FROM t
-                WHERE t.task IS NOT NULL
-            )
-            SELECT 1 FROM t WHERE t.task IS NOT NULL AND NOT (t.task = ANY(p_tasks)))
+        -- Does the queue hold ready jobs of a task the worker's app does not declare? One probe
+        -- of jobs_ready_task_idx per gap between the declared tasks (before the first, between
+        -- two, after the last), each stopping at its first entry, so that no probe walks the
+        -- entries of a declared task: the head of a busy queue is mostly claimed jobs' entries
+        -- not yet vacuumed, and a skip scan from the queue's first entry read them all at every
+        -- claim (0.85 ms and 183 buffers at the head of a drained queue, issue #40).
+        v_tasks := ARRAY(SELECT DISTINCT t.name FROM unnest(p_tasks) AS t(name)
+                         WHERE t.name IS NOT NULL ORDER BY t.name);
+        v_filter := (CASE WHEN cardinality(v_tasks) = 0 THEN EXISTS (
+                SELECT 1 FROM workhorse.jobs j WHERE j.queue = p_queue AND j.status = 'ready')
+            ELSE EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'ready' AND j.task < v_tasks[1])
+            OR EXISTS (
+                SELECT 1 FROM generate_subscripts(v_tasks, 1) AS g(i)
+                WHERE g.i < cardinality(v_tasks) AND EXISTS (
+                    SELECT 1 FROM workhorse.jobs j
+                    WHERE j.queue = p_queue AND j.status = 'ready'
+                      AND j.task > v_tasks[g.i] AND j.task < v_tasks[g.i + 1]))
+            OR EXISTS (
+                SELECT 1 FROM workhorse.jobs j
+                WHERE j.queue = p_queue AND j.status = 'ready'
+                  AND j.task > v_tasks[cardinality(v_tasks)])
+            END)
             OR (v_expired AND EXISTS (
                 SELECT 1 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
