@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from ._incident import Backlog
+from ._incident import Backlog, stall_reasons
 from .types import REASON_CODES, BudgetHealth, PolicyHealth, Reason, WorkerInfo
 
 _ORDER = {code: n for n, code in enumerate(REASON_CODES)}
@@ -25,18 +25,12 @@ def _served(queue: str, workers: Sequence[WorkerInfo]) -> bool:
     return any(w.alive and queue in w.queues for w in workers)
 
 
-def _no_worker_detail(queue: str, workers: Sequence[WorkerInfo]) -> str:
-    if not workers:
-        return "no live supervisor: none is registered"
-    if not any(w.alive for w in workers):
-        return "no live supervisor: none was seen in the last 30 s"
-    return f"no live supervisor serves it: none has {queue} in --queues"
-
-
 def _from_backlog(b: Backlog, workers: Sequence[WorkerInfo],
                   unknown: Mapping[str, tuple[int, list[str]]], level: int) -> Iterable[Reason]:
     if not _served(b.queue, workers):
-        yield Reason("no_worker", b.ready, _no_worker_detail(b.queue, workers), b.queue)
+        # The same sentence as the stalled banner (_incident.stall_reasons' first, about workers).
+        detail = stall_reasons(b.queue, paused=False, limits=(), workers=workers)[0]
+        yield Reason("no_worker", b.ready, detail, b.queue)
     count, tasks = unknown.get(b.queue, (0, []))
     if count:
         names = ", ".join(tasks[:5]) + (", ..." if len(tasks) > 5 else "")

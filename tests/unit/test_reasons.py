@@ -36,7 +36,7 @@ def test_codes_come_by_queue_then_in_the_sets_order_once_each() -> None:
         ("a", "no_worker", 2), ("a", "stalled", 1),
         ("b", "no_worker", 7), ("b", "feature_level", 7), ("b", "paused", 7),
         ("b", "at_limit", 7)]
-    assert reasons[0].detail == "no live supervisor: none was seen in the last 30 s"
+    assert reasons[0].detail.startswith("no live supervisor: the last one was seen")
 
 
 def test_a_limit_reached_holds_nothing_back_without_ready_work() -> None:
