@@ -183,6 +183,8 @@ class Result:
     top_statements: list[tuple[str, int, float, float]] = field(default_factory=list)
     # slots profiled, top frames, samples, why none
     frames: tuple[int, list[tuple[str, int]], int, str] | None = None
+    # --window: the jobs finished in the window that `rate` and `cpu` were measured over
+    window_jobs: int | None = None
 
     @property
     def wait_per_claim_ms(self) -> float:
@@ -193,7 +195,8 @@ class Result:
         return self.holders_mean * self.span / self.claims * 1000 if self.claims else math.nan
 
     def per_job_us(self, seconds: float) -> float:
-        return seconds / self.succeeded * 1e6 if self.succeeded else math.nan
+        jobs = self.succeeded if self.window_jobs is None else self.window_jobs
+        return seconds / jobs * 1e6 if jobs else math.nan
 
 
 class LockSampler:
@@ -340,6 +343,7 @@ class Probes:
     statements: bool  # pg_stat_statements is readable in the scratch database
     breakdown: bool  # profile a slot with py-spy (when it is there) and print the breakdown
     py_spy_seconds: float = 3.0
+    window: float = 0.0  # > 0: rate and CPU over this many seconds in the middle of the drain
 
 
 def measure(
@@ -371,12 +375,14 @@ def measure(
                     spies = [c.PySpy(slot, probes.py_spy_seconds, gil=True)
                              for w in procs for slot in children(w.process.pid)]
                 deadline = time.monotonic() + max(120.0, case.jobs / 100)
+                progress: list[tuple[float, int]] = []  # (time.time(), jobs not yet finished)
                 while True:
                     time.sleep(0.2)
                     left = conn.execute(
                         "SELECT count(*) FROM workhorse.jobs "
                         "WHERE status IN ('ready', 'active', 'scheduled')"
                     ).fetchone()[0]  # type: ignore[index]
+                    progress.append((time.time(), left))
                     if left == 0:
                         break
                     dead = [w for w in procs if w.process.poll() is not None]
@@ -409,18 +415,42 @@ def measure(
     span = last - first
     inside = sampler.within(first, last)
     claims = calls1 - calls0
+    rate = succeeded / span if span > 0 else math.nan
+    cpu_window = cpu.window(first - clock_offset, last - clock_offset)
+    window = middle_window(progress, case.jobs, probes.window) if probes.window > 0 else None
+    if window is not None:
+        (start, end), rate = window[0], window[1] / (window[0][1] - window[0][0])
+        cpu_window = cpu.window(start, end)
     return Result(
-        case=case, run=run, rate=succeeded / span if span > 0 else math.nan, span=span,
+        case=case, run=run, rate=rate, span=span,
         succeeded=succeeded, max_attempts=attempts, claims=claims,
         claim_ms=(ms1 - ms0) / claims if claims else math.nan,
         waiters_mean=sum(n for n, _ in inside) / len(inside) if inside else math.nan,
         waiters_max=max((n for n, _ in inside), default=0), samples=len(inside),
         handler_peak=peak.total, load=load,
         holders_mean=sum(h for _, h in inside) / len(inside) if inside else math.nan,
-        cpu=cpu.window(first - clock_offset, last - clock_offset),
-        worker_claims=worker_claims, empty_kinds=empty_kinds, top_functions=top_functions,
-        top_statements=top_statements, frames=frames,
+        cpu=cpu_window, worker_claims=worker_claims, empty_kinds=empty_kinds,
+        top_functions=top_functions, top_statements=top_statements, frames=frames,
+        window_jobs=window[1] if window is not None else None,
     )
+
+
+def middle_window(
+    progress: Sequence[tuple[float, int]], jobs: int, seconds: float
+) -> tuple[tuple[float, float], int] | None:
+    """((start, end), jobs finished between them): about `seconds` from the first poll that
+    found a quarter of the backlog finished, ending at the last poll within them that still
+    found jobs left, so that neither the fleet's start nor the drain's tail is in it. None when
+    the drain was too short for a window of at least a second."""
+    start = next((i for i, (_, left) in enumerate(progress) if jobs - left >= jobs / 4), None)
+    if start is None:
+        return None
+    t0, left0 = progress[start]
+    inside = [(t, left) for t, left in progress[start + 1:] if t <= t0 + seconds and left > 0]
+    if not inside or inside[-1][0] - t0 < 1.0:
+        return None
+    t1, left1 = inside[-1]
+    return (t0, t1), left0 - left1
 
 
 def admission_lock_key(conn: psycopg.Connection[Any], queue: str) -> int | None:
@@ -652,6 +682,10 @@ def main() -> None:
     parser.add_argument("--py-spy-seconds", type=float, default=3.0, metavar="S",
                         help="with --breakdown: seconds of py-spy sampling from the drain's "
                         "start (default %(default)s)")
+    parser.add_argument("--window", type=float, default=0.0, metavar="S",
+                        help="jobs/s and CPU per job over S seconds from a quarter of the drain "
+                        "(its start and end left out: the steady state, for A/B comparisons); "
+                        "claims and the lock stay over the whole drain (default: off)")
     args = parser.parse_args()
     supervisors = parse_ints(args.supervisors, "--supervisors")
     limits = parse_ints(args.limits, "--limits")
@@ -706,7 +740,7 @@ def main() -> None:
                 if facts[key].startswith("skipped"):
                     printer.line(f"{key} {facts[key]}")
         probes = Probes(postmaster, why_no_statements is None, args.breakdown,
-                        args.py_spy_seconds)
+                        args.py_spy_seconds, args.window)
         report = Report(printer, args.breakdown)
         gate = c.QuietGate(args.quiet_wait)
         started = time.monotonic()

@@ -13,6 +13,7 @@ from collections.abc import Generator
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import ExecStatus
 from psycopg.types.json import set_json_loads
 
 from . import _sql
@@ -113,6 +114,15 @@ def error_document(exc: BaseException) -> dict[str, Any]:
 # connection: "prepared statement ... does not exist", or DuplicatePreparedStatement). Our
 # statements are short calls of plpgsql functions, which cache their own plans per session, so
 # preparing the outer call saves little (benchmarks: within noise on a direct connection).
+#
+# Whether a statement returned rows is read from its result's status, not from
+# `cursor.description`, which builds a Column object per column at every call (14 µs for a
+# claim's 17 columns, against 0.1 µs; a claim's client CPU is about 370 µs, issue #40).
+
+
+def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    result = cur.pgresult
+    return result is not None and result.status == ExecStatus.TUPLES_OK
 
 
 def drive(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
@@ -122,7 +132,7 @@ def drive(conn: psycopg.Connection[Any], operation: Operation[T]) -> T:
         while True:
             with conn.cursor() as cur:
                 cur.execute(statement, params, prepare=False)
-                rows = cur.fetchall() if cur.description is not None else []
+                rows = cur.fetchall() if _has_rows(cur) else []
             statement, params = operation.send(rows)
     except StopIteration as stop:
         return stop.value
@@ -134,7 +144,7 @@ async def drive_async(conn: psycopg.AsyncConnection[Any], operation: Operation[T
         while True:
             async with conn.cursor() as cur:
                 await cur.execute(statement, params, prepare=False)
-                rows = await cur.fetchall() if cur.description is not None else []
+                rows = await cur.fetchall() if _has_rows(cur) else []
             statement, params = operation.send(rows)
     except StopIteration as stop:
         return stop.value
