@@ -142,8 +142,9 @@ def test_the_level_check_can_fail(conn, queue):
     """A copy of the claim that ignores levels admits from the raised queue: the tests above
     would see it."""
     text = _sql.function_files()[CLAIM]
-    for guard in ("IF v_level > c_level THEN", "AND j.feature_level <= c_level"):
-        assert text.count(guard) == 1, guard
+    # The job's guard is in both activations: the plain queue's and the other paths'.
+    for guard, count in (("IF v_level > c_level THEN", 1), ("AND j.feature_level <= c_level", 2)):
+        assert text.count(guard) == count, guard
     broken = (text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
               .replace("IF v_level > c_level THEN", "IF false THEN")
               .replace("AND j.feature_level <= c_level", ""))
@@ -153,3 +154,11 @@ def test_the_level_check_can_fail(conn, queue):
                         "('q', 10, 30, NULL, NULL, NULL, NULL, NULL)").fetchall()
     assert len(rows) == 1 and rows[0][0] is not None
     assert Queue(conn).get_job(rows[0][0]).status is JobStatus.ACTIVE  # type: ignore[union-attr]
+    # A plain governed queue (max_active only) whose level says nothing, holding a newer job:
+    # only the job's own guard keeps it back (the test above), and the broken copy takes it.
+    queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition("plain", 10)])
+    [newer] = queue.enqueue_many([("t", {}, EnqueueOptions(queue="plain"))])
+    conn.execute("UPDATE workhorse.jobs SET feature_level = %s WHERE id = %s", (NEWER, newer))
+    rows = conn.execute("SELECT id FROM workhorse.claim_broken"
+                        "('plain', 10, 30, NULL, NULL, NULL, NULL, NULL)").fetchall()
+    assert [row[0] for row in rows if row[0] is not None] == [newer]

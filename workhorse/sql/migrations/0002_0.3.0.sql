@@ -442,6 +442,7 @@ CREATE TABLE workhorse.result_listeners (
 \ir ../claim/_burst_used_v1.sql
 \ir ../claim/_burst_next_start_v1.sql
 \ir ../claim/_choose_units_v1.sql
+\ir ../claim/_unknown_ready_v1.sql
 \ir ../claim/claim_v2.sql
 -- Outcomes an operator or a worker records.
 \ir ../outcomes/_after_operator_change_v2.sql
