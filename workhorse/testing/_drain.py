@@ -240,8 +240,8 @@ class _AwaitableCursor:
         self.cursor.execute(statement, params, **kwargs)
 
     @property
-    def description(self) -> Any:
-        return self.cursor.description
+    def pgresult(self) -> Any:
+        return self.cursor.pgresult
 
     async def fetchall(self) -> list[Any]:
         return list(self.cursor.fetchall())
