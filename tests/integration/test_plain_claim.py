@@ -1,13 +1,13 @@
 """The plain queue's claim (issue #40): a governed queue whose one rule is max_active, with nothing
-else to do, is admitted by claim_v2's two-statement branch; every other queue falls through to
+else to do, is admitted by the claim's two-statement branch; every other queue falls through to
 the paths that know its rules (docs/design.md, invariants 1 to 7).
 
 Which branch a claim took is read from the functions it called in its transaction
-(`pg_stat_xact_user_functions` with `track_functions = 'pl'`): the other paths read the limits in
-force through `_limits_v1`, the plain branch does not. What each branch admits is checked by the
-admission tests (test_claim, test_admission_model, test_admission_contention, ...), which run
-on both; here, each condition that must send a claim down the other paths is shown to do so, and
-the check is shown to fail on a copy of the claim without that condition."""
+(`pg_stat_xact_user_functions` with `track_functions = 'pl'`): the other paths read the limits
+in force through the `_limits` function, the plain branch does not. What each branch admits is
+checked by the admission tests (test_claim, test_admission_model, test_admission_contention,
+...), which run on both; here, each condition that must send a claim down the other paths is
+shown to do so, and the check is shown to fail on a copy of the claim without that condition."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from workhorse import (
 )
 
 CLAIM = _sql.function_name("claim")
+LIMITS = _sql.function_name("_limits")
+UNKNOWN_READY = _sql.function_name("_unknown_ready")
 EMPTY: dict[str, Any] = {"args": [], "kwargs": {}}
 
 
@@ -40,7 +42,7 @@ def _claim(conn: psycopg.Connection[Any], queue: str, tasks: list[str] | None = 
             "%s::text[])", (queue, tasks)).fetchall()
         general = conn.execute(
             "SELECT COALESCE(sum(calls), 0) FROM pg_stat_xact_user_functions "
-            "WHERE schemaname = 'workhorse' AND funcname = '_limits_v1'").fetchone()
+            "WHERE schemaname = 'workhorse' AND funcname = %s", (LIMITS,)).fetchone()
     assert general is not None
     return [row[0] for row in rows if row[0] is not None], general[0] == 0
 
@@ -90,8 +92,8 @@ def _foreign(q: Queue, conn: psycopg.Connection[Any]) -> None:
 
 
 # Each condition that makes a queue not plain, and the start of each clause of the plain
-# branch's statement that sees it (a clause with a parenthesis runs to its closing one). Fair
-# share and budgets are level-2 features, so the level's clauses see them as well.
+# branch that sees it (a clause with a parenthesis runs to its closing one). Fair share and
+# budgets are level-2 features, so the level's clauses see them as well.
 Setup = Callable[[Queue, psycopg.Connection[Any]], None]
 NOT_PLAIN: dict[str, tuple[Setup, str | tuple[str, ...]]] = {
     "per-key limit": (_policy(max_active=8, max_active_per_key=2),
@@ -108,8 +110,11 @@ NOT_PLAIN: dict[str, tuple[Setup, str | tuple[str, ...]]] = {
     "cost": (_costed, "AND NOT EXISTS (SELECT 1 FROM workhorse.queue_levels lv"),
     "expired lease": (_expired, "j.lease_until <= v_now)"),
     "due job": (_due, "j.run_at <= v_now)"),
-    "another app's job": (_foreign, "AND (p_tasks IS NULL"),
+    # Another app's job: the plain walk is left short, and the probe sends the rest below.
+    "another app's job": (_foreign, f"AND workhorse.{UNKNOWN_READY}(p_queue, p_tasks, false"),
 }
+# The condition whose removal is shown: made true, or for the probe of a short walk, false.
+REMOVED = {"another app's job": "AND false"}
 
 
 def _clause(text: str, start: str) -> str:
@@ -161,9 +166,35 @@ def test_the_check_fails_on_a_claim_without_that_condition(conn, queue, case):
     for start in (starts,) if isinstance(starts, str) else starts:
         clause = _clause(text, start)
         assert text.count(clause) == 1, clause
-        broken = broken.replace(clause, "AND true", 1)
+        broken = broken.replace(clause, REMOVED.get(case, "AND true"), 1)
     conn.execute(broken)
     _plain(queue)
     setup(queue, conn)
     _, plain = _claim(conn, "q", ["t"], function="claim_broken")
     assert plain, case
+
+
+def test_a_walk_left_short_by_another_apps_jobs_claims_the_rest_below(conn, queue):
+    """The plain walk meets another app's job among its rows (never activated): the claim goes
+    on below for the rest of its limit, and takes no more than the limit in all. Shown to fail
+    when the short walk returns instead (the claim then takes only what the first rows held)."""
+    queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition("q", max_active=8)])
+    first = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))] * 5)
+    [theirs] = queue.enqueue_many([("other.app", EMPTY, EnqueueOptions(queue="q"))])
+    then = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))] * 5)
+    text = _sql.function_files()[CLAIM]
+    clause = _clause(text, NOT_PLAIN["another app's job"][1])  # type: ignore[arg-type]
+    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
+                 .replace(clause, "AND false", 1))
+
+    def claim(function: str) -> list[int]:
+        rows = conn.execute(
+            f"SELECT id FROM workhorse.{function}('q', 7, 60, NULL, NULL, NULL, NULL, NULL, "
+            "ARRAY['t'])").fetchall()
+        return sorted(row[0] for row in rows if row[0] is not None)
+
+    with conn.transaction(force_rollback=True):
+        assert claim("claim_broken") == first + then[:1]  # the first 7 rows held 6 of ours
+    taken = claim(CLAIM)
+    assert taken == first + then[:2]
+    assert queue.get_job(theirs).status.value == "ready"  # type: ignore[union-attr]

@@ -2642,6 +2642,8 @@ DECLARE
     v_move_ranks integer[];
     v_move_ids bigint[];
     v_admitted integer := 0;
+    v_limit integer := p_limit;  -- what the paths after the plain queue's may still claim
+    v_plain_admitted integer := 0;  -- what the plain queue's walk claimed before them
     v_next double precision;
     v_units boolean := false;
     v_fair boolean;
@@ -2742,11 +2744,14 @@ BEGIN
         -- The plain queue, a governed queue's usual case (issue #40): its policy's one rule is
         -- max_active (no per-key limit, no rate, no fair share, level 1), and it has no control
         -- row (a pause, an override), no named budget, no job of a newer level, no expired
-        -- lease to reclaim, no scheduled job due, and no ready job of another app's task. One
-        -- statement says so and counts its active jobs, one more takes and activates the jobs:
-        -- what the paths below do there (the row walk, at most the room), in two statements
-        -- instead of about ten. A small claim's cost is mostly each statement's executor
-        -- start-up, not its rows. Any other queue falls through to the paths below.
+        -- lease to reclaim, and no scheduled job due. One statement says so and counts its
+        -- active jobs, one more takes and activates the jobs: what the paths below do there
+        -- (the row walk, at most the room), in two statements instead of about ten. A small
+        -- claim's cost is mostly each statement's executor start-up, not its rows. Any other
+        -- queue falls through to the paths below. Another app's jobs are never activated (the
+        -- activation names the worker's tasks); only a walk they left short looks whether the
+        -- queue holds any (the probes cost a tenth of a claim in a fleet), and if it does, the
+        -- paths below, which walk one index per declared task, claim the rest.
         v_now := clock_timestamp();
         SELECT p.max_active,
                (SELECT count(*)::integer FROM workhorse.jobs j
@@ -2765,9 +2770,7 @@ BEGIN
                             AND j.lease_until <= v_now)
           AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
                           WHERE j.queue = p_queue AND j.status = 'scheduled'
-                            AND j.run_at <= v_now)
-          AND (p_tasks IS NULL
-               OR NOT workhorse._unknown_ready_v1(p_queue, p_tasks, false, v_now));
+                            AND j.run_at <= v_now);
         IF FOUND THEN
             v_room := LEAST(p_limit, v_max - v_active);
             IF v_room > 0 THEN
@@ -2801,17 +2804,25 @@ BEGIN
                 ORDER BY a.rank, a.id;
                 GET DIAGNOSTICS v_admitted = ROW_COUNT;
             END IF;
-            IF v_active + v_admitted >= v_max THEN
-                RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
-                    NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
-                    NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
-                    NULL::timestamptz, NULL::integer, NULL::double precision, 'full'::text,
-                    NULL::timestamptz;
+            IF v_admitted < v_room AND p_tasks IS NOT NULL
+               AND workhorse._unknown_ready_v1(p_queue, p_tasks, false, v_now) THEN
+                -- Short, and another app's jobs are ready: they may be what the walk met.
+                v_plain_admitted := v_admitted;
+                v_limit := p_limit - v_admitted;
+                v_admitted := 0;
+            ELSE
+                IF v_active + v_admitted >= v_max THEN
+                    RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
+                        NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer,
+                        NULL::bigint, NULL::timestamptz, NULL::timestamptz,
+                        NULL::timestamptz, NULL::jsonb, NULL::timestamptz, NULL::integer,
+                        NULL::double precision, 'full'::text, NULL::timestamptz;
+                END IF;
+                IF v_freed > v_admitted THEN
+                    PERFORM workhorse._wake_v1(p_queue);
+                END IF;
+                RETURN;
             END IF;
-            IF v_freed > v_admitted THEN
-                PERFORM workhorse._wake_v1(p_queue);
-            END IF;
-            RETURN;
         END IF;
     END IF;
 
@@ -2860,7 +2871,7 @@ BEGIN
         v_filter := workhorse._unknown_ready_v1(p_queue, p_tasks, v_expired, v_now);
     END IF;
 
-    v_room := p_limit;
+    v_room := v_limit;
     IF v_governed AND (v_level >= 2 OR v_budgeted) THEN
         -- Costs or fair share: the choice in units (_choose_units_v1 says how). The synced
         -- policy's own limits say which jobs can never fit (held); an override only delays.
@@ -2900,7 +2911,7 @@ BEGIN
         INTO v_ids, v_rate_blocked, v_budget_names, v_budget_periods, v_budget_windows,
              v_budget_rates, v_budget_bursts, v_budget_stopped
         FROM workhorse._choose_units_v1(
-            p_queue, p_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
+            p_queue, v_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
@@ -2921,7 +2932,7 @@ BEGIN
             GROUP BY j.ckey
         ) AS a;
 
-        v_room := CASE WHEN v_max IS NULL THEN p_limit ELSE LEAST(p_limit, v_max - v_active) END;
+        v_room := CASE WHEN v_max IS NULL THEN v_limit ELSE LEAST(v_limit, v_max - v_active) END;
         IF v_room <= 0 THEN
             IF v_freed > 0 THEN
                 PERFORM workhorse._wake_v1(p_queue);
@@ -3380,7 +3391,7 @@ BEGIN
                 p_queue, '', v_rate, v_period, clock_timestamp()) END,
             CASE WHEN v_burst IS NULL THEN 0 ELSE workhorse._burst_next_start_v1(
                 p_queue, '', v_burst, v_burst_window, clock_timestamp()) END);
-    ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < p_limit THEN
+    ELSIF v_units AND true = ANY(v_budget_stopped) AND v_admitted < v_limit THEN
         -- A budget's rate stopped the claim: the soonest moment a job of one of those budgets
         -- may start (both its windows allow one more unit).
         SELECT min(GREATEST(
@@ -3422,7 +3433,7 @@ BEGIN
             NULL::timestamptz, NULL::timestamptz, NULL::jsonb, NULL::timestamptz,
             NULL::integer, NULL::double precision, 'full'::text, NULL::timestamptz;
     END IF;
-    IF v_governed AND v_freed > v_admitted THEN
+    IF v_governed AND v_freed > v_plain_admitted + v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;
 END
