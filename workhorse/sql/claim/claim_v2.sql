@@ -235,23 +235,26 @@ BEGIN
         -- queue holds any (the probes cost a tenth of a claim in a fleet), and if it does, the
         -- paths below, which walk one index per declared task, claim the rest.
         v_now := clock_timestamp();
+        -- The subqueries name p.queue, not p_queue: correlated, they run only for a policy
+        -- that passed the tests before them (an uncorrelated one is a one-time filter, run
+        -- first: 11 buffers at every claim of a queue that is not plain).
         SELECT p.max_active,
                (SELECT count(*)::integer FROM workhorse.jobs j
-                WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > v_now)
+                WHERE j.queue = p.queue AND j.status = 'active' AND j.lease_until > v_now)
         INTO v_max, v_active
         FROM workhorse.policies p
         WHERE p.queue = p_queue AND p.max_active IS NOT NULL AND p.max_active_per_key IS NULL
           AND p.rate_limit IS NULL AND p.rate_limit_per_key IS NULL AND p.fairness = 'fifo'
           AND p.feature_level <= 1
-          AND NOT EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p_queue)
-          AND NOT EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue)
+          AND NOT EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = p.queue)
+          AND NOT EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p.queue)
           AND NOT EXISTS (SELECT 1 FROM workhorse.queue_levels lv
-                          WHERE lv.queue = p_queue AND lv.feature_level > 1)
+                          WHERE lv.queue = p.queue AND lv.feature_level > 1)
           AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
-                          WHERE j.queue = p_queue AND j.status = 'active'
+                          WHERE j.queue = p.queue AND j.status = 'active'
                             AND j.lease_until <= v_now)
           AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
-                          WHERE j.queue = p_queue AND j.status = 'scheduled'
+                          WHERE j.queue = p.queue AND j.status = 'scheduled'
                             AND j.run_at <= v_now);
         IF FOUND THEN
             v_room := LEAST(p_limit, v_max - v_active);
