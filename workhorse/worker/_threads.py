@@ -19,8 +19,24 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context,
-             Callable[[], Any]]
+
+class _Job:
+    """One handler call: what the thread runs, and where its outcome goes. `future` is the one
+    the awaiting task waits on now: a cancel of that task cancels it, and the task then waits on
+    a new one (the thread settles whichever is current), without `asyncio.shield`'s extra future
+    and callbacks at every call."""
+
+    __slots__ = ("context", "exc", "finished", "fn", "future", "loop", "value")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context,
+                 fn: Callable[[], Any]) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.context = context
+        self.fn = fn
+        self.finished = False
+        self.value: Any = None
+        self.exc: BaseException | None = None
 
 
 class HandlerThreads:
@@ -34,8 +50,7 @@ class HandlerThreads:
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """`fn()` in one of the threads; its value, or its exception."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        job = _Job(asyncio.get_running_loop(), contextvars.copy_context(), fn)
         with self._lock:
             start = self._idle == 0 and (self.size is None or self._threads < self.size)
             if start:
@@ -45,19 +60,23 @@ class HandlerThreads:
         if start:
             threading.Thread(target=self._serve, name=f"{self.name}-{self._threads}",
                              daemon=True).start()
-        self._jobs.put((loop, future, contextvars.copy_context(), fn))
+        self._jobs.put(job)
         cancelled = False
-        while not future.done():
+        while not job.finished:
             try:
-                await asyncio.shield(future)
+                await job.future
             except asyncio.CancelledError:
-                if not future.done():
-                    cancelled = True  # the handler runs on: wait for it, then end cancelled
+                if not job.finished:
+                    # The handler runs on: wait for it on a new future, then end cancelled.
+                    cancelled = True
+                    job.future = job.loop.create_future()
             except BaseException:  # the handler's own error: raised below
                 pass
         if cancelled:
             raise asyncio.CancelledError
-        return future.result()
+        if job.exc is not None:
+            raise job.exc
+        return job.value
 
     def _serve(self) -> None:
         job: _Job | None = None
@@ -68,13 +87,12 @@ class HandlerThreads:
             job = self._jobs.get()
             if job is None:
                 return
-            loop, future, context, fn = job
             try:
-                value = context.run(fn)
+                value = job.context.run(job.fn)
             except BaseException as exc:  # every outcome goes back to the awaiting task
-                _deliver(loop, future, None, exc)
+                _deliver(job, None, exc)
             else:
-                _deliver(loop, future, value, None)
+                _deliver(job, value, None)
 
     def close(self) -> None:
         """Let the idle threads end (a busy one ends after its job)."""
@@ -98,17 +116,13 @@ class InCallerThread:
         """Nothing to let go of."""
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any,
-             exc: BaseException | None) -> None:
+def _deliver(job: _Job, value: Any, exc: BaseException | None) -> None:
     # A closed loop (RuntimeError): the slot is exiting, and nobody waits any more.
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(_settle, future, value, exc)
+        job.loop.call_soon_threadsafe(_settle, job, value, exc)
 
 
-def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(value)
+def _settle(job: _Job, value: Any, exc: BaseException | None) -> None:
+    job.finished, job.value, job.exc = True, value, exc
+    if not job.future.done():
+        job.future.set_result(None)
