@@ -198,3 +198,30 @@ def test_a_walk_left_short_by_another_apps_jobs_claims_the_rest_below(conn, queu
     taken = claim(CLAIM)
     assert taken == first + then[:2]
     assert queue.get_job(theirs).status.value == "ready"  # type: ignore[union-attr]
+
+
+def test_a_job_of_another_cost_is_left_to_a_claim_that_counts_units(conn, queue):
+    """A job of cost 2 raises its queue's level in the commit that enqueues it; a plain claim
+    that read the level before that commit must not activate it as one job. Simulated: the job
+    is written with the level not raised yet. Shown to fail without the activation's cost test
+    (the job would take one place of a count of jobs, two units of max_active)."""
+    queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition("q", max_active=2)])
+    [one] = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))])
+    [two] = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))])
+    conn.execute("UPDATE workhorse.jobs SET cost = 2 WHERE id = %s", (two,))
+    text = _sql.function_files()[CLAIM]
+    guard = "                      AND j.cost = 1\n"
+    assert text.count(guard) == 1
+    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
+                 .replace(guard, "", 1))
+    with conn.transaction(force_rollback=True):
+        assert _claim(conn, "q", ["t"], function="claim_broken") == ([one, two], True)
+    assert _claim(conn, "q", ["t"]) == ([one], True)
+    assert queue.get_job(two).status.value == "ready"  # type: ignore[union-attr]
+    # Once the level shows (the enqueue's commit), the claim in units takes it when it fits.
+    conn.execute("INSERT INTO workhorse.queue_levels (queue, feature_level) VALUES ('q', 2)")
+    fence = conn.execute("SELECT fence FROM workhorse.jobs WHERE id = %s", (one,)).fetchone()
+    assert fence is not None
+    queue.complete_many([(one, fence[0], None)])
+    ids, plain = _claim(conn, "q", ["t"])
+    assert ids == [two] and not plain

@@ -2796,6 +2796,10 @@ BEGIN
                       AND j.status = 'ready'
                       AND j.feature_level <= c_level
                       AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                      -- The count above is of jobs, so only jobs of one unit: a job of another
+                      -- cost (or of a budget) enqueued since it raised the queue's level in
+                      -- the same commit, and is left for the next claim, which counts units.
+                      AND j.cost = 1
                       AND j.budget IS NULL
                     RETURNING j.*
                 )
