@@ -225,3 +225,26 @@ def test_a_job_of_another_cost_is_left_to_a_claim_that_counts_units(conn, queue)
     queue.complete_many([(one, fence[0], None)])
     ids, plain = _claim(conn, "q", ["t"])
     assert ids == [two] and not plain
+
+
+@pytest.mark.parametrize("rules", ["per-key", "override"])
+def test_the_other_paths_counting_jobs_leave_a_job_of_another_cost_too(conn, queue, rules):
+    """The same race on the paths that count jobs, not units: a per-key limit (key heads) and
+    an override (the row walk). Shown to fail without their activation's cost test."""
+    queue.sync_concurrency_policies("t", [ConcurrencyPolicyDefinition(
+        "q", max_active=4, max_active_per_key=2 if rules == "per-key" else None)])
+    if rules == "override":
+        queue.override_policy("q", max_active=4)
+    options = EnqueueOptions(queue="q", concurrency_key="k")
+    [one] = queue.enqueue_many([("t", EMPTY, options)])
+    [two] = queue.enqueue_many([("t", EMPTY, options)])
+    conn.execute("UPDATE workhorse.jobs SET cost = 2 WHERE id = %s", (two,))
+    text = _sql.function_files()[CLAIM]
+    guard = "              AND (v_units OR NOT v_governed OR (j.cost = 1 AND j.rate_cost = 1))\n"
+    assert text.count(guard) == 1
+    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
+                 .replace(guard, "", 1))
+    with conn.transaction(force_rollback=True):
+        assert _claim(conn, "q", ["t"], function="claim_broken") == ([one, two], False)
+    assert _claim(conn, "q", ["t"]) == ([one], False)
+    assert queue.get_job(two).status.value == "ready"  # type: ignore[union-attr]

@@ -788,6 +788,11 @@ BEGIN
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
               AND (v_budgeted OR j.budget IS NULL)
+              -- A governed queue admitted by counting jobs (not in units) activates only jobs
+              -- of one unit and one start: a job of another cost raised the queue's level in
+              -- the commit that enqueued it, after this claim read the level, and is left for
+              -- the next claim, which counts units.
+              AND (v_units OR NOT v_governed OR (j.cost = 1 AND j.rate_cost = 1))
               AND (j.status = 'ready' OR (j.status = 'active' AND j.lease_until <= v_now))
             RETURNING j.*
         ), scopes AS (
