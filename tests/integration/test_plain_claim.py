@@ -135,6 +135,17 @@ def _clause(text: str, start: str) -> str:
         i += 1
 
 
+def _install_broken(conn: psycopg.Connection[Any], cuts: dict[str, str]) -> None:
+    """`claim_broken`: a copy of the claim with each clause of `cuts` (each found once)
+    replaced by its value."""
+    text = _sql.function_files()[CLAIM]
+    broken = text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
+    for clause, replacement in cuts.items():
+        assert text.count(clause) == 1, clause
+        broken = broken.replace(clause, replacement, 1)
+    conn.execute(broken)
+
+
 def test_a_queue_whose_one_rule_is_max_active_takes_the_plain_branch(conn, queue):
     _plain(queue)
     ids, plain = _claim(conn, "q", ["t"])
@@ -162,12 +173,8 @@ def test_every_other_rule_or_chore_takes_the_other_paths(conn, queue, case):
 def test_the_check_fails_on_a_claim_without_that_condition(conn, queue, case):
     setup, starts = NOT_PLAIN[case]
     text = _sql.function_files()[CLAIM]
-    broken = text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
-    for start in (starts,) if isinstance(starts, str) else starts:
-        clause = _clause(text, start)
-        assert text.count(clause) == 1, clause
-        broken = broken.replace(clause, REMOVED.get(case, "AND true"), 1)
-    conn.execute(broken)
+    _install_broken(conn, {_clause(text, start): REMOVED.get(case, "AND true")
+                           for start in ((starts,) if isinstance(starts, str) else starts)})
     _plain(queue)
     setup(queue, conn)
     _, plain = _claim(conn, "q", ["t"], function="claim_broken")
@@ -184,8 +191,7 @@ def test_a_walk_left_short_by_another_apps_jobs_claims_the_rest_below(conn, queu
     then = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))] * 5)
     text = _sql.function_files()[CLAIM]
     clause = _clause(text, NOT_PLAIN["another app's job"][1])  # type: ignore[arg-type]
-    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
-                 .replace(clause, "AND false", 1))
+    _install_broken(conn, {clause: "AND false"})
 
     def claim(function: str) -> list[int]:
         rows = conn.execute(
@@ -209,11 +215,7 @@ def test_a_job_of_another_cost_is_left_to_a_claim_that_counts_units(conn, queue)
     [one] = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))])
     [two] = queue.enqueue_many([("t", EMPTY, EnqueueOptions(queue="q"))])
     conn.execute("UPDATE workhorse.jobs SET cost = 2 WHERE id = %s", (two,))
-    text = _sql.function_files()[CLAIM]
-    guard = "                      AND j.cost = 1\n"
-    assert text.count(guard) == 1
-    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
-                 .replace(guard, "", 1))
+    _install_broken(conn, {"                      AND j.cost = 1\n": ""})
     with conn.transaction(force_rollback=True):
         assert _claim(conn, "q", ["t"], function="claim_broken") == ([one, two], True)
     assert _claim(conn, "q", ["t"]) == ([one], True)
@@ -239,11 +241,8 @@ def test_the_other_paths_counting_jobs_leave_a_job_of_another_cost_too(conn, que
     [one] = queue.enqueue_many([("t", EMPTY, options)])
     [two] = queue.enqueue_many([("t", EMPTY, options)])
     conn.execute("UPDATE workhorse.jobs SET cost = 2 WHERE id = %s", (two,))
-    text = _sql.function_files()[CLAIM]
-    guard = "              AND (v_units OR NOT v_governed OR (j.cost = 1 AND j.rate_cost = 1))\n"
-    assert text.count(guard) == 1
-    conn.execute(text.replace(f"workhorse.{CLAIM}(", "workhorse.claim_broken(", 1)
-                 .replace(guard, "", 1))
+    _install_broken(conn, {
+        "              AND (v_units OR NOT v_governed OR (j.cost = 1 AND j.rate_cost = 1))\n": ""})
     with conn.transaction(force_rollback=True):
         assert _claim(conn, "q", ["t"], function="claim_broken") == ([one, two], False)
     assert _claim(conn, "q", ["t"]) == ([one], False)
