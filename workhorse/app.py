@@ -130,6 +130,7 @@ class TaskOptions:
     budget: str | BudgetSpec | None = None
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
+    tags: Sequence[str] = ()
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> TaskOptions:
@@ -352,10 +353,11 @@ class App(AppEnqueuer):
         if key is not None and not callable(key) and (not isinstance(key, str) or not key):
             raise InvalidOptionsError(
                 f"concurrency_key must be a non-empty str or a callable, got {key!r}")
-        # Validates priority, max_attempts, weight and fixed costs once, at declaration.
-        EnqueueOptions(priority=o.priority, max_attempts=o.max_attempts, weight=o.weight,
-                       cost=1 if callable(o.cost) else o.cost,
-                       rate_cost=1 if callable(o.rate_cost) else o.rate_cost)
+        # Validates priority, max_attempts, weight, fixed costs and tags once, at declaration.
+        declared = EnqueueOptions(priority=o.priority, max_attempts=o.max_attempts,
+                                  weight=o.weight, cost=1 if callable(o.cost) else o.cost,
+                                  rate_cost=1 if callable(o.rate_cost) else o.rate_cost,
+                                  tags=o.tags)  # type: ignore[arg-type]
         retry_on = check_retry_on(o.retry_on)
         timeout_limit = timeout_seconds(o.timeout)
         budget_text = budget_name(o.budget)
@@ -394,7 +396,7 @@ class App(AppEnqueuer):
             on_failure=o.on_failure, lease=lease_seconds,
             retention=retention_seconds(o.retention, self.retention), retry_on=retry_on,
             timeout=timeout_limit, unique=o.unique, cost=o.cost, rate_cost=o.rate_cost,
-            weight=o.weight, budget=budget_text,
+            weight=o.weight, budget=budget_text, tags=declared.tags,
         )
         self.tasks[task_name] = task
         return task
@@ -536,7 +538,7 @@ class App(AppEnqueuer):
             kwargs=dict(kwargs or {}), queue=queue_name, catch_up=catch_up,
             priority=registered.priority, max_attempts=registered.max_attempts,
             concurrency_key=key, on_failure=registered.on_failure, cost=cost,
-            rate_cost=rate_cost, weight=registered.weight,
+            rate_cost=rate_cost, weight=registered.weight, tags=registered.tags,
         )
         # Its queue is one of the app's, so that a worker serves it by default.
         self._declare_queue(queue if isinstance(queue, QueueSpec) else QueueSpec(queue_name))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -25,7 +26,7 @@ from ._ops.workflows import WORKFLOW_MEMBERS_MAX, Dependency, WorkflowMember
 from .errors import InvalidOptionsError
 from .handle import JobHandle, WorkflowEnqueuer
 from .handle import WorkflowHandle as WorkflowHandle  # its home before handle.py; still names it
-from .types import EnqueueOptions
+from .types import EnqueueOptions, check_tags
 
 
 @runtime_checkable
@@ -50,7 +51,7 @@ class SignedTask(Protocol):
 
 # The options `.set()` takes (Celery's names too: countdown, eta).
 SET_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "eta", "run_at",
-               "max_attempts", "cost", "rate_cost", "weight", "budget")
+               "max_attempts", "cost", "rate_cost", "weight", "budget", "tags")
 
 # Incoming results of a node: the members whose results feed it, and how ('one': the single
 # parent's result; 'list': the list of the parents' results in order). None: nothing incoming.
@@ -98,13 +99,16 @@ class Canvas(abc.ABC):
         """
         return self.apply_async()
 
-    def apply_async(self, connection: Any = None) -> WorkflowHandle:
-        """Enqueue the canvas whole, in one transaction (`connection=`: the caller's).
+    def apply_async(self, connection: Any = None, *,
+                    tags: Sequence[str] | None = None) -> WorkflowHandle:
+        """Enqueue the canvas whole, in one transaction (`connection=`: the caller's). `tags`
+        are added to every member's (and the on_error job's).
 
         >>> chain(add.s(1), add.s(2)).apply_async(connection=conn)  # doctest: +SKIP
+        >>> chain(add.s(1), add.s(2)).apply_async(tags=["order-1234"])  # doctest: +SKIP
         """
         app = self._app()
-        plan = Plan.of(self)
+        plan = Plan.of(self, tags=check_tags(tags))
         return app.enqueue_workflow(plan.members, plan.result, plan.kind, plan.on_error,
                                     connection)
 
@@ -115,13 +119,14 @@ class Canvas(abc.ABC):
         """
         return await self.enqueue_async()
 
-    async def enqueue_async(self, connection: Any = None) -> WorkflowHandle:
+    async def enqueue_async(self, connection: Any = None, *,
+                            tags: Sequence[str] | None = None) -> WorkflowHandle:
         """The async twin of `apply_async`, on an async connection.
 
         >>> await chain(add.s(1), add.s(2)).enqueue_async(connection=aconn)  # doctest: +SKIP
         """
         app = self._app()
-        plan = Plan.of(self)
+        plan = Plan.of(self, tags=check_tags(tags))
         return await app.enqueue_workflow_async(plan.members, plan.result, plan.kind,
                                                 plan.on_error, connection)
 
@@ -161,7 +166,7 @@ class Signature(Canvas):
 
     def set(self, **options: Any) -> Signature:
         """A copy with these options (queue, concurrency_key, priority, delay, countdown, eta,
-        run_at, max_attempts, cost, rate_cost, weight, budget). `cost` and `rate_cost` may be
+        run_at, max_attempts, cost, rate_cost, weight, budget, tags). `cost` and `rate_cost` may be
         callables of the member's arguments, called at enqueue as apply_async calls them (a
         parent's result is not known then: a member that receives one passes a placeholder in
         its place, so give such a member a value); unset, the task's own defaults apply.
@@ -215,13 +220,22 @@ class Signature(Canvas):
         return await self.task.enqueue_async(self.args + args, {**self.kwargs, **kwargs},
                                              **self.options)
 
-    async def enqueue_async(self, connection: Any = None) -> Any:
+    async def enqueue_async(self, connection: Any = None, *,
+                            tags: Sequence[str] | None = None) -> Any:
         """The async twin of `apply_async`: a JobHandle.
 
         >>> await add.s(2, 3).enqueue_async(connection=aconn)        # doctest: +SKIP
         """
+        options = dict(self.options)
+        if tags is not None:
+            options["tags"] = tuple(options.get("tags") or ()) + check_tags(tags)
         return await self.task.enqueue_async(self.args, self.kwargs, connection=connection,
-                                             **self.options)
+                                             **options)
+
+
+def _tagged(options: EnqueueOptions, tags: tuple[str, ...]) -> EnqueueOptions:
+    """A member's options with the workflow's tags after its own (checked again: at most 16)."""
+    return dataclasses.replace(options, tags=options.tags + tags) if tags else options
 
 
 def _check_set(options: dict[str, Any]) -> None:
@@ -233,6 +247,8 @@ def _check_set(options: dict[str, Any]) -> None:
     if options.get("budget") is not None:
         # Checked as the enqueue will check it (a spec or a name of 1-255 characters).
         EnqueueOptions(budget=budget_name(options["budget"]))
+    if options.get("tags") is not None:
+        check_tags(options["tags"])
     for name in ("cost", "rate_cost", "weight"):
         value = options.get(name)
         high = 1_000 if name == "weight" else 1_000_000
@@ -369,8 +385,9 @@ class Plan:
         return cls(members=[member], result=[0], kind="one")
 
     @classmethod
-    def of(cls, canvas: Canvas, depends_on: Sequence[int] = ()) -> Plan:
-        """The plan of a canvas.
+    def of(cls, canvas: Canvas, depends_on: Sequence[int] = (),
+           tags: tuple[str, ...] = ()) -> Plan:
+        """The plan of a canvas; `tags` added to every member's (the workflow's tags).
 
         >>> len(Plan.of(chain(add.s(1), add.s(2))).members)          # doctest: +SKIP
         2
@@ -379,6 +396,9 @@ class Plan:
         out = plan.build(canvas, None, list(depends_on))
         assert out is not None
         plan.result, plan.kind = out
+        if tags:
+            plan.members = [dataclasses.replace(m, options=_tagged(m.options, tags))
+                            for m in plan.members]
         if len(plan.members) > WORKFLOW_MEMBERS_MAX:
             raise InvalidOptionsError(
                 f"a workflow has at most {WORKFLOW_MEMBERS_MAX} members, "
@@ -386,7 +406,8 @@ class Plan:
         if canvas.on_error is not None:
             sig = canvas.on_error
             call = sig.call(incoming=True)  # the failed member's id comes first
-            plan.on_error = (call.task, call.payload, call.options, call.on_failure)
+            plan.on_error = (call.task, call.payload, _tagged(call.options, tags),
+                             call.on_failure)
         return plan
 
     def build(self, node: Canvas, incoming: _Incoming, external: list[int]) -> _Incoming:

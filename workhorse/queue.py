@@ -298,33 +298,42 @@ class Queue:
         status: str | None = None,
         key: str | None = None,
         task: str | None = None,
+        tag: str | None = None,
         limit: int = 50,
     ) -> list[Job]:
-        """The newest jobs first, filtered by any of queue, status, key and task.
+        """The newest jobs first, filtered by any of queue, status, key, task and tag.
 
         >>> [job.id for job in q.list_jobs(queue="mail", status="failed")]  # doctest: +SKIP
         [41, 40]
+        >>> [job.id for job in q.list_jobs(tag="order-1234")]         # doctest: +SKIP
+        [57, 56]
         """
         return self._run(
-            _ops.list_jobs(queue=queue, status=status, key=key, task=task, limit=limit)
+            _ops.list_jobs(queue=queue, status=status, key=key, task=task, tag=tag, limit=limit)
         )
 
-    def retry_jobs(self, ids: Iterable[int]) -> list[int]:
-        """Held, failed or canceled jobs become ready with a fresh set of attempts.
+    def retry_jobs(self, ids: Iterable[int] = (), *, tag: str | None = None) -> list[int]:
+        """Held, failed or canceled jobs become ready with a fresh set of attempts: these, and
+        every such job of `tag`.
 
         >>> q.retry_jobs([40, 41])          # 40 had already succeeded  # doctest: +SKIP
         [41]
+        >>> q.retry_jobs(tag="order-1234")                             # doctest: +SKIP
+        [56]
         """
-        return self._run(_ops.retry_jobs(ids))
+        return self._run(_ops.retry_jobs(ids, tag))
 
-    def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
+    def cancel_jobs(self, ids: Iterable[int] = (), *, tag: str | None = None) -> list[int]:
         """Cancel jobs that have not finished (a running one by request: it ends canceled when
-        its handler returns); returns the ids canceled or asked to cancel.
+        its handler returns): these, and every such job of `tag`; returns the ids canceled or
+        asked to cancel.
 
         >>> q.cancel_jobs([42])                                       # doctest: +SKIP
         [42]
+        >>> q.cancel_jobs(tag="tenant:acme")                           # doctest: +SKIP
+        [57, 58]
         """
-        return self._run(_ops.cancel_jobs(ids))
+        return self._run(_ops.cancel_jobs(ids, tag=tag))
 
     def prune_jobs(
         self,
@@ -680,6 +689,7 @@ class AsyncQueue:
         status: str | None = None,
         key: str | None = None,
         task: str | None = None,
+        tag: str | None = None,
         limit: int = 50,
     ) -> list[Job]:
         """`Queue.list_jobs`, awaitable.
@@ -688,24 +698,25 @@ class AsyncQueue:
         [41, 40]
         """
         return await self._run(
-            _ops.list_jobs(queue=queue, status=status, key=key, task=task, limit=limit)
+            _ops.list_jobs(queue=queue, status=status, key=key, task=task, tag=tag, limit=limit)
         )
 
-    async def retry_jobs(self, ids: Iterable[int]) -> list[int]:
+    async def retry_jobs(self, ids: Iterable[int] = (), *, tag: str | None = None) -> list[int]:
         """`Queue.retry_jobs`, awaitable.
 
         >>> await aq.retry_jobs([41])                                 # doctest: +SKIP
         [41]
         """
-        return await self._run(_ops.retry_jobs(ids))
+        return await self._run(_ops.retry_jobs(ids, tag))
 
-    async def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
+    async def cancel_jobs(self, ids: Iterable[int] = (), *, tag: str | None = None
+                          ) -> list[int]:
         """`Queue.cancel_jobs`, awaitable.
 
         >>> await aq.cancel_jobs([42])                                # doctest: +SKIP
         [42]
         """
-        return await self._run(_ops.cancel_jobs(ids))
+        return await self._run(_ops.cancel_jobs(ids, tag=tag))
 
     async def prune_jobs(
         self,

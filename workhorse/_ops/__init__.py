@@ -69,8 +69,10 @@ from .enqueue import (
 )
 from .jobs import (
     BROWSE_WINDOW,
+    CANCELABLE,
     DEFAULT_RETENTION_JSON,
     HEALTH_SAMPLE,
+    RETRYABLE,
     attempts_from,
     browse_jobs,
     cancel_jobs,
@@ -89,6 +91,7 @@ from .jobs import (
     resting_jobs,
     retention_json,
     retry_jobs,
+    tagged_job_ids,
     unless_one,
     with_progress,
 )
@@ -146,6 +149,7 @@ from .workflows import (
 __all__ = [
     "BACKLOG_CAP",
     "BROWSE_WINDOW",
+    "CANCELABLE",
     "DEFAULT_RETENTION_JSON",
     "ERROR_MESSAGE_LIMIT",
     "ERROR_TRACEBACK_LIMIT",
@@ -155,6 +159,7 @@ __all__ = [
     "HOUSEKEEPING_LOCK",
     "MAX_SCHEDULE_DEFINITIONS",
     "PAYLOAD_LIMIT",
+    "RETRYABLE",
     "SCHEMA_LOCK",
     "THROUGHPUT_FIELDS",
     "WORKFLOW_MEMBERS_MAX",
@@ -239,6 +244,7 @@ __all__ = [
     "sync_budgets",
     "sync_policies",
     "sync_schedules",
+    "tagged_job_ids",
     "throughput",
     "top_counters",
     "touch_worker",

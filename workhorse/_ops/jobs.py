@@ -25,6 +25,7 @@ from ..types import (
     check_id,
     check_name,
     check_optional_name,
+    check_tags,
     retention_seconds,
     shown,
 )
@@ -43,6 +44,15 @@ def or_null(column: list[Any]) -> list[Any] | None:
     """A column of NULLs goes as one NULL array (the enqueue's multi-argument unnest pads it with
     NULLs), so that the client does not dump a NULL for every job."""
     return column if any(value is not None for value in column) else None
+
+
+def tags_json(tags: Sequence[str]) -> str | None:
+    """A job's tags as the enqueue functions take them: a JSON array, or None for none.
+
+    >>> tags_json(("order-1234",)), tags_json(())
+    ('["order-1234"]', None)
+    """
+    return json.dumps(list(tags), ensure_ascii=False) if tags else None
 
 
 def job_from_row(row: tuple[Any, ...]) -> Job:
@@ -72,6 +82,9 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         # get_job and workflow_jobs read the budget too (docs/design.md "Named budgets"); the list
         # statements fill it in with job_extras (with_progress).
         budget=keys[8] if len(keys) > 8 else None,
+        # And the tags (docs/design.md "Tags"), which job_extras fills in for
+        # the list statements.
+        tags=list(keys[9] or []) if len(keys) > 9 else [],
     )
 
 
@@ -164,30 +177,35 @@ def list_jobs(
     status: str | None = None,
     key: str | None = None,
     task: str | None = None,
+    tag: str | None = None,
     limit: int = 50,
 ) -> Operation[list[Job]]:
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
     status = _list_filters(status, limit, queue=queue, key=key, task=task)
-    rows = yield _sql.statement("list_jobs"), {
-        "queue": queue, "status": status, "key": key, "task": task, "limit": limit,
-    }
+    params = {"queue": queue, "status": status, "key": key, "task": task, "limit": limit}
+    if tag is None:
+        rows = yield _sql.statement("list_jobs"), params
+    else:
+        rows = yield _sql.statement("list_jobs_by_tag"), {**params, "tag": check_tag(tag)}
     return (yield from with_progress([job_from_row(row) for row in rows]))
 
 
 def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
-    """The jobs with their progress and budget filled in, in one more statement (the list
-    statements of 0.2.0 are frozen and read neither)."""
+    """The jobs with their progress, budget and tags filled in, in one more statement (the list
+    statements of 0.2.0 are frozen and read none of them)."""
     if not jobs:
         return jobs
     rows = yield _sql.statement("job_extras"), ([job.id for job in jobs],)
     found: dict[int, dict[str, Any]] = {}
-    for job_id, document, at, budget in rows:
+    for job_id, document, at, budget, tags in rows:
         changes: dict[str, Any] = {}
         progress = Progress.from_stored(document, at)
         if progress is not None:
             changes["progress"] = progress
         if budget is not None:
             changes["budget"] = budget
+        if tags:
+            changes["tags"] = list(tags)
         if changes:
             found[job_id] = changes
     if not found:
@@ -283,9 +301,32 @@ def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]
     return [(row[0], row[1], int(row[2])) for row in rows]
 
 
-def retry_jobs(ids: Iterable[int]) -> Operation[list[int]]:
-    """Release held, failed or canceled jobs (fresh attempts); returns the ids released."""
-    rows = yield _sql.statement("retry_jobs"), (_job_ids(ids),)
+def check_tag(tag: object) -> str:
+    """One tag as a filter: a tag no job can have is an error, not an empty list."""
+    return check_tags([tag])[0]
+
+
+# The statuses a retry or a cancel by tag looks at: those the retry and the cancel act on.
+RETRYABLE = ("held", "failed", "canceled")
+CANCELABLE = ("waiting", "scheduled", "ready", "active")
+
+
+def tagged_job_ids(tag: str, statuses: Sequence[str], queue: str | None = None
+                   ) -> Operation[list[int]]:
+    """The ids of the jobs of `tag` in `statuses` (and of `queue`, when given), oldest first."""
+    check_optional_name("queue", queue)
+    rows = yield _sql.statement("tagged_job_ids"), {
+        "tag": check_tag(tag), "statuses": list(statuses), "queue": queue}
+    return [row[0] for row in rows]
+
+
+def retry_jobs(ids: Iterable[int], tag: str | None = None) -> Operation[list[int]]:
+    """Release held, failed or canceled jobs (fresh attempts), these and those of `tag`;
+    returns the ids released."""
+    chosen = _job_ids(ids)
+    if tag is not None:
+        chosen += yield from tagged_job_ids(tag, RETRYABLE)
+    rows = yield _sql.statement("retry_jobs"), (chosen,)
     return [row[0] for row in rows]
 
 
@@ -297,12 +338,15 @@ def make_due(queues: Sequence[str]) -> Operation[list[int]]:
     return [row[0] for row in rows]
 
 
-def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON
-                ) -> Operation[list[int]]:
-    """Cancel jobs that have not finished (an active one gets a cancel request); returns the
-    ids canceled or asked to cancel."""
+def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON,
+                tag: str | None = None) -> Operation[list[int]]:
+    """Cancel jobs that have not finished (an active one gets a cancel request), these and those
+    of `tag`; returns the ids canceled or asked to cancel."""
+    chosen = _job_ids(ids)
+    if tag is not None:
+        chosen += yield from tagged_job_ids(tag, CANCELABLE)
     # The statement that also cancels waiting workflow members (and their dependents).
-    rows = yield _sql.statement("cancel_jobs"), (_job_ids(ids), retention)
+    rows = yield _sql.statement("cancel_jobs"), (chosen, retention)
     return [row[0] for row in rows]
 
 

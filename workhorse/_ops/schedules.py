@@ -19,7 +19,7 @@ from ..types import (
     check_name,
     check_optional_name,
 )
-from .jobs import or_null, unless_one
+from .jobs import or_null, tags_json, unless_one
 
 # At most this many schedules in one sync, and due ones in one firing pass (the rest: next pass).
 MAX_SCHEDULE_DEFINITIONS = 10_000
@@ -97,6 +97,7 @@ def sync_schedules(
         or_null([unless_one(d.cost) for d in definitions]),
         or_null([unless_one(d.rate_cost) for d in definitions]),
         or_null([unless_one(d.weight) for d in definitions]),
+        or_null([tags_json(d.tags) for d in definitions]),
     )
     report = SyncReport()
     for action, name in rows:

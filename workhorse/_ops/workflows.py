@@ -14,7 +14,7 @@ from ..types import (
     Job,
     check_id,
 )
-from .jobs import DEFAULT_RETENTION_JSON, job_from_row, or_null, unless_one
+from .jobs import DEFAULT_RETENTION_JSON, job_from_row, or_null, tags_json, unless_one
 
 WORKFLOW_MEMBERS_MAX = 10_000
 
@@ -92,12 +92,14 @@ def enqueue_workflow(
         error_args: tuple[Any, ...] = (None,) * 7
         error_units: tuple[int, int, int] = (1, 1, 1)
         error_budget: str | None = None
+        error_tags: str | None = None
     else:
         task, payload, options, on_failure = on_error
         error_args = (task, options.queue, options.concurrency_key, options.priority,
                       encode_json(payload), options.max_attempts, on_failure)
         error_units = (options.cost, options.rate_cost, options.weight)
         error_budget = options.budget
+        error_tags = tags_json(options.tags)
     rows = yield _sql.statement("enqueue_workflow"), (
         [m.task for m in members], [m.options.queue for m in members],
         [m.options.concurrency_key for m in members], [m.options.priority for m in members],
@@ -110,7 +112,8 @@ def enqueue_workflow(
         or_null([unless_one(m.options.rate_cost) for m in members]),
         or_null([unless_one(m.options.weight) for m in members]),
         [m.retention for m in members], *error_units,
-        or_null([m.options.budget for m in members]), error_budget)
+        or_null([m.options.budget for m in members]), error_budget,
+        or_null([tags_json(m.options.tags) for m in members]), error_tags)
     workflow_id, ids, missing = rows[0]
     if workflow_id is None:
         raise InvalidOptionsError(

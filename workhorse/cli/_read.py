@@ -149,25 +149,28 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice([s.value for s in JobStatus]), default=None)
 @click.option("--key", default=None, help="Concurrency key.")
 @click.option("--task", default=None, help="Task name.")
+@click.option("--tag", default=None, help="Only jobs with this tag.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
 def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: str | None,
-              task: str | None, limit: int, as_json: bool) -> None:
+              task: str | None, tag: str | None, limit: int, as_json: bool) -> None:
     """The newest jobs, optionally filtered."""
     with connect(ctx) as conn:
-        found = Queue(conn).list_jobs(queue=queue, status=status, key=key, task=task,
+        found = Queue(conn).list_jobs(queue=queue, status=status, key=key, task=task, tag=tag,
                                       limit=limit)
     if as_json:
         print_json(found)
         return
     table = DataTable(title="jobs")
-    for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued"):
+    tagged = any(job.tags for job in found)
+    for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued",
+                   *(("tags",) if tagged else ())):
         table.add_column(column)
     for job in found:
-        table.add_row(*job_row(job), style="red" if job.status in (
-            JobStatus.FAILED, JobStatus.HELD) else None)
+        table.add_row(*job_row(job), *((", ".join(job.tags) or "-",) if tagged else ()),
+                      style="red" if job.status in (JobStatus.FAILED, JobStatus.HELD) else None)
     console.print(table)
 
 

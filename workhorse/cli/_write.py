@@ -150,18 +150,23 @@ def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
 @jobs.command("retry")
 @click.argument("job_id", type=int, required=False)
 @click.option("--held", "all_held", is_flag=True, help="Release every held job.")
-@click.option("--queue", default=None, help="With --held: only this queue.")
+@click.option("--tag", default=None,
+              help="Release every held, failed or canceled job with this tag.")
+@click.option("--queue", default=None, help="With --held or --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
-def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: str | None,
-               as_json: bool) -> None:
-    """Release a held (or failed, or canceled) job, or every held job, to run again."""
-    if (job_id is None) == (not all_held):
-        raise click.UsageError("give a JOB_ID or --held (not both)")
+def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str | None,
+               queue: str | None, as_json: bool) -> None:
+    """Release a held (or failed, or canceled) job, every held job, or every such job of a
+    tag, to run again."""
+    if [job_id is not None, all_held, tag is not None].count(True) != 1:
+        raise click.UsageError("give one of JOB_ID, --held and --tag")
     with connect(ctx) as conn:
         if all_held:
             ids = _ops.execute(conn, _ops.held_job_ids(queue, 100_000))
+        elif tag is not None:
+            ids = _ops.execute(conn, _ops.tagged_job_ids(tag, _ops.RETRYABLE, queue))
         else:
             ids = [job_id] if job_id is not None else []
         released = Queue(conn).retry_jobs(ids)
@@ -179,15 +184,25 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, queue: st
 
 
 @jobs.command("cancel")
-@click.argument("job_ids", type=int, nargs=-1, required=True)
+@click.argument("job_ids", type=int, nargs=-1, required=False)
+@click.option("--tag", default=None, help="Cancel every unfinished job with this tag.")
+@click.option("--queue", default=None, help="With --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors
-def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], as_json: bool) -> None:
+def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
+                queue: str | None, as_json: bool) -> None:
     """Cancel jobs that have not finished (a running one is asked to stop, and ends canceled
-    when its handler returns)."""
+    when its handler returns): these JOB_IDS, and every such job of --tag."""
+    if not job_ids and tag is None:
+        raise click.UsageError("give JOB_IDS or --tag")
+    if queue is not None and tag is None:
+        raise click.UsageError("--queue goes with --tag")
     with connect(ctx) as conn:
-        canceled = Queue(conn).cancel_jobs(job_ids)
+        ids = list(job_ids)
+        if tag is not None:
+            ids += _ops.execute(conn, _ops.tagged_job_ids(tag, _ops.CANCELABLE, queue))
+        canceled = Queue(conn).cancel_jobs(ids)
         owners = _job_owner_lines(conn, canceled)
     if as_json:
         print_json({"canceled": canceled})

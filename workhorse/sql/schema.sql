@@ -83,6 +83,13 @@ CREATE TABLE workhorse.job_deps (
     CONSTRAINT job_deps_pkey PRIMARY KEY (job_id, parent_id)
 );
 
+CREATE TABLE workhorse.job_tags (
+    tag text NOT NULL,
+    job_id bigint NOT NULL,
+    CONSTRAINT job_tags_pkey PRIMARY KEY (tag, job_id),
+    CONSTRAINT job_tags_tag_check CHECK (((length(tag) >= 1) AND (length(tag) <= 100)))
+);
+
 CREATE TABLE workhorse.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
     task text NOT NULL,
@@ -120,6 +127,7 @@ CREATE TABLE workhorse.jobs (
     workflow_id bigint,
     has_dependents boolean DEFAULT false NOT NULL,
     budget text,
+    tags text[],
     CONSTRAINT jobs_budget_check CHECK (((length(budget) >= 1) AND (length(budget) <= 255))),
     CONSTRAINT jobs_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT jobs_feature_level_check CHECK ((feature_level >= 1)),
@@ -273,6 +281,7 @@ CREATE TABLE workhorse.schedules (
     cost integer DEFAULT 1 NOT NULL,
     rate_cost integer DEFAULT 1 NOT NULL,
     weight smallint DEFAULT 1 NOT NULL,
+    tags text[],
     CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['latest'::text, 'all'::text, 'skip'::text]))),
     CONSTRAINT schedules_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT schedules_every_check CHECK (((every_interval IS NULL) OR (every_interval >= '00:00:01'::interval))),
@@ -355,6 +364,7 @@ CREATE TABLE workhorse.workflows (
     on_error_weight smallint DEFAULT 1 NOT NULL,
     on_error_job bigint,
     on_error_budget text,
+    on_error_tags text[],
     CONSTRAINT workflows_on_error_budget_check CHECK (((length(on_error_budget) >= 1) AND (length(on_error_budget) <= 255))),
     CONSTRAINT workflows_pkey PRIMARY KEY (id),
     CONSTRAINT workflows_result_kind_check CHECK ((result_kind = ANY (ARRAY['one'::text, 'list'::text])))
@@ -1875,7 +1885,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level, cost, rate_cost, weight, budget)
+                 feature_level, cost, rate_cost, weight, budget, tags)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
@@ -1883,8 +1893,10 @@ BEGIN
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
                     'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
                     v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight,
-                    v_wf.on_error_budget)
+                    v_wf.on_error_budget, v_wf.on_error_tags)
             RETURNING id, queue, ckey INTO v_job;
+            INSERT INTO workhorse.job_tags (tag, job_id)
+            SELECT x.tag, v_job.id FROM unnest(v_wf.on_error_tags) AS x(tag);
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
                 INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);
@@ -3583,7 +3595,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_v2(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[], p_feature_levels smallint[] DEFAULT NULL::smallint[], p_unique_keys text[] DEFAULT NULL::text[], p_unique_periods double precision[] DEFAULT NULL::double precision[], p_unique_states text[] DEFAULT NULL::text[], p_job_keys text[] DEFAULT NULL::text[], p_job_key_modes text[] DEFAULT NULL::text[], p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_budgets text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.enqueue_v2(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[], p_feature_levels smallint[] DEFAULT NULL::smallint[], p_unique_keys text[] DEFAULT NULL::text[], p_unique_periods double precision[] DEFAULT NULL::double precision[], p_unique_states text[] DEFAULT NULL::text[], p_job_keys text[] DEFAULT NULL::text[], p_job_key_modes text[] DEFAULT NULL::text[], p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_budgets text[] DEFAULT NULL::text[], p_tags text[] DEFAULT NULL::text[])
  RETURNS TABLE(id bigint, duplicate boolean)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -3729,22 +3741,28 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights, p_budgets)
+                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, budget, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ord)
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight, budget)
+                 meta, feature_level, cost, rate_cost, weight, budget, tags)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1), i.budget
+                   COALESCE(i.weight, 1), i.budget,
+                   CASE WHEN i.tags IS NOT NULL
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
             FROM input i
             ORDER BY i.ord
-            RETURNING id, queue, ckey, status
+            RETURNING id, queue, ckey, status, tags
+        ), tagged AS (
+            INSERT INTO workhorse.job_tags (tag, job_id)
+            SELECT x.tag, ins.id FROM inserted ins CROSS JOIN LATERAL unnest(ins.tags) AS x(tag)
+            WHERE ins.tags IS NOT NULL
         ), hinted AS (
             INSERT INTO workhorse.key_hints (queue, ckey)
             SELECT DISTINCT i.queue, i.ckey
@@ -3791,7 +3809,7 @@ BEGIN
                           now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
         v_replace := COALESCE(p_job_key_modes[v_i], 'replace') = 'replace';
         LOOP
-            SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
+            SELECT j.id, j.status, j.queue, j.ckey, j.tags INTO v_holder
             FROM workhorse.jobs j
             WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i] AND j.job_key IS NOT NULL
             FOR UPDATE;
@@ -3803,12 +3821,24 @@ BEGIN
                     rate_cost = COALESCE(p_rate_costs[v_i], 1),
                     weight = COALESCE(p_weights[v_i], 1),
                     budget = p_budgets[v_i],
+                    tags = CASE WHEN p_tags[v_i] IS NOT NULL
+                                THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb))
+                           END,
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
                                   THEN 'scheduled' ELSE 'ready' END
                 WHERE j.id = v_holder.id
                 RETURNING j.status INTO v_status;
+                IF v_holder.tags IS NOT NULL OR p_tags[v_i] IS NOT NULL THEN
+                    -- Its lookup rows follow its new tags.
+                    DELETE FROM workhorse.job_tags t
+                    WHERE t.job_id = v_holder.id AND t.tag = ANY(v_holder.tags);
+                    INSERT INTO workhorse.job_tags (tag, job_id)
+                    SELECT x.tag, v_holder.id
+                    FROM jsonb_array_elements_text(p_tags[v_i]::jsonb) AS x(tag)
+                    WHERE p_tags[v_i] IS NOT NULL;
+                END IF;
                 -- A ready job's head may have moved (its rank, or it left `ready`), as after a
                 -- cancel: the claim refreshes the hinted key.
                 IF v_status = 'ready' OR v_holder.status = 'ready' THEN
@@ -3826,7 +3856,7 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -3834,7 +3864,9 @@ BEGIN
                     p_max_attempts[v_i], p_on_failures[v_i], v_due,
                     COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
-                    COALESCE(p_weights[v_i], 1), p_budgets[v_i])
+                    COALESCE(p_weights[v_i], 1), p_budgets[v_i],
+                    CASE WHEN p_tags[v_i] IS NOT NULL
+                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END)
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -3881,23 +3913,25 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights, p_budgets)
+                        p_weights, p_budgets, p_tags)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      budget, ord)
+                      budget, tags, ord)
             WHERE NOT t.done
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight, budget)
+                 weight, budget, tags)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1), i.budget
+                   COALESCE(i.weight, 1), i.budget,
+                   CASE WHEN i.tags IS NOT NULL
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
             FROM input i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING
@@ -3956,6 +3990,15 @@ BEGIN
             c_canceled_retention);
     END IF;
 
+    IF p_tags IS NOT NULL THEN
+        -- The lookup rows of the jobs this call inserted (a job_key replace wrote its own).
+        INSERT INTO workhorse.job_tags (tag, job_id)
+        SELECT x.tag, u.id
+        FROM unnest(v_ids, v_dup, p_tags) AS u(id, dup, tags)
+        CROSS JOIN LATERAL jsonb_array_elements_text(u.tags::jsonb) AS x(tag)
+        WHERE NOT u.dup AND u.tags IS NOT NULL;
+    END IF;
+
     INSERT INTO workhorse.key_hints (queue, ckey)
     SELECT h.queue, h.ckey
     FROM (SELECT DISTINCT h.queue, h.ckey FROM unnest(v_hint_queues, v_hint_keys) AS h(queue, ckey)
@@ -3971,7 +4014,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[], p_on_error_budget text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION workhorse.enqueue_workflow_v1(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_modes text[], p_edge_jobs integer[], p_edge_parents integer[], p_edge_ids bigint[], p_edge_positions integer[], p_edge_passes boolean[], p_result_ords integer[], p_result_kind text, p_on_error_task text DEFAULT NULL::text, p_on_error_queue text DEFAULT NULL::text, p_on_error_ckey text DEFAULT NULL::text, p_on_error_priority smallint DEFAULT NULL::smallint, p_on_error_payload text DEFAULT NULL::text, p_on_error_max_attempts integer DEFAULT NULL::integer, p_on_error_on_failure text DEFAULT NULL::text, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_retentions text[] DEFAULT NULL::text[], p_on_error_cost integer DEFAULT 1, p_on_error_rate_cost integer DEFAULT 1, p_on_error_weight smallint DEFAULT 1, p_budgets text[] DEFAULT NULL::text[], p_on_error_budget text DEFAULT NULL::text, p_tags text[] DEFAULT NULL::text[], p_on_error_tags text DEFAULT NULL::text)
  RETURNS TABLE(workflow_id bigint, ids bigint[], missing bigint[])
  LANGUAGE plpgsql
 AS $function$
@@ -4076,14 +4119,16 @@ BEGIN
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
          on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
-         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget)
+         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget, on_error_tags)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
             p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
             COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1),
-            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END)
+            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END,
+            CASE WHEN p_on_error_task IS NOT NULL AND p_on_error_tags IS NOT NULL
+                 THEN ARRAY(SELECT jsonb_array_elements_text(p_on_error_tags::jsonb)) END)
     RETURNING id INTO v_wf;
 
     WITH edges AS (
@@ -4100,10 +4145,10 @@ BEGIN
                COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
         FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                     p_delays, p_max_attempts, p_on_failures, p_metas, p_modes, p_costs,
-                    p_rate_costs, p_weights, p_retentions, p_budgets)
+                    p_rate_costs, p_weights, p_retentions, p_budgets, p_tags)
              WITH ORDINALITY
              AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                  on_failure, meta, mode, cost, rate_cost, weight, retention, budget, ord)
+                  on_failure, meta, mode, cost, rate_cost, weight, retention, budget, tags, ord)
         LEFT JOIN pending pd ON pd.job = t.ord
     ), members AS (
         INSERT INTO workhorse.workflow_members
@@ -4114,17 +4159,23 @@ BEGIN
     ), inserted AS (
         INSERT INTO workhorse.jobs
             (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-             run_at, meta, feature_level, workflow_id, cost, rate_cost, weight, budget)
+             run_at, meta, feature_level, workflow_id, cost, rate_cost, weight, budget, tags)
         OVERRIDING SYSTEM VALUE
         SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
                i.payload::jsonb,
                CASE WHEN i.pending > 0 THEN 'waiting'
                     WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf,
-               COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1), COALESCE(i.weight, 1), i.budget
+               COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1), COALESCE(i.weight, 1), i.budget,
+               CASE WHEN i.tags IS NOT NULL
+                    THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
         FROM input i
         ORDER BY i.ord
-        RETURNING id, queue, ckey, status
+        RETURNING id, queue, ckey, status, tags
+    ), tagged AS (
+        INSERT INTO workhorse.job_tags (tag, job_id)
+        SELECT x.tag, ins.id FROM inserted ins CROSS JOIN LATERAL unnest(ins.tags) AS x(tag)
+        WHERE ins.tags IS NOT NULL
     ), hinted AS (
         INSERT INTO workhorse.key_hints (queue, ckey)
         SELECT DISTINCT i.queue, i.ckey FROM inserted i
@@ -4354,6 +4405,7 @@ DECLARE
     v_max_attempts integer[];
     v_on_failures text[];
     v_metas text[];
+    v_tags text[];  -- each occurrence's job's tags, its schedule's, as JSON
 BEGIN
     WITH claimed AS (
         INSERT INTO workhorse.schedule_runs AS r (schedule_id, occurrence)
@@ -4374,9 +4426,10 @@ BEGIN
                array_agg(jsonb_build_object('args', s.args, 'kwargs', s.kwargs)::text
                          ORDER BY u.ord),
                array_agg(s.max_attempts ORDER BY u.ord), array_agg(s.on_failure ORDER BY u.ord),
-               array_agg(jsonb_build_object('schedule', s.name)::text ORDER BY u.ord)
+               array_agg(jsonb_build_object('schedule', s.name)::text ORDER BY u.ord),
+               array_agg(to_jsonb(s.tags)::text ORDER BY u.ord)
         INTO v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_max_attempts,
-             v_on_failures, v_metas
+             v_on_failures, v_metas, v_tags
         FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
         JOIN workhorse.schedules s ON s.id = u.id;
 
@@ -4387,7 +4440,8 @@ BEGIN
         FROM workhorse.enqueue_v2(
             v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_occurrences,
             array_fill(NULL::double precision, ARRAY[cardinality(v_ids)]), v_max_attempts,
-            v_on_failures, v_metas, NULL::text[]) WITH ORDINALITY AS e(id, duplicate, ord);
+            v_on_failures, v_metas, NULL::text[], p_tags => v_tags)
+             WITH ORDINALITY AS e(id, duplicate, ord);
 
         -- Before the jobs are visible to any claim (this transaction): the queue's level.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
@@ -4691,11 +4745,21 @@ BEGIN
                 LIMIT v_left);
         END IF;
     END IF;
-    DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids);
+    -- A job's tag rows go with it (migrations/0002_0.3.0.sql, "tags"), found by its own tags.
+    WITH gone AS (
+        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids) RETURNING j.id, j.tags
+    )
+    DELETE FROM workhorse.job_tags t
+    USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+    WHERE t.tag = d.tag AND t.job_id = d.id;
     IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
         WITH gone AS (
             DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
-            RETURNING j.id
+            RETURNING j.id, j.tags
+        ), tags AS (
+            DELETE FROM workhorse.job_tags t
+            USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+            WHERE t.tag = d.tag AND t.job_id = d.id
         ), members AS (
             DELETE FROM workhorse.workflow_members m WHERE m.workflow_id = ANY(v_workflows)
         ), deps AS (
@@ -5525,7 +5589,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.sync_schedules_v2(p_namespace text, p_names text[], p_tasks text[], p_crons text[], p_everys interval[], p_tzs text[], p_args text[], p_kwargs text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_max_attempts integer[], p_on_failures text[], p_catch_ups text[], p_next_run_ats timestamp with time zone[], p_prune boolean, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[])
+CREATE OR REPLACE FUNCTION workhorse.sync_schedules_v2(p_namespace text, p_names text[], p_tasks text[], p_crons text[], p_everys interval[], p_tzs text[], p_args text[], p_kwargs text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_max_attempts integer[], p_on_failures text[], p_catch_ups text[], p_next_run_ats timestamp with time zone[], p_prune boolean, p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_tags text[] DEFAULT NULL::text[])
  RETURNS TABLE(sync_action text, sync_name text)
  LANGUAGE plpgsql
 AS $function$
@@ -5576,18 +5640,21 @@ BEGIN
         SELECT *
         FROM unnest(p_names, p_tasks, p_crons, p_everys, p_tzs, p_args, p_kwargs, p_queues,
                     p_ckeys, p_priorities, p_max_attempts, p_on_failures, p_catch_ups,
-                    p_next_run_ats, p_costs, p_rate_costs, p_weights)
+                    p_next_run_ats, p_costs, p_rate_costs, p_weights, p_tags)
             AS t(name, task, cron, every, tz, args, kwargs, queue, ckey, priority,
-                 max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost, weight)
+                 max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost, weight,
+                 tags)
     ), upserted AS (
         INSERT INTO workhorse.schedules AS s
             (name, namespace, task, cron, every_interval, tz, args, kwargs, queue, ckey,
              priority, max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost,
-             weight)
+             weight, tags)
         SELECT i.name, p_namespace, i.task, i.cron, i.every, i.tz, i.args::jsonb,
                i.kwargs::jsonb, i.queue, i.ckey, i.priority, i.max_attempts, i.on_failure,
                i.catch_up, i.next_run_at, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-               COALESCE(i.weight, 1)
+               COALESCE(i.weight, 1),
+               CASE WHEN i.tags IS NOT NULL
+                    THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
         FROM input i
         ORDER BY i.name
         ON CONFLICT (name) DO UPDATE
@@ -5596,7 +5663,8 @@ BEGIN
             queue = EXCLUDED.queue, ckey = EXCLUDED.ckey, priority = EXCLUDED.priority,
             max_attempts = EXCLUDED.max_attempts, on_failure = EXCLUDED.on_failure,
             catch_up = EXCLUDED.catch_up, cost = EXCLUDED.cost,
-            rate_cost = EXCLUDED.rate_cost, weight = EXCLUDED.weight, updated_at = now(),
+            rate_cost = EXCLUDED.rate_cost, weight = EXCLUDED.weight, tags = EXCLUDED.tags,
+            updated_at = now(),
             -- Only a new expression moves the schedule: to its first occurrence after now.
             next_run_at = CASE
                 WHEN (s.cron, s.every_interval, s.tz)
@@ -5604,12 +5672,12 @@ BEGIN
                 THEN s.next_run_at ELSE EXCLUDED.next_run_at END
         WHERE (s.task, s.cron, s.every_interval, s.tz, s.args, s.kwargs, s.queue, s.ckey,
                s.priority, s.max_attempts, s.on_failure, s.catch_up, s.cost, s.rate_cost,
-               s.weight)
+               s.weight, s.tags)
               IS DISTINCT FROM
               (EXCLUDED.task, EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz,
                EXCLUDED.args, EXCLUDED.kwargs, EXCLUDED.queue, EXCLUDED.ckey, EXCLUDED.priority,
                EXCLUDED.max_attempts, EXCLUDED.on_failure, EXCLUDED.catch_up, EXCLUDED.cost,
-               EXCLUDED.rate_cost, EXCLUDED.weight)
+               EXCLUDED.rate_cost, EXCLUDED.weight, EXCLUDED.tags)
         RETURNING s.name, (s.xmax = 0) AS inserted
     )
     SELECT CASE WHEN u.inserted THEN 'created' WHEN u.name IS NOT NULL THEN 'updated'

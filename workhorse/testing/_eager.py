@@ -215,7 +215,7 @@ class EagerRunner:
             error=None, run_at=run_at, enqueued_at=now, started_at=None, finished_at=None,
             on_failure=call.on_failure, idempotency_key=key, job_key=options.job_key,
             cost=options.cost, rate_cost=options.rate_cost, weight=options.weight,
-            budget=options.budget,
+            budget=options.budget, tags=list(options.tags),
         )
         self.jobs[job_id] = job
         return job, task

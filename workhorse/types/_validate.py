@@ -164,6 +164,34 @@ def check_cost(what: str, value: object) -> int:
     return value
 
 
+# docs/design.md "Tags": at most 16 a job, each 1-100 characters.
+TAGS_MAX = 16
+TAG_MAX = 100
+
+
+def check_tags(value: object) -> tuple[str, ...]:
+    """A job's `tags`: a list or tuple of at most 16 strings of 1-100 characters (no NUL, valid
+    Unicode), returned as a tuple in their order with repeats dropped; None means none. A lone
+    str is refused: tags="urgent" would be six one-letter tags.
+
+    >>> check_tags(["order-1234", "tenant:acme", "order-1234"])
+    ('order-1234', 'tenant:acme')
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, tuple | list):
+        raise InvalidOptionsError(f"tags must be a list of strings, got {shown(value)}")
+    for tag in value:
+        if not isinstance(tag, str) or not 1 <= len(tag) <= TAG_MAX:
+            raise InvalidOptionsError(
+                f"a tag must be a string of 1-{TAG_MAX} characters, got {shown(tag)}")
+        check_name("a tag", tag)
+    tags = tuple(dict.fromkeys(value))
+    if len(tags) > TAGS_MAX:
+        raise InvalidOptionsError(f"a job has at most {TAGS_MAX} tags, got {len(tags)}")
+    return tags
+
+
 def check_weight(value: object) -> int:
     """A job's `weight`: an int in [1, 1,000], not a bool.
 

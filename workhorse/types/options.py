@@ -30,6 +30,7 @@ from ._validate import (
     check_on_key_full,
     check_rate_burst,
     check_schedule_name,
+    check_tags,
     check_weight,
     delay_seconds,
     shown,
@@ -118,9 +119,14 @@ class EnqueueOptions:
     depends_on: tuple[Any, ...] = ()
     # docs/design.md "Named budgets": the budget the job names (declared or not), or None.
     budget: str | None = None
+    # docs/design.md "Tags": labels to find the job by (at most 16, each
+    # 1-100 characters); kept as a tuple, in order, without repeats.
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
+        if type(self.tags) is not tuple or self.tags:
+            object.__setattr__(self, "tags", check_tags(self.tags))
         if self.budget is not None:
             check_name("budget", self.budget)
         check_cost("cost", self.cost)
@@ -541,6 +547,8 @@ class ScheduleDefinition:
     cost: int = 1
     rate_cost: int = 1
     weight: int = 1
+    # docs/design.md "Tags": every fired job's tags (an app fills in its task's).
+    tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_schedule_name("schedule name", self.name)
@@ -574,9 +582,11 @@ class ScheduleDefinition:
         if self.on_failure not in ("fail", "hold"):
             raise InvalidScheduleError(
                 f"on_failure must be 'fail' or 'hold', got {self.on_failure!r}")
-        try:  # priority, max_attempts and the costs, with EnqueueOptions' bounds
-            EnqueueOptions(priority=self.priority, max_attempts=self.max_attempts,
-                           cost=self.cost, rate_cost=self.rate_cost, weight=self.weight)
+        try:  # priority, max_attempts, the costs and the tags, with EnqueueOptions' bounds
+            checked = EnqueueOptions(priority=self.priority, max_attempts=self.max_attempts,
+                                     cost=self.cost, rate_cost=self.rate_cost,
+                                     weight=self.weight, tags=self.tags)
+            object.__setattr__(self, "tags", checked.tags)
         except InvalidOptionsError as exc:
             raise InvalidScheduleError(f"schedule {self.name!r}: {exc}") from None
 

@@ -220,6 +220,8 @@ class Job:
     depends_on: list[int] = field(default_factory=list)
     # The named budget it names (docs/design.md "Named budgets"), or None.
     budget: str | None = None
+    # Its tags, in the order given at enqueue (docs/design.md "Tags").
+    tags: list[str] = field(default_factory=list)
 
     @property
     def resting(self) -> bool:

@@ -52,6 +52,11 @@
 -- budgets"), stored on the row as it is, declared or not. A job that names one raises its
 -- queue's level to at least 2, as a cost does (see migrations/0002_0.3.0.sql, "budgets"), and records the
 -- (budget, queue) pair in budget_queues (ON CONFLICT DO NOTHING: no existing row is locked).
+--
+-- `p_tags` (NULL: none for every job) is each job's tags as a JSON array of strings (or NULL),
+-- checked and deduplicated by the caller: stored on the row in their order, and one job_tags row
+-- each for the lookups by tag (see migrations/0002_0.3.0.sql, "tags"). A duplicate keeps its own
+-- tags; a job_key replace takes the new ones, as it takes the rest of the call's options.
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -73,7 +78,8 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_costs integer[] DEFAULT NULL,
     p_rate_costs integer[] DEFAULT NULL,
     p_weights smallint[] DEFAULT NULL,
-    p_budgets text[] DEFAULT NULL
+    p_budgets text[] DEFAULT NULL,
+    p_tags text[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
 -- Generic plans, made once a session: the statements below take whole arrays as parameters,
@@ -223,22 +229,28 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights, p_budgets)
+                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, budget, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ord)
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight, budget)
+                 meta, feature_level, cost, rate_cost, weight, budget, tags)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1), i.budget
+                   COALESCE(i.weight, 1), i.budget,
+                   CASE WHEN i.tags IS NOT NULL
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
             FROM input i
             ORDER BY i.ord
-            RETURNING id, queue, ckey, status
+            RETURNING id, queue, ckey, status, tags
+        ), tagged AS (
+            INSERT INTO workhorse.job_tags (tag, job_id)
+            SELECT x.tag, ins.id FROM inserted ins CROSS JOIN LATERAL unnest(ins.tags) AS x(tag)
+            WHERE ins.tags IS NOT NULL
         ), hinted AS (
             INSERT INTO workhorse.key_hints (queue, ckey)
             SELECT DISTINCT i.queue, i.ckey
@@ -285,7 +297,7 @@ BEGIN
                           now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
         v_replace := COALESCE(p_job_key_modes[v_i], 'replace') = 'replace';
         LOOP
-            SELECT j.id, j.status, j.queue, j.ckey INTO v_holder
+            SELECT j.id, j.status, j.queue, j.ckey, j.tags INTO v_holder
             FROM workhorse.jobs j
             WHERE j.task = p_tasks[v_i] AND j.job_key = p_job_keys[v_i] AND j.job_key IS NOT NULL
             FOR UPDATE;
@@ -297,12 +309,24 @@ BEGIN
                     rate_cost = COALESCE(p_rate_costs[v_i], 1),
                     weight = COALESCE(p_weights[v_i], 1),
                     budget = p_budgets[v_i],
+                    tags = CASE WHEN p_tags[v_i] IS NOT NULL
+                                THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb))
+                           END,
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
                                   THEN 'scheduled' ELSE 'ready' END
                 WHERE j.id = v_holder.id
                 RETURNING j.status INTO v_status;
+                IF v_holder.tags IS NOT NULL OR p_tags[v_i] IS NOT NULL THEN
+                    -- Its lookup rows follow its new tags.
+                    DELETE FROM workhorse.job_tags t
+                    WHERE t.job_id = v_holder.id AND t.tag = ANY(v_holder.tags);
+                    INSERT INTO workhorse.job_tags (tag, job_id)
+                    SELECT x.tag, v_holder.id
+                    FROM jsonb_array_elements_text(p_tags[v_i]::jsonb) AS x(tag)
+                    WHERE p_tags[v_i] IS NOT NULL;
+                END IF;
                 -- A ready job's head may have moved (its rank, or it left `ready`), as after a
                 -- cancel: the claim refreshes the hinted key.
                 IF v_status = 'ready' OR v_holder.status = 'ready' THEN
@@ -320,7 +344,7 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -328,7 +352,9 @@ BEGIN
                     p_max_attempts[v_i], p_on_failures[v_i], v_due,
                     COALESCE(p_metas[v_i], '{}')::jsonb, COALESCE(p_feature_levels[v_i], 1),
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
-                    COALESCE(p_weights[v_i], 1), p_budgets[v_i])
+                    COALESCE(p_weights[v_i], 1), p_budgets[v_i],
+                    CASE WHEN p_tags[v_i] IS NOT NULL
+                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END)
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -375,23 +401,25 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights, p_budgets)
+                        p_weights, p_budgets, p_tags)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      budget, ord)
+                      budget, tags, ord)
             WHERE NOT t.done
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight, budget)
+                 weight, budget, tags)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, i.idem,
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-                   COALESCE(i.weight, 1), i.budget
+                   COALESCE(i.weight, 1), i.budget,
+                   CASE WHEN i.tags IS NOT NULL
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
             FROM input i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING
@@ -448,6 +476,15 @@ BEGIN
             v_full_queues,
             ARRAY(SELECT u.id FROM unnest(v_ids, v_dup) AS u(id, dup) WHERE NOT u.dup),
             c_canceled_retention);
+    END IF;
+
+    IF p_tags IS NOT NULL THEN
+        -- The lookup rows of the jobs this call inserted (a job_key replace wrote its own).
+        INSERT INTO workhorse.job_tags (tag, job_id)
+        SELECT x.tag, u.id
+        FROM unnest(v_ids, v_dup, p_tags) AS u(id, dup, tags)
+        CROSS JOIN LATERAL jsonb_array_elements_text(u.tags::jsonb) AS x(tag)
+        WHERE NOT u.dup AND u.tags IS NOT NULL;
     END IF;
 
     INSERT INTO workhorse.key_hints (queue, ckey)

@@ -75,11 +75,21 @@ BEGIN
                 LIMIT v_left);
         END IF;
     END IF;
-    DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids);
+    -- A job's tag rows go with it (migrations/0002_0.3.0.sql, "tags"), found by its own tags.
+    WITH gone AS (
+        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids) RETURNING j.id, j.tags
+    )
+    DELETE FROM workhorse.job_tags t
+    USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+    WHERE t.tag = d.tag AND t.job_id = d.id;
     IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
         WITH gone AS (
             DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
-            RETURNING j.id
+            RETURNING j.id, j.tags
+        ), tags AS (
+            DELETE FROM workhorse.job_tags t
+            USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+            WHERE t.tag = d.tag AND t.job_id = d.id
         ), members AS (
             DELETE FROM workhorse.workflow_members m WHERE m.workflow_id = ANY(v_workflows)
         ), deps AS (

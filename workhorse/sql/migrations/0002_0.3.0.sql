@@ -423,6 +423,30 @@ CREATE TABLE workhorse.result_listeners (
     since timestamptz NOT NULL DEFAULT now()
 );
 
+-- ==== tags ======================================================================================
+-- Tags (issue #43, docs/design.md "Tags"): labels an operator finds a
+-- customer's jobs by ("order-1234", "tenant:acme"), set at enqueue and never changed after
+-- (except by a job_key replace, which takes the newest call's options).
+--
+-- The row keeps its tags in the order given (`Job.tags`); the lookup is a table of its own,
+-- (tag, job_id), written by the enqueue in the same transaction. Not an index on `jobs`: every
+-- index of `jobs` is opened, and its predicate set up, by every statement that updates a job
+-- (each claim and outcome), whatever the row; and "the newest 50 jobs of a tag" is a backward
+-- walk of this primary key, where an array index would read every job of the tag to sort them.
+-- No feature level: the claim and the outcomes never read tags, so a 0.2.0 worker runs a tagged
+-- job as any other. Pruning removes a job's rows here with the job (prune_jobs_v2); a 0.2.0
+-- pruner leaves them behind, pointing at no job, which every reader joins away.
+ALTER TABLE workhorse.jobs ADD COLUMN tags text[];
+CREATE TABLE workhorse.job_tags (
+    tag    text   NOT NULL CHECK (length(tag) BETWEEN 1 AND 100),
+    job_id bigint NOT NULL,
+    PRIMARY KEY (tag, job_id)
+);
+-- A schedule's jobs get its tags (its task's, resolved by the app at sync), and a workflow's
+-- on_error job the tags its signature and the workflow give it.
+ALTER TABLE workhorse.schedules ADD COLUMN tags text[];
+ALTER TABLE workhorse.workflows ADD COLUMN on_error_tags text[];
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql

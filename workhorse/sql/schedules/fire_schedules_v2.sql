@@ -34,6 +34,7 @@ DECLARE
     v_max_attempts integer[];
     v_on_failures text[];
     v_metas text[];
+    v_tags text[];  -- each occurrence's job's tags, its schedule's, as JSON
 BEGIN
     WITH claimed AS (
         INSERT INTO workhorse.schedule_runs AS r (schedule_id, occurrence)
@@ -54,9 +55,10 @@ BEGIN
                array_agg(jsonb_build_object('args', s.args, 'kwargs', s.kwargs)::text
                          ORDER BY u.ord),
                array_agg(s.max_attempts ORDER BY u.ord), array_agg(s.on_failure ORDER BY u.ord),
-               array_agg(jsonb_build_object('schedule', s.name)::text ORDER BY u.ord)
+               array_agg(jsonb_build_object('schedule', s.name)::text ORDER BY u.ord),
+               array_agg(to_jsonb(s.tags)::text ORDER BY u.ord)
         INTO v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_max_attempts,
-             v_on_failures, v_metas
+             v_on_failures, v_metas, v_tags
         FROM unnest(v_ids) WITH ORDINALITY AS u(id, ord)
         JOIN workhorse.schedules s ON s.id = u.id;
 
@@ -67,7 +69,8 @@ BEGIN
         FROM workhorse.enqueue_v2(
             v_tasks, v_queues, v_ckeys, v_priorities, v_payloads, v_occurrences,
             array_fill(NULL::double precision, ARRAY[cardinality(v_ids)]), v_max_attempts,
-            v_on_failures, v_metas, NULL::text[]) WITH ORDINALITY AS e(id, duplicate, ord);
+            v_on_failures, v_metas, NULL::text[], p_tags => v_tags)
+             WITH ORDINALITY AS e(id, duplicate, ord);
 
         -- Before the jobs are visible to any claim (this transaction): the queue's level.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)

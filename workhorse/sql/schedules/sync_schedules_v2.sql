@@ -11,6 +11,7 @@
 -- exceeds its queue's synced max_active or max_active_per_key (the latter with a concurrency
 -- key), or whose rate cost exceeds a synced rate limit's N, could never start a job: the sync
 -- refuses it (SQLSTATE WH005, as enqueue_v2 refuses such a job), before anything is written.
+-- `p_tags` (NULL: none) is the tags of every job the schedule fires, a JSON array each.
 CREATE FUNCTION workhorse.sync_schedules_v2(
     p_namespace text,
     p_names text[],
@@ -30,7 +31,8 @@ CREATE FUNCTION workhorse.sync_schedules_v2(
     p_prune boolean,
     p_costs integer[] DEFAULT NULL,
     p_rate_costs integer[] DEFAULT NULL,
-    p_weights smallint[] DEFAULT NULL
+    p_weights smallint[] DEFAULT NULL,
+    p_tags text[] DEFAULT NULL
 ) RETURNS TABLE (sync_action text, sync_name text)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -81,18 +83,21 @@ BEGIN
         SELECT *
         FROM unnest(p_names, p_tasks, p_crons, p_everys, p_tzs, p_args, p_kwargs, p_queues,
                     p_ckeys, p_priorities, p_max_attempts, p_on_failures, p_catch_ups,
-                    p_next_run_ats, p_costs, p_rate_costs, p_weights)
+                    p_next_run_ats, p_costs, p_rate_costs, p_weights, p_tags)
             AS t(name, task, cron, every, tz, args, kwargs, queue, ckey, priority,
-                 max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost, weight)
+                 max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost, weight,
+                 tags)
     ), upserted AS (
         INSERT INTO workhorse.schedules AS s
             (name, namespace, task, cron, every_interval, tz, args, kwargs, queue, ckey,
              priority, max_attempts, on_failure, catch_up, next_run_at, cost, rate_cost,
-             weight)
+             weight, tags)
         SELECT i.name, p_namespace, i.task, i.cron, i.every, i.tz, i.args::jsonb,
                i.kwargs::jsonb, i.queue, i.ckey, i.priority, i.max_attempts, i.on_failure,
                i.catch_up, i.next_run_at, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
-               COALESCE(i.weight, 1)
+               COALESCE(i.weight, 1),
+               CASE WHEN i.tags IS NOT NULL
+                    THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
         FROM input i
         ORDER BY i.name
         ON CONFLICT (name) DO UPDATE
@@ -101,7 +106,8 @@ BEGIN
             queue = EXCLUDED.queue, ckey = EXCLUDED.ckey, priority = EXCLUDED.priority,
             max_attempts = EXCLUDED.max_attempts, on_failure = EXCLUDED.on_failure,
             catch_up = EXCLUDED.catch_up, cost = EXCLUDED.cost,
-            rate_cost = EXCLUDED.rate_cost, weight = EXCLUDED.weight, updated_at = now(),
+            rate_cost = EXCLUDED.rate_cost, weight = EXCLUDED.weight, tags = EXCLUDED.tags,
+            updated_at = now(),
             -- Only a new expression moves the schedule: to its first occurrence after now.
             next_run_at = CASE
                 WHEN (s.cron, s.every_interval, s.tz)
@@ -109,12 +115,12 @@ BEGIN
                 THEN s.next_run_at ELSE EXCLUDED.next_run_at END
         WHERE (s.task, s.cron, s.every_interval, s.tz, s.args, s.kwargs, s.queue, s.ckey,
                s.priority, s.max_attempts, s.on_failure, s.catch_up, s.cost, s.rate_cost,
-               s.weight)
+               s.weight, s.tags)
               IS DISTINCT FROM
               (EXCLUDED.task, EXCLUDED.cron, EXCLUDED.every_interval, EXCLUDED.tz,
                EXCLUDED.args, EXCLUDED.kwargs, EXCLUDED.queue, EXCLUDED.ckey, EXCLUDED.priority,
                EXCLUDED.max_attempts, EXCLUDED.on_failure, EXCLUDED.catch_up, EXCLUDED.cost,
-               EXCLUDED.rate_cost, EXCLUDED.weight)
+               EXCLUDED.rate_cost, EXCLUDED.weight, EXCLUDED.tags)
         RETURNING s.name, (s.xmax = 0) AS inserted
     )
     SELECT CASE WHEN u.inserted THEN 'created' WHEN u.name IS NOT NULL THEN 'updated'

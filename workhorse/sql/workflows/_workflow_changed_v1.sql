@@ -80,7 +80,7 @@ BEGIN
             PERFORM pg_advisory_xact_lock_shared(workhorse._enqueue_gate_id_v1(v_wf.on_error_queue));
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 feature_level, cost, rate_cost, weight, budget)
+                 feature_level, cost, rate_cost, weight, budget, tags)
             VALUES (v_wf.on_error_task, v_wf.on_error_queue, COALESCE(v_wf.on_error_ckey, ''),
                     v_wf.on_error_priority,
                     jsonb_set(v_wf.on_error_payload, '{args}',
@@ -88,8 +88,10 @@ BEGIN
                               || COALESCE(v_wf.on_error_payload -> 'args', '[]'::jsonb)),
                     'ready', v_wf.on_error_max_attempts, v_wf.on_error_on_failure, 1,
                     v_wf.on_error_cost, v_wf.on_error_rate_cost, v_wf.on_error_weight,
-                    v_wf.on_error_budget)
+                    v_wf.on_error_budget, v_wf.on_error_tags)
             RETURNING id, queue, ckey INTO v_job;
+            INSERT INTO workhorse.job_tags (tag, job_id)
+            SELECT x.tag, v_job.id FROM unnest(v_wf.on_error_tags) AS x(tag);
             UPDATE workhorse.workflows w SET on_error_job = v_job.id WHERE w.id = NEW.workflow_id;
             IF v_job.ckey <> '' AND workhorse._keyed_v2(v_job.queue) THEN
                 INSERT INTO workhorse.key_hints (queue, ckey) VALUES (v_job.queue, v_job.ckey);

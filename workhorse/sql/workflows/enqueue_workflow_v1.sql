@@ -21,6 +21,8 @@
 -- `p_retentions` (JSON documents, NULL: kept for ever) is each member's task retention: it fixes
 -- the expiry of a member the database ends itself (a cancel for a failed dependency, here or in
 -- the trigger; a PayloadError at release), as the worker's outcome fixes the others'.
+-- `p_tags` (NULL: none) is each member's tags and `p_on_error_tags` the on_error job's, JSON
+-- arrays as enqueue_v2 takes them (the workflow's own tags already merged in by the caller).
 CREATE FUNCTION workhorse.enqueue_workflow_v1(
     p_tasks text[],
     p_queues text[],
@@ -55,7 +57,9 @@ CREATE FUNCTION workhorse.enqueue_workflow_v1(
     p_on_error_rate_cost integer DEFAULT 1,
     p_on_error_weight smallint DEFAULT 1,
     p_budgets text[] DEFAULT NULL,
-    p_on_error_budget text DEFAULT NULL
+    p_on_error_budget text DEFAULT NULL,
+    p_tags text[] DEFAULT NULL,
+    p_on_error_tags text DEFAULT NULL
 ) RETURNS TABLE (workflow_id bigint, ids bigint[], missing bigint[])
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -160,14 +164,16 @@ BEGIN
     INSERT INTO workhorse.workflows
         (result_ids, result_kind, on_error_task, on_error_queue, on_error_ckey,
          on_error_priority, on_error_payload, on_error_max_attempts, on_error_on_failure,
-         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget)
+         on_error_cost, on_error_rate_cost, on_error_weight, on_error_budget, on_error_tags)
     VALUES (ARRAY(SELECT v_cand[o] FROM unnest(p_result_ords) WITH ORDINALITY AS r(o, n)
                   ORDER BY r.n),
             p_result_kind, p_on_error_task, p_on_error_queue, p_on_error_ckey,
             p_on_error_priority, p_on_error_payload::jsonb, p_on_error_max_attempts,
             p_on_error_on_failure, COALESCE(p_on_error_cost, 1),
             COALESCE(p_on_error_rate_cost, 1), COALESCE(p_on_error_weight, 1),
-            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END)
+            CASE WHEN p_on_error_task IS NOT NULL THEN p_on_error_budget END,
+            CASE WHEN p_on_error_task IS NOT NULL AND p_on_error_tags IS NOT NULL
+                 THEN ARRAY(SELECT jsonb_array_elements_text(p_on_error_tags::jsonb)) END)
     RETURNING id INTO v_wf;
 
     WITH edges AS (
@@ -184,10 +190,10 @@ BEGIN
                COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
         FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                     p_delays, p_max_attempts, p_on_failures, p_metas, p_modes, p_costs,
-                    p_rate_costs, p_weights, p_retentions, p_budgets)
+                    p_rate_costs, p_weights, p_retentions, p_budgets, p_tags)
              WITH ORDINALITY
              AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                  on_failure, meta, mode, cost, rate_cost, weight, retention, budget, ord)
+                  on_failure, meta, mode, cost, rate_cost, weight, retention, budget, tags, ord)
         LEFT JOIN pending pd ON pd.job = t.ord
     ), members AS (
         INSERT INTO workhorse.workflow_members
@@ -198,17 +204,23 @@ BEGIN
     ), inserted AS (
         INSERT INTO workhorse.jobs
             (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-             run_at, meta, feature_level, workflow_id, cost, rate_cost, weight, budget)
+             run_at, meta, feature_level, workflow_id, cost, rate_cost, weight, budget, tags)
         OVERRIDING SYSTEM VALUE
         SELECT v_cand[i.ord], i.task, i.queue, COALESCE(i.ckey, ''), i.priority,
                i.payload::jsonb,
                CASE WHEN i.pending > 0 THEN 'waiting'
                     WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb, 1, v_wf,
-               COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1), COALESCE(i.weight, 1), i.budget
+               COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1), COALESCE(i.weight, 1), i.budget,
+               CASE WHEN i.tags IS NOT NULL
+                    THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
         FROM input i
         ORDER BY i.ord
-        RETURNING id, queue, ckey, status
+        RETURNING id, queue, ckey, status, tags
+    ), tagged AS (
+        INSERT INTO workhorse.job_tags (tag, job_id)
+        SELECT x.tag, ins.id FROM inserted ins CROSS JOIN LATERAL unnest(ins.tags) AS x(tag)
+        WHERE ins.tags IS NOT NULL
     ), hinted AS (
         INSERT INTO workhorse.key_hints (queue, ckey)
         SELECT DISTINCT i.queue, i.ckey FROM inserted i
