@@ -43,7 +43,7 @@ def _schedule_from_row(row: Sequence[Any]) -> Schedule:
         args=row[5], kwargs=row[6], queue=row[7], tz=row[8], catch_up=row[9], priority=row[10],
         max_attempts=row[11], concurrency_key=row[12], on_failure=row[13], next_run_at=row[14],
         last_run_at=row[15], created_at=row[16], updated_at=row[17],
-        cost=row[18], rate_cost=row[19], weight=row[20],
+        cost=row[18], rate_cost=row[19], weight=row[20], tags=tuple(row[21] or ()),
     )
 
 

@@ -422,6 +422,8 @@ class Schedule:
     cost: int = 1
     rate_cost: int = 1
     weight: int = 1
+    # The tags of every job it fires (docs/design.md "Tags").
+    tags: tuple[str, ...] = ()
 
     @property
     def definition(self) -> ScheduleDefinition:
@@ -435,7 +437,7 @@ class Schedule:
             kwargs=self.kwargs, queue=self.queue, tz=self.tz, catch_up=self.catch_up,
             priority=self.priority, max_attempts=self.max_attempts,
             concurrency_key=self.concurrency_key, on_failure=self.on_failure,
-            cost=self.cost, rate_cost=self.rate_cost, weight=self.weight,
+            cost=self.cost, rate_cost=self.rate_cost, weight=self.weight, tags=self.tags,
         )
 
 

@@ -1,15 +1,18 @@
 -- list_jobs.sql for the jobs of one tag: a backward walk of job_tags' primary key, the newest
 -- first (a tag on a million jobs lists its newest in a few probes), each job read by its own
--- key. Lookup rows whose job was pruned by an older release join away.
+-- key. Lookup rows whose job was pruned by an older release join away. The walk is fenced
+-- (OFFSET 0) so that it drives the join: with another filter, the planner may otherwise walk
+-- jobs_pkey from the newest job down, and read every newer job of the table that lacks the tag;
+-- this way a list costs at most the tag's own entries.
 SELECT j.id, j.task, j.queue, NULLIF(j.ckey, '') AS concurrency_key, j.priority, j.payload,
        j.status, j.attempts, j.max_attempts, j.result, j.error, j.run_at, j.enqueued_at,
        j.started_at, j.finished_at, j.on_failure, j.fence, j.lease_until, j.meta,
        j.cancel_requested_at IS NOT NULL AS cancel_requested, j.idempotency_key, j.expires_at,
        j.job_key, j.cost, j.rate_cost, j.weight
-FROM workhorse.job_tags t
+FROM (SELECT t.job_id FROM workhorse.job_tags t WHERE t.tag = %(tag)s::text
+      ORDER BY t.job_id DESC OFFSET 0) AS t
 JOIN workhorse.jobs j ON j.id = t.job_id
-WHERE t.tag = %(tag)s::text
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
   AND (%(key)s::text IS NULL OR j.ckey = %(key)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
