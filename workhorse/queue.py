@@ -19,6 +19,7 @@ import psycopg
 
 from . import _ops
 from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
+from ._queue_dead import AsyncDeadLetterMethods, DeadLetterMethods
 from .errors import StaleLeaseError, WorkhorseError
 from .handle import dependencies
 from .types import (
@@ -66,7 +67,7 @@ def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptio
     return resolved
 
 
-class Queue:
+class Queue(DeadLetterMethods):
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
@@ -479,7 +480,7 @@ class Queue:
         return self._run(_ops.heartbeat(leases))
 
 
-class AsyncQueue:
+class AsyncQueue(AsyncDeadLetterMethods):
     """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
 
     >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("worker", ["workhorse.worker"]),
     ("app", ["workhorse.app"]),
     ("task", ["workhorse.task"]),
-    ("canvas and queue", ["workhorse.canvas", "workhorse.queue"]),
+    ("canvas and queue", ["workhorse.canvas", "workhorse.queue", "workhorse._queue_dead"]),
     ("enqueuer", ["workhorse._enqueue"]),
     ("handles and calls", ["workhorse.handle", "workhorse._calls"]),
     ("connections", ["workhorse.database", "workhorse._results", "workhorse._listen"]),

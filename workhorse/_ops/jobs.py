@@ -85,6 +85,9 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         # And the tags (docs/design.md "Tags"), which job_extras fills in for
         # the list statements.
         tags=list(keys[9] or []) if len(keys) > 9 else [],
+        # And the redrives (docs/design.md "Dead letters").
+        redriven_at=keys[10] if len(keys) > 10 else None,
+        redrive_count=keys[11] if len(keys) > 11 else 0,
     )
 
 
@@ -118,12 +121,14 @@ def attempts_from(history: Any, status: str, attempts: int, started_at: datetime
             continue
         number = entry.get("attempt")
         error = entry.get("error")
+        redrive = entry.get("redrive")
         found.append(Attempt(
             attempt=number if isinstance(number, int) else 0,
             started_at=_moment(entry.get("started_at")),
             ended_at=_moment(entry.get("ended_at")),
             outcome=str(entry.get("outcome")),
             error=error if isinstance(error, dict) else None,
+            redrive=redrive if isinstance(redrive, dict) else None,
         ))
     if status == JobStatus.SUCCEEDED.value:
         found.append(Attempt(attempts, started_at, finished_at, "succeeded", None))
@@ -197,7 +202,7 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
         return jobs
     rows = yield _sql.statement("job_extras"), ([job.id for job in jobs],)
     found: dict[int, dict[str, Any]] = {}
-    for job_id, document, at, budget, tags in rows:
+    for job_id, document, at, budget, tags, redriven_at, redrive_count in rows:
         changes: dict[str, Any] = {}
         progress = Progress.from_stored(document, at)
         if progress is not None:
@@ -206,6 +211,9 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
             changes["budget"] = budget
         if tags:
             changes["tags"] = list(tags)
+        if redriven_at is not None:
+            changes["redriven_at"] = redriven_at
+            changes["redrive_count"] = redrive_count
         if changes:
             found[job_id] = changes
     if not found:
@@ -267,7 +275,7 @@ def held_job_ids(queue: str | None, limit: int) -> Operation[list[int]]:
     return [row[0] for row in rows]
 
 
-def _job_ids(ids: Iterable[int]) -> list[int]:
+def job_id_list(ids: Iterable[int]) -> list[int]:
     if isinstance(ids, int | str | bytes) or ids is None:
         raise InvalidOptionsError(f"job ids must be a list of ints, got {shown(ids)}")
     try:
@@ -297,7 +305,7 @@ def queue_owners(queues: Sequence[str]) -> Operation[dict[str, str | None]]:
 
 def job_owners(ids: Iterable[int]) -> Operation[list[tuple[str, str | None, int]]]:
     """For these jobs: (queue, owning namespace or None, how many of them), by queue."""
-    rows = yield _sql.statement("job_owners"), (_job_ids(ids),)
+    rows = yield _sql.statement("job_owners"), (job_id_list(ids),)
     return [(row[0], row[1], int(row[2])) for row in rows]
 
 
@@ -323,7 +331,7 @@ def tagged_job_ids(tag: str, statuses: Sequence[str], queue: str | None = None
 def retry_jobs(ids: Iterable[int], tag: str | None = None) -> Operation[list[int]]:
     """Release held, failed or canceled jobs (fresh attempts), these and those of `tag`;
     returns the ids released."""
-    chosen = _job_ids(ids)
+    chosen = job_id_list(ids)
     if tag is not None:
         chosen += yield from tagged_job_ids(tag, RETRYABLE)
     rows = yield _sql.statement("retry_jobs"), (chosen,)
@@ -342,7 +350,7 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON,
                 tag: str | None = None) -> Operation[list[int]]:
     """Cancel jobs that have not finished (an active one gets a cancel request), these and those
     of `tag`; returns the ids canceled or asked to cancel."""
-    chosen = _job_ids(ids)
+    chosen = job_id_list(ids)
     if tag is not None:
         chosen += yield from tagged_job_ids(tag, CANCELABLE)
     # The statement that also cancels waiting workflow members (and their dependents).
@@ -352,7 +360,7 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON,
 
 def resting_jobs(ids: Iterable[int]) -> Operation[set[int]]:
     """Which of these jobs are succeeded, failed, held or canceled."""
-    rows = yield _sql.statement("resting_jobs"), (_job_ids(ids),)
+    rows = yield _sql.statement("resting_jobs"), (job_id_list(ids),)
     return {row[0] for row in rows}
 
 

@@ -6,6 +6,23 @@ CREATE SCHEMA workhorse;
 
 CREATE SEQUENCE workhorse.fence_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1;
 
+CREATE TABLE workhorse.audit_log (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    action text NOT NULL,
+    os_user text,
+    application_name text,
+    db_user text DEFAULT CURRENT_USER NOT NULL,
+    filters jsonb NOT NULL,
+    job_count integer NOT NULL,
+    job_ids bigint[] NOT NULL,
+    reason text,
+    CONSTRAINT audit_log_action_check CHECK ((action = ANY (ARRAY['redrive'::text, 'purge'::text]))),
+    CONSTRAINT audit_log_os_user_check CHECK ((length(os_user) <= 255)),
+    CONSTRAINT audit_log_pkey PRIMARY KEY (id),
+    CONSTRAINT audit_log_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 1000)))
+);
+
 CREATE TABLE workhorse.budget_controls (
     name text NOT NULL,
     max_active integer,
@@ -128,6 +145,8 @@ CREATE TABLE workhorse.jobs (
     has_dependents boolean DEFAULT false NOT NULL,
     budget text,
     tags text[],
+    redriven_at timestamp with time zone,
+    redrive_count integer DEFAULT 0 NOT NULL,
     CONSTRAINT jobs_budget_check CHECK (((length(budget) >= 1) AND (length(budget) <= 255))),
     CONSTRAINT jobs_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT jobs_feature_level_check CHECK ((feature_level >= 1)),
@@ -1201,6 +1220,25 @@ BEGIN
     END IF;
     ids := v_taken;
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._dead_jobs_v1(p_queue text, p_task text, p_tag text, p_error_type text, p_since timestamp with time zone, p_ids bigint[])
+ RETURNS TABLE(id bigint, queue text, ckey text, status text, workflow_id bigint, rank integer)
+ LANGUAGE sql
+ STABLE
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+    SELECT j.id, j.queue, j.ckey, j.status, j.workflow_id, j.rank
+    FROM workhorse.jobs j
+    WHERE j.status IN ('failed', 'held')
+      AND (p_queue IS NULL OR j.queue = p_queue)
+      AND (p_task IS NULL OR j.task = p_task)
+      AND (p_error_type IS NULL OR j.error ->> 'type' = p_error_type)
+      AND (p_since IS NULL OR j.finished_at >= p_since)
+      AND (p_ids IS NULL OR j.id = ANY(p_ids))
+      AND (p_tag IS NULL OR EXISTS (SELECT 1 FROM workhorse.job_tags t
+                                    WHERE t.tag = p_tag AND t.job_id = j.id))
+    ORDER BY j.queue, j.rank, j.id
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._drop_heads_v1(p_queue text)
@@ -4770,6 +4808,132 @@ BEGIN
         SELECT count(*) INTO v_members FROM gone;
     END IF;
     RETURN cardinality(v_ids) + v_members;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.purge_dead_v1(p_queue text, p_task text, p_tag text, p_error_type text, p_since timestamp with time zone, p_ids bigint[], p_dry_run boolean, p_os_user text, p_reason text, p_filters jsonb)
+ RETURNS TABLE(job_id bigint, audit_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_audit bigint;
+BEGIN
+    IF p_dry_run THEN
+        RETURN QUERY
+        SELECT d.id, NULL::bigint
+        FROM workhorse._dead_jobs_v1(p_queue, p_task, p_tag, p_error_type, p_since, p_ids) AS d
+        WHERE d.workflow_id IS NULL
+        ORDER BY d.id;
+        RETURN;
+    END IF;
+    -- Locked in (queue, id) order; a job that stopped being dead meanwhile is left alone.
+    v_ids := ARRAY(
+        SELECT j.id FROM workhorse.jobs j
+        WHERE j.id IN (SELECT d.id FROM workhorse._dead_jobs_v1(
+                           p_queue, p_task, p_tag, p_error_type, p_since, p_ids) AS d
+                       WHERE d.workflow_id IS NULL)
+        ORDER BY j.queue, j.id
+        FOR UPDATE);
+    v_ids := ARRAY(SELECT j.id FROM workhorse.jobs j
+                   WHERE j.id = ANY(v_ids) AND j.status IN ('failed', 'held')
+                   ORDER BY j.id);
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    INSERT INTO workhorse.audit_log (action, os_user, application_name, filters, job_count,
+                                     job_ids, reason)
+    VALUES ('purge', p_os_user, current_setting('application_name'), p_filters,
+            cardinality(v_ids), v_ids, p_reason)
+    RETURNING id INTO v_audit;
+    WITH gone AS (
+        DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids) RETURNING j.id, j.tags
+    )
+    DELETE FROM workhorse.job_tags t
+    USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+    WHERE t.tag = d.tag AND t.job_id = d.id;
+    RETURN QUERY SELECT u.id, v_audit FROM unnest(v_ids) AS u(id);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.redrive_v1(p_queue text, p_task text, p_tag text, p_error_type text, p_since timestamp with time zone, p_ids bigint[], p_rate_n integer, p_rate_period double precision, p_dry_run boolean, p_os_user text, p_reason text, p_filters jsonb)
+ RETURNS TABLE(job_id bigint, job_queue text, release_at timestamp with time zone, audit_id bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_audit bigint;
+    v_ids bigint[];
+    v_queues text[];
+    v_keys text[];
+    v_releases timestamptz[];
+BEGIN
+    IF NOT p_dry_run THEN
+        -- The targets locked first, in (queue, id) order as every operator change takes them,
+        -- so that a concurrent redrive or retry of the same jobs waits and then finds them gone
+        -- (the selection below is a new statement: it sees what that one committed).
+        PERFORM 1 FROM workhorse.jobs j
+        WHERE j.id IN (SELECT d.id FROM workhorse._dead_jobs_v1(
+                           p_queue, p_task, p_tag, p_error_type, p_since, p_ids) AS d)
+        ORDER BY j.queue, j.id
+        FOR UPDATE;
+    END IF;
+    -- Each queue's spacing read once (its limits in force), each job numbered in its queue.
+    WITH dead AS MATERIALIZED (
+        SELECT d.id, d.queue, d.ckey,
+               row_number() OVER (PARTITION BY d.queue ORDER BY d.rank, d.id) AS nth
+        FROM workhorse._dead_jobs_v1(p_queue, p_task, p_tag, p_error_type, p_since, p_ids) AS d
+    ), spacing AS (
+        SELECT q.queue,
+               COALESCE(p_rate_period / p_rate_n, lim.rate_period / lim.rate_limit, 0) AS secs
+        FROM (SELECT DISTINCT dead.queue FROM dead) AS q
+        CROSS JOIN LATERAL workhorse._limits_v1(q.queue, v_now) AS lim
+    )
+    SELECT array_agg(c.id ORDER BY c.queue, c.nth), array_agg(c.queue ORDER BY c.queue, c.nth),
+           array_agg(c.ckey ORDER BY c.queue, c.nth),
+           array_agg(v_now + make_interval(secs => (c.nth - 1) * s.secs)
+                     ORDER BY c.queue, c.nth)
+    INTO v_ids, v_queues, v_keys, v_releases
+    FROM dead AS c
+    JOIN spacing AS s ON s.queue = c.queue;
+
+    IF NOT p_dry_run AND v_ids IS NOT NULL THEN
+        INSERT INTO workhorse.audit_log (action, os_user, application_name, filters, job_count,
+                                         job_ids, reason)
+        VALUES ('redrive', p_os_user, current_setting('application_name'), p_filters,
+                cardinality(v_ids), v_ids, p_reason)
+        RETURNING id INTO v_audit;
+
+        UPDATE workhorse.jobs j
+        SET status = CASE WHEN r.release_at <= v_now THEN 'ready' ELSE 'scheduled' END,
+            run_at = r.release_at, attempts = 0, finished_at = NULL, lease_until = NULL,
+            expires_at = NULL, cancel_requested_at = NULL,
+            redriven_at = v_now, redrive_count = j.redrive_count + 1,
+            attempt_history = (
+                SELECT jsonb_agg(kept.entry ORDER BY kept.n)
+                FROM (SELECT a.entry, a.n
+                      FROM jsonb_array_elements(
+                               COALESCE(j.attempt_history, '[]'::jsonb)
+                               || jsonb_build_array(jsonb_build_object(
+                                   'attempt', j.attempts, 'started_at', v_now,
+                                   'ended_at', v_now, 'outcome', 'redriven', 'error', NULL,
+                                   'redrive', jsonb_build_object(
+                                       'from', j.status, 'by', p_os_user,
+                                       'application_name', current_setting('application_name'),
+                                       'reason', p_reason, 'audit_id', v_audit))))
+                           WITH ORDINALITY AS a(entry, n)
+                      ORDER BY a.n DESC
+                      LIMIT 20) AS kept)
+        FROM unnest(v_ids, v_releases) AS r(id, release_at)
+        WHERE j.id = r.id AND j.status IN ('failed', 'held');
+
+        PERFORM workhorse._after_operator_change_v2(v_queues, v_keys);
+    END IF;
+
+    RETURN QUERY
+    SELECT r.id, r.queue, r.release_at, v_audit
+    FROM unnest(v_ids, v_queues, v_releases) WITH ORDINALITY AS r(id, queue, release_at, n)
+    ORDER BY r.n;
 END
 $function$;
 

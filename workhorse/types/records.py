@@ -222,6 +222,9 @@ class Job:
     budget: str | None = None
     # Its tags, in the order given at enqueue (docs/design.md "Tags").
     tags: list[str] = field(default_factory=list)
+    # Its latest redrive and how many it had (docs/design.md "Dead letters").
+    redriven_at: datetime | None = None
+    redrive_count: int = 0
 
     @property
     def resting(self) -> bool:
@@ -233,7 +236,7 @@ class Job:
         return self.status in RESTING
 
 
-ATTEMPT_OUTCOMES = ("failed", "retried", "snoozed", "lost", "canceled", "succeeded")
+ATTEMPT_OUTCOMES = ("failed", "retried", "snoozed", "lost", "canceled", "succeeded", "redriven")
 # How many attempts that did not succeed a job keeps (the oldest go first).
 ATTEMPT_HISTORY_MAX = 20
 
@@ -244,7 +247,10 @@ class Attempt:
     `attempts` after the claim that started it), when it started and ended, how it ended
     (`outcome`: "failed", "retried", "snoozed", "lost", "canceled" or "succeeded") and its error
     (`{"type", "message", "traceback"}`, or None). Oldest first; attempts that did not succeed
-    are kept (the last 20), and a success is the job row itself.
+    are kept (the last 20), and a success is the job row itself. A redrive of the dead job is an
+    entry too (docs/design.md "Dead letters"): outcome "redriven", at its time, with `redrive`
+    saying from which status, by whom (`by`, `application_name`), why (`reason`) and its audit
+    row (`audit_id`); the attempts after it count from 1 again.
 
     >>> [(a.attempt, a.outcome) for a in h.attempts()]  # doctest: +SKIP
     [(1, 'retried'), (2, 'succeeded')]
@@ -257,15 +263,108 @@ class Attempt:
     ended_at: datetime | None
     outcome: str
     error: dict[str, Any] | None = None
+    redrive: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
-        """Whether this attempt did not succeed (every outcome but "succeeded" and "snoozed").
+        """Whether this attempt did not succeed (every outcome but "succeeded", "snoozed" and a
+        redrive, which is no attempt).
 
         >>> Attempt(1, None, None, "lost", None).failed
         True
         """
-        return self.outcome not in ("succeeded", "snoozed")
+        return self.outcome not in ("succeeded", "snoozed", "redriven")
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveReport:
+    """What a redrive did, or (`dry_run`) would do now (docs/design.md "Dead letters"): the jobs,
+    in release order within each queue, each with its queue and its release time, and the audit
+    row (None for a dry run, or when nothing matched).
+
+    >>> report = q.redrive(queue="mail", rate="10/s", reason="SMTP back")  # doctest: +SKIP
+    >>> report.count, report.last_release - report.first_release  # doctest: +SKIP
+    (500, datetime.timedelta(seconds=49, microseconds=900000))
+    """
+
+    dry_run: bool
+    jobs: list[int]
+    queues: list[str]
+    releases: list[datetime]
+    audit_id: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many jobs.
+
+        >>> RedriveReport(True, [1, 2], ["q", "q"], []).count
+        2
+        """
+        return len(self.jobs)
+
+    @property
+    def first_release(self) -> datetime | None:
+        """When the first job is released (None: no job).
+
+        >>> RedriveReport(True, [], [], []).first_release is None
+        True
+        """
+        return min(self.releases) if self.releases else None
+
+    @property
+    def last_release(self) -> datetime | None:
+        """When the last job is released (None: no job).
+
+        >>> from datetime import datetime
+        >>> at = datetime(2026, 1, 1)
+        >>> RedriveReport(True, [1], ["q"], [at]).last_release == at
+        True
+        """
+        return max(self.releases) if self.releases else None
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What a purge deleted, or (`dry_run`) would delete now, and its audit row.
+
+    >>> q.purge(queue="mail", error_type="BadAddress", reason="bounced").count  # doctest: +SKIP
+    12
+    """
+
+    dry_run: bool
+    jobs: list[int]
+    audit_id: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many jobs.
+
+        >>> PurgeReport(True, [4]).count
+        1
+        """
+        return len(self.jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of the audit log (docs/design.md "Dead letters"): a redrive or a purge, when, by
+    whom (the OS user the client ran as, its application_name, the database role), with which
+    filters, on how many and which jobs, and why.
+
+    >>> [(e.action, e.count) for e in q.audit_log()]  # doctest: +SKIP
+    [('purge', 12), ('redrive', 500)]
+    """
+
+    id: int
+    at: datetime
+    action: str
+    os_user: str | None
+    application_name: str | None
+    db_user: str
+    filters: dict[str, Any]
+    count: int
+    job_ids: list[int]
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)

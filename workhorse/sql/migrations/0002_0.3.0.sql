@@ -447,6 +447,33 @@ CREATE TABLE workhorse.job_tags (
 ALTER TABLE workhorse.schedules ADD COLUMN tags text[];
 ALTER TABLE workhorse.workflows ADD COLUMN on_error_tags text[];
 
+-- ==== dead letters ==============================================================================
+-- Dead letters (issue #43, docs/design.md "Dead letters"): jobs that ended `failed` or `held`,
+-- listed, redriven (new attempts of the same jobs, released in their queue's admission order no
+-- faster than a rate) and purged by an operator; every redrive and purge is written to
+-- audit_log. A redrive is recorded on the row (`redriven_at`, `redrive_count`) and in its
+-- attempt_history (an entry of outcome "redriven": from which status, by whom, why, and its
+-- audit row). No CHECK on the new columns: every statement that updates a job evaluates every
+-- CHECK of `jobs`, and no statement but the redrive writes them. No feature level: a redriven
+-- job is an ordinary ready or scheduled job to every release's claim.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN redriven_at timestamptz,
+    ADD COLUMN redrive_count integer NOT NULL DEFAULT 0;
+CREATE TABLE workhorse.audit_log (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at               timestamptz NOT NULL DEFAULT clock_timestamp(),
+    action           text        NOT NULL CHECK (action IN ('redrive', 'purge')),
+    -- Who: the operating-system user the client says it runs as, the session's application_name
+    -- and the database role.
+    os_user          text        CHECK (length(os_user) <= 255),
+    application_name text,
+    db_user          text        NOT NULL DEFAULT current_user,
+    filters          jsonb       NOT NULL,
+    job_count        integer     NOT NULL,
+    job_ids          bigint[]    NOT NULL,
+    reason           text        CHECK (length(reason) BETWEEN 1 AND 1000)
+);
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql
@@ -474,6 +501,9 @@ ALTER TABLE workhorse.workflows ADD COLUMN on_error_tags text[];
 \ir ../outcomes/retry_jobs_v2.sql
 \ir ../outcomes/cancel_jobs_v2.sql
 \ir ../outcomes/_record_attempt_v1.sql
+\ir ../outcomes/_dead_jobs_v1.sql
+\ir ../outcomes/redrive_v1.sql
+\ir ../outcomes/purge_dead_v1.sql
 -- The enqueue.
 \ir ../enqueue/_on_key_full_v1.sql
 \ir ../enqueue/enqueue_v2.sql
