@@ -9,9 +9,7 @@ what tags cost the enqueue.
    wall time, p50 and p99 of 200 calls, for: the newest 50 of the big tag; the newest 50 of it in
    one queue; the newest 50 of one order tag (1,000 jobs); the failed jobs of the big tag (about
    1 in 1,000 of them: the walk reads the tag's entries until 50 match, or all of them).
-2. Prune. `prune_jobs(older_than=...)` of a day of those jobs (their lookup rows go with them),
-   the time of the whole prune.
-3. Enqueue. `enqueue_many` of 1,000 jobs with no tag, and with two tags each, p50 of 20 batches
+2. Enqueue. `enqueue_many` of 1,000 jobs with no tag, and with two tags each, p50 of 20 batches
    alternating.
 
 Prints figures; asserts nothing.
@@ -61,7 +59,7 @@ def show(out: Printer, title: str, columns: tuple[str, ...], rows: list[tuple[st
 
 def fill(conn: psycopg.Connection[Any], jobs: int) -> None:
     """`jobs` tagged finished jobs (every 1,000th failed) and as many untagged, a day old and
-    older (so that a prune of a day finds some), over two queues."""
+    older, over two queues."""
     step = 200_000
     for start in range(0, jobs, step):
         end = min(start + step, jobs)
@@ -114,17 +112,6 @@ def main() -> None:
             rows.append((label, f"{percentile(times, 50) * 1000:.2f} ms",
                          f"{percentile(times, 99) * 1000:.2f} ms"))
         show(out, "list by tag (client wall time, 200 calls)", ("case", "p50", "p99"), rows)
-
-        tagged = conn.execute("SELECT count(*) FROM workhorse.job_tags").fetchone()
-        started = time.perf_counter()
-        pruned = 0
-        while (n := q.prune_jobs(older_than=86_400)) > 0:
-            pruned += n
-        took = time.perf_counter() - started
-        left = conn.execute("SELECT count(*) FROM workhorse.job_tags").fetchone()
-        assert tagged is not None and left is not None
-        show(out, "prune of a day", ("jobs pruned", "lookup rows before -> after", "time"),
-                  [(f"{pruned:,}", f"{tagged[0]:,} -> {left[0]:,}", f"{took:.1f} s")])
 
         plain = [("b.e", EMPTY, EnqueueOptions(queue="e"))] * 1000
         with_tags = [("b.e", EMPTY, EnqueueOptions(queue="e", tags=["acme", "order-1"]))] * 1000
