@@ -79,7 +79,7 @@ def resolve_cost(what: str, spec: Any, args: Sequence[Any], kwargs: Mapping[str,
 # and `eta` are Celery's spellings of `delay` and `run_at`.
 CALL_OPTIONS = ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
                 "max_attempts", "idempotency_key", "unique", "job_key", "job_key_mode", "cost",
-                "rate_cost", "weight", "budget", "tags")
+                "rate_cost", "weight", "budget", "tags", "expires", "deadline")
 
 
 def budget_name(budget: object) -> str | None:

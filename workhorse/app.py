@@ -15,6 +15,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, overload
 
@@ -131,6 +132,8 @@ class TaskOptions:
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
     tags: Sequence[str] = ()
+    expires: float | str | timedelta | datetime | None = None
+    deadline: float | str | timedelta | datetime | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> TaskOptions:
@@ -357,7 +360,8 @@ class App(AppEnqueuer):
         declared = EnqueueOptions(priority=o.priority, max_attempts=o.max_attempts,
                                   weight=o.weight, cost=1 if callable(o.cost) else o.cost,
                                   rate_cost=1 if callable(o.rate_cost) else o.rate_cost,
-                                  tags=o.tags)  # type: ignore[arg-type]
+                                  tags=o.tags,  # type: ignore[arg-type]
+                                  expires=o.expires, deadline=o.deadline)
         retry_on = check_retry_on(o.retry_on)
         timeout_limit = timeout_seconds(o.timeout)
         budget_text = budget_name(o.budget)
@@ -396,7 +400,8 @@ class App(AppEnqueuer):
             on_failure=o.on_failure, lease=lease_seconds,
             retention=retention_seconds(o.retention, self.retention), retry_on=retry_on,
             timeout=timeout_limit, unique=o.unique, cost=o.cost, rate_cost=o.rate_cost,
-            weight=o.weight, budget=budget_text, tags=declared.tags,
+            weight=o.weight, budget=budget_text, tags=declared.tags, expires=o.expires,
+            deadline=o.deadline,
         )
         self.tasks[task_name] = task
         return task

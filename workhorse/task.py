@@ -124,8 +124,13 @@ class Task(Generic[P, R]):
         weight: int = 1,
         budget: str | None = None,
         tags: tuple[str, ...] = (),
+        expires: float | str | timedelta | datetime | None = None,
+        deadline: float | str | timedelta | datetime | None = None,
     ) -> None:
         self.enqueuer = enqueuer
+        # docs/design.md "Deadlines": every job's expiry and deadline unless the call gives its own.
+        self.expires = expires
+        self.deadline = deadline
         # docs/design.md "Tags": every job's tags; a call site adds its own.
         self.tags = tags
         # docs/design.md "Named budgets": the budget its jobs name unless the call site names
@@ -292,6 +297,8 @@ class Task(Generic[P, R]):
         weight: int | None = None,
         budget: str | BudgetSpec | None = None,
         tags: Sequence[str] | None = None,
+        expires: float | str | timedelta | datetime | None = None,
+        deadline: float | str | timedelta | datetime | None = None,
     ) -> Call:
         """Resolve one enqueue: the call site wins over the decorator. `countdown` and `eta`
         are Celery's spellings of `delay` and `run_at`.
@@ -355,6 +362,8 @@ class Task(Generic[P, R]):
             budget=self.budget if budget is None else budget_name(budget),
             # The call's tags add to the task's (the task's first, repeats dropped).
             tags=self.tags + check_tags(tags) if tags is not None else self.tags,
+            expires=self.expires if expires is None else expires,
+            deadline=self.deadline if deadline is None else deadline,
         )
         arguments = None if unique_rule is None else self.bound_arguments(args, kwargs)
         return Call(self.name, {"args": list(args), "kwargs": kwargs}, options, self.on_failure,
@@ -379,10 +388,11 @@ class Task(Generic[P, R]):
     ) -> JobHandle:
         """Enqueue with call-site options (queue, concurrency_key, priority, delay, run_at,
         max_attempts, idempotency_key, unique, job_key, job_key_mode, cost, rate_cost,
-        weight, budget, tags: added to the task's); `connection=` enqueues inside the caller's
-        transaction. With an idempotency key, a job of this task with that key that still
-        exists is returned instead of a new one; with `unique`, an equal job in the rule's
-        states; with a `job_key`, the key's pending job, updated (see docs/job-keys.md).
+        weight, budget, tags: added to the task's, expires, deadline); `connection=` enqueues
+        inside the caller's transaction. With an idempotency key, a job of this task with that
+        key that still exists is returned instead of a new one; with `unique`, an equal job in
+        the rule's states; with a `job_key`, the key's pending job, updated (see
+        docs/job-keys.md).
         The handle's `duplicate` says whether no row was inserted.
 
         >>> send.apply_async(({"tenant": "t1"},), queue="mail-bulk", priority=5,  # doctest: +SKIP

@@ -290,13 +290,13 @@ def test_an_unknown_option_names_the_valid_ones(method: str) -> None:
     app, send = _app()
     with pytest.raises(InvalidOptionsError) as raised:
         if method == "apply_async":
-            send.apply_async(({"tenant": "t1"},), expires=10)
+            send.apply_async(({"tenant": "t1"},), retries=10)
         elif method == "map":
-            send.map([({"tenant": "t1"},)], expires=10)
+            send.map([({"tenant": "t1"},)], retries=10)
         else:
-            app.send_task("send", [{"tenant": "t1"}], expires=10)
+            app.send_task("send", [{"tenant": "t1"}], retries=10)
     message = str(raised.value)
-    assert f"{method}() got unknown option(s) 'expires'" in message
+    assert f"{method}() got unknown option(s) 'retries'" in message
     for name in ("queue", "concurrency_key", "priority", "delay", "countdown", "run_at", "eta",
                  "max_attempts", "idempotency_key"):
         assert name in message

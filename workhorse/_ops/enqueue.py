@@ -119,7 +119,8 @@ def enqueue_outcomes(
             None if unique is None else _states_text(unique), n,
             first.job_key, n, None if first.job_key is None else first.job_key_mode, n,
             unless_one(first.cost), n, unless_one(first.rate_cost), n,
-            unless_one(first.weight), n, first.budget, n, tags_json(first.tags), n)
+            unless_one(first.weight), n, first.budget, n, tags_json(first.tags), n,
+            *(value for bound in first.bounds for value in (bound, n)))
     else:
         uniques = [o.unique for o in every]
         rows = yield _sql.statement("enqueue"), (
@@ -136,7 +137,8 @@ def enqueue_outcomes(
             or_null([unless_one(o.rate_cost) for o in every]),
             or_null([unless_one(o.weight) for o in every]),
             or_null([o.budget for o in every]),
-            or_null([tags_json(o.tags) for o in every]))
+            or_null([tags_json(o.tags) for o in every]),
+            *(or_null(list(column)) for column in zip(*(o.bounds for o in every), strict=True)))
     return [(row[0], bool(row[1])) for row in rows]
 
 

@@ -88,6 +88,9 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         # And the redrives (docs/design.md "Dead letters").
         redriven_at=keys[10] if len(keys) > 10 else None,
         redrive_count=keys[11] if len(keys) > 11 else 0,
+        # And the bounds (docs/design.md "Deadlines").
+        deadline=keys[12] if len(keys) > 12 else None,
+        start_by=keys[13] if len(keys) > 13 else None,
     )
 
 
@@ -202,7 +205,8 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
         return jobs
     rows = yield _sql.statement("job_extras"), ([job.id for job in jobs],)
     found: dict[int, dict[str, Any]] = {}
-    for job_id, document, at, budget, tags, redriven_at, redrive_count in rows:
+    for job_id, document, at, budget, tags, redriven_at, redrive_count, deadline, start_by \
+            in rows:
         changes: dict[str, Any] = {}
         progress = Progress.from_stored(document, at)
         if progress is not None:
@@ -214,6 +218,9 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
         if redriven_at is not None:
             changes["redriven_at"] = redriven_at
             changes["redrive_count"] = redrive_count
+        if deadline is not None or start_by is not None:
+            changes["deadline"] = deadline
+            changes["start_by"] = start_by
         if changes:
             found[job_id] = changes
     if not found:

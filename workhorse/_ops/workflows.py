@@ -75,6 +75,10 @@ def enqueue_workflow(
                 or m.options.job_key is not None:
             raise InvalidOptionsError(
                 "a workflow member cannot have an idempotency_key, unique or job_key")
+        if m.options.expires is not None or m.options.deadline is not None:
+            raise InvalidOptionsError(
+                "a workflow member (or a job with depends_on) cannot have expires or a deadline "
+                "yet (docs/design.md \"Deadlines\")")
     edge_jobs: list[int] = []
     edge_parents: list[int | None] = []
     edge_ids: list[int | None] = []

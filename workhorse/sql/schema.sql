@@ -145,6 +145,8 @@ CREATE TABLE workhorse.jobs (
     has_dependents boolean DEFAULT false NOT NULL,
     budget text,
     tags text[],
+    start_by timestamp with time zone,
+    deadline timestamp with time zone,
     redriven_at timestamp with time zone,
     redrive_count integer DEFAULT 0 NOT NULL,
     CONSTRAINT jobs_budget_check CHECK (((length(budget) >= 1) AND (length(budget) <= 255))),
@@ -156,7 +158,7 @@ CREATE TABLE workhorse.jobs (
     CONSTRAINT jobs_on_failure_check CHECK ((on_failure = ANY (ARRAY['fail'::text, 'hold'::text]))),
     CONSTRAINT jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_rate_cost_check CHECK (((rate_cost >= 1) AND (rate_cost <= 1000000))),
-    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text]))),
+    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text, 'expired'::text]))),
     CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255))),
     CONSTRAINT jobs_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
 );
@@ -409,7 +411,7 @@ CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue,
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
-CREATE INDEX jobs_held_failed_idx ON workhorse.jobs USING btree (status, queue, id) WHERE (status = ANY (ARRAY['held'::text, 'failed'::text, 'canceled'::text]));
+CREATE INDEX jobs_held_failed_idx ON workhorse.jobs USING btree (status, queue, id) WHERE (status = ANY (ARRAY['held'::text, 'failed'::text, 'canceled'::text, 'expired'::text]));
 
 CREATE UNIQUE INDEX jobs_idempotency_idx ON workhorse.jobs USING btree (task, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
@@ -424,6 +426,8 @@ CREATE INDEX jobs_ready_task_idx ON workhorse.jobs USING btree (queue, task, ran
 CREATE INDEX jobs_scheduled_idx ON workhorse.jobs USING btree (queue, run_at) WHERE (status = 'scheduled'::text);
 
 CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs USING btree (queue, ckey, id) WHERE ((status = 'scheduled'::text) AND (ckey <> ''::text));
+
+CREATE INDEX jobs_start_by_idx ON workhorse.jobs USING btree (queue, start_by) WHERE ((start_by IS NOT NULL) AND (status = ANY (ARRAY['ready'::text, 'scheduled'::text, 'active'::text])));
 
 CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs USING btree (task, id) INCLUDE (queue, ckey) WHERE (status = 'succeeded'::text);
 
@@ -1286,6 +1290,47 @@ CREATE OR REPLACE FUNCTION workhorse._enqueue_gate_id_v1(p_queue text)
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT hashtextextended(p_queue, 7047) $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._expire_jobs_v1(p_queue text, p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_keys text[];
+    v_ended integer;
+BEGIN
+    WITH ended AS (
+        UPDATE workhorse.jobs j
+        SET status = 'expired', finished_at = p_now, lease_until = NULL,
+            expires_at = p_now + interval '1 day',
+            error = jsonb_build_object(
+                'type', 'Expired',
+                'message', format('not started by its %s (%s)',
+                                  CASE WHEN j.deadline IS NOT NULL AND j.start_by >= j.deadline
+                                       THEN 'deadline' ELSE 'expiry' END,
+                                  j.start_by),
+                'traceback', NULL)
+        WHERE j.id = ANY(ARRAY(
+                SELECT x.id FROM workhorse.jobs x
+                WHERE x.queue = p_queue AND x.start_by IS NOT NULL AND x.start_by <= p_now
+                  AND x.status IN ('ready', 'scheduled', 'active')
+                  AND (x.status <> 'active' OR x.lease_until <= p_now)
+                ORDER BY x.queue, x.start_by
+                FOR UPDATE SKIP LOCKED))
+          AND j.start_by <= p_now
+          AND (j.status IN ('ready', 'scheduled')
+               OR (j.status = 'active' AND j.lease_until <= p_now))
+        RETURNING j.ckey
+    )
+    SELECT array_agg(DISTINCT e.ckey) FILTER (WHERE e.ckey <> ''), count(*)::integer
+    INTO v_keys, v_ended
+    FROM ended e;
+    IF v_keys IS NOT NULL THEN
+        PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
+    END IF;
+    RETURN v_ended;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._expiry_v1(p_status text, p_retention jsonb, p_at timestamp with time zone)
  RETURNS timestamp with time zone
  LANGUAGE sql
@@ -1658,6 +1703,11 @@ BEGIN
     ELSIF NEW.status = 'canceled' THEN
         v_outcome := 'canceled';
         v_error := CASE WHEN NEW.error IS DISTINCT FROM OLD.error THEN NEW.error END;
+    ELSIF NEW.status = 'expired' THEN
+        -- Its lease ran out, and its start_by passed meanwhile (_expire_jobs_v1): lost.
+        v_outcome := 'lost';
+        v_ended := LEAST(OLD.lease_until, v_ended);
+        v_error := NEW.error;
     ELSE
         RETURN NULL;  -- not an end of an attempt (another status some later version adds)
     END IF;
@@ -1883,7 +1933,7 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    IF NEW.status IN ('failed', 'canceled') THEN
+    IF NEW.status IN ('failed', 'canceled', 'expired') THEN
         v_error := jsonb_build_object(
             'type', 'DependencyFailedError',
             'message', format('job %s (%s), which it depends on, ended %s',
@@ -1977,7 +2027,7 @@ BEGIN
             FOR v_other IN
                 SELECT DISTINCT ON (d.job_id) d.job_id, p.id AS parent, p.task, p.status
                 FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
-                WHERE d.job_id = ANY(v_ids) AND p.status IN ('failed', 'canceled')
+                WHERE d.job_id = ANY(v_ids) AND p.status IN ('failed', 'canceled', 'expired')
                 ORDER BY d.job_id, p.id
             LOOP
                 UPDATE workhorse.jobs j
@@ -2678,6 +2728,8 @@ DECLARE
     v_rate_key integer; v_period_key double precision;
     v_expired boolean;
     v_due boolean;
+    v_past_deadline boolean;  -- jobs that may no longer start wait to be ended (expired)
+    v_start timestamptz;  -- the instant the activation stamps as started_at
     v_hinted boolean;
     v_keyed boolean;
     v_active integer;
@@ -2851,6 +2903,8 @@ BEGIN
                       -- the same commit, and is left for the next claim, which counts units.
                       AND j.cost = 1
                       AND j.budget IS NULL
+                      -- Likewise a job with a deadline (level 2: the general path ends it).
+                      AND j.start_by IS NULL
                     RETURNING j.*
                 )
                 SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts,
@@ -2893,9 +2947,13 @@ BEGIN
                    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now),
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now),
-           EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue)
+           EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue),
+           EXISTS (SELECT 1 FROM workhorse.jobs j
+                   WHERE j.queue = p_queue AND j.start_by IS NOT NULL AND j.start_by <= v_now
+                     AND j.status IN ('ready', 'scheduled', 'active')
+                     AND (j.status <> 'active' OR j.lease_until <= v_now))
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
-         v_period_key, v_expired, v_due, v_hinted
+         v_period_key, v_expired, v_due, v_hinted, v_past_deadline
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
     v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     v_governed := v_governed OR v_budgeted;
@@ -2919,6 +2977,10 @@ BEGIN
         RETURN;
     END IF;
 
+    IF v_past_deadline AND workhorse._expire_jobs_v1(p_queue, v_now) > 0 THEN
+        -- (Before the due jobs are made ready: one past its deadline ends instead.)
+        v_hinted := true;
+    END IF;
     IF v_expired OR v_due THEN
         PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
@@ -3343,16 +3405,22 @@ BEGIN
 
     IF cardinality(v_ids) > 0 THEN
         -- The activation, and the starts it files for the rate limits in force (queue-wide under
-        -- '', and per key), in buckets of 1/100 of the period, each stored at its end.
+        -- '', and per key), in buckets of 1/100 of the period, each stored at its end. Its
+        -- instant is read once, so that the job it stamps started at it is one whose start_by
+        -- (docs/design.md "Deadlines") is still ahead of it; once started, a job may start
+        -- again (a retry) until its deadline only.
+        v_start := clock_timestamp();
         RETURN QUERY
         WITH activated AS (
             UPDATE workhorse.jobs j
             SET status = 'active',
                 attempts = j.attempts + 1,
                 fence = nextval('workhorse.fence_seq'),
-                lease_until = clock_timestamp() + make_interval(secs => p_lease),
-                started_at = clock_timestamp()
+                lease_until = v_start + make_interval(secs => p_lease),
+                started_at = v_start,
+                start_by = j.deadline
             WHERE j.id = ANY(v_ids)
+              AND (j.start_by IS NULL OR j.start_by > v_start)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
               AND (v_budgeted OR j.budget IS NULL)
@@ -3633,7 +3701,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.enqueue_v2(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[], p_feature_levels smallint[] DEFAULT NULL::smallint[], p_unique_keys text[] DEFAULT NULL::text[], p_unique_periods double precision[] DEFAULT NULL::double precision[], p_unique_states text[] DEFAULT NULL::text[], p_job_keys text[] DEFAULT NULL::text[], p_job_key_modes text[] DEFAULT NULL::text[], p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_budgets text[] DEFAULT NULL::text[], p_tags text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION workhorse.enqueue_v2(p_tasks text[], p_queues text[], p_ckeys text[], p_priorities smallint[], p_payloads text[], p_run_ats timestamp with time zone[], p_delays double precision[], p_max_attempts integer[], p_on_failures text[], p_metas text[], p_idempotency_keys text[], p_feature_levels smallint[] DEFAULT NULL::smallint[], p_unique_keys text[] DEFAULT NULL::text[], p_unique_periods double precision[] DEFAULT NULL::double precision[], p_unique_states text[] DEFAULT NULL::text[], p_job_keys text[] DEFAULT NULL::text[], p_job_key_modes text[] DEFAULT NULL::text[], p_costs integer[] DEFAULT NULL::integer[], p_rate_costs integer[] DEFAULT NULL::integer[], p_weights smallint[] DEFAULT NULL::smallint[], p_budgets text[] DEFAULT NULL::text[], p_tags text[] DEFAULT NULL::text[], p_expires_ats timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_expires_ins double precision[] DEFAULT NULL::double precision[], p_deadlines timestamp with time zone[] DEFAULT NULL::timestamp with time zone[], p_deadline_ins double precision[] DEFAULT NULL::double precision[])
  RETURNS TABLE(id bigint, duplicate boolean)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
@@ -3740,21 +3808,26 @@ BEGIN
     END IF;
 
     IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL
-       OR p_budgets IS NOT NULL THEN
+       OR p_budgets IS NOT NULL OR p_expires_ats IS NOT NULL OR p_expires_ins IS NOT NULL
+       OR p_deadlines IS NOT NULL OR p_deadline_ins IS NOT NULL THEN
         -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
-        -- the claims that do not know it away. A cost other than 1, or a budget, is level 2.
+        -- the claims that do not know it away. A cost other than 1, a budget, an expiry or a
+        -- deadline is level 2.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
         SELECT t.queue, max(GREATEST(COALESCE(t.level, 1),
                                      CASE WHEN COALESCE(t.cost, 1) <> 1
                                                OR COALESCE(t.rate_cost, 1) <> 1
                                                OR t.budget IS NOT NULL
+                                               OR COALESCE(t.ea, t.da) IS NOT NULL OR COALESCE(t.ei, t.di) IS NOT NULL
                                           THEN 2 ELSE 1 END))
-        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets)
-             AS t(queue, level, cost, rate_cost, budget)
+        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets,
+                    p_expires_ats, p_expires_ins, p_deadlines, p_deadline_ins)
+             AS t(queue, level, cost, rate_cost, budget, ea, ei, da, di)
         GROUP BY t.queue
         HAVING max(GREATEST(COALESCE(t.level, 1),
                             CASE WHEN COALESCE(t.cost, 1) <> 1 OR COALESCE(t.rate_cost, 1) <> 1
                                       OR t.budget IS NOT NULL
+                                      OR COALESCE(t.ea, t.da) IS NOT NULL OR COALESCE(t.ei, t.di) IS NOT NULL
                                  THEN 2 ELSE 1 END)) > 1
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
@@ -3779,22 +3852,30 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags)
+                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags, p_expires_ats,
+                        p_expires_ins, p_deadlines, p_deadline_ins)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ea, ei,
+                      da, di, ord)
+        ), bounded AS (
+            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
+                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
+                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
+            FROM input i
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight, budget, tags)
+                 meta, feature_level, cost, rate_cost, weight, budget, tags, deadline, start_by)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
                    COALESCE(i.weight, 1), i.budget,
                    CASE WHEN i.tags IS NOT NULL
-                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
-            FROM input i
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
+                   i.deadline, i.start_by
+            FROM bounded i
             ORDER BY i.ord
             RETURNING id, queue, ckey, status, tags
         ), tagged AS (
@@ -3862,6 +3943,13 @@ BEGIN
                     tags = CASE WHEN p_tags[v_i] IS NOT NULL
                                 THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb))
                            END,
+                    deadline = COALESCE(p_deadlines[v_i],
+                                        now() + make_interval(secs => p_deadline_ins[v_i])),
+                    start_by = LEAST(
+                        COALESCE(p_expires_ats[v_i],
+                                 now() + make_interval(secs => p_expires_ins[v_i])),
+                        COALESCE(p_deadlines[v_i],
+                                 now() + make_interval(secs => p_deadline_ins[v_i]))),
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -3894,7 +3982,8 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags,
+                 deadline, start_by)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -3904,7 +3993,12 @@ BEGIN
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
                     COALESCE(p_weights[v_i], 1), p_budgets[v_i],
                     CASE WHEN p_tags[v_i] IS NOT NULL
-                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END)
+                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END,
+                    COALESCE(p_deadlines[v_i], now() + make_interval(secs => p_deadline_ins[v_i])),
+                    LEAST(COALESCE(p_expires_ats[v_i],
+                                   now() + make_interval(secs => p_expires_ins[v_i])),
+                          COALESCE(p_deadlines[v_i],
+                                   now() + make_interval(secs => p_deadline_ins[v_i]))))
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -3951,17 +4045,23 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights, p_budgets, p_tags)
+                        p_weights, p_budgets, p_tags, p_expires_ats, p_expires_ins, p_deadlines,
+                        p_deadline_ins)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      budget, tags, ord)
+                      budget, tags, ea, ei, da, di, ord)
             WHERE NOT t.done
+        ), bounded AS (
+            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
+                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
+                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
+            FROM input i
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight, budget, tags)
+                 weight, budget, tags, deadline, start_by)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
@@ -3969,8 +4069,9 @@ BEGIN
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
                    COALESCE(i.weight, 1), i.budget,
                    CASE WHEN i.tags IS NOT NULL
-                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
-            FROM input i
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
+                   i.deadline, i.start_by
+            FROM bounded i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status
@@ -4230,7 +4331,7 @@ BEGIN
         SELECT DISTINCT ON (e.job) e.job, p.id, p.task, p.status
         FROM unnest(p_edge_jobs, p_edge_ids) AS e(job, id)
         JOIN workhorse.jobs p ON p.id = e.id
-        WHERE p.status IN ('failed', 'canceled')
+        WHERE p.status IN ('failed', 'canceled', 'expired')
         ORDER BY e.job, p.id
     LOOP
         UPDATE workhorse.jobs j
@@ -4597,6 +4698,17 @@ BEGIN
         PERFORM workhorse.set_queue_control_v2(v_queue, 'clear_override', NULL, NULL, NULL,
                                                NULL, NULL, NULL, NULL);
         expired_overrides := expired_overrides + 1;
+    END LOOP;
+
+    -- Jobs past their start_by (docs/design.md "Deadlines") end `expired` here too, in queues
+    -- no claim visits (no worker serves them), so that health counts them.
+    FOR v_queue IN
+        SELECT DISTINCT j.queue FROM workhorse.jobs j
+        WHERE j.start_by IS NOT NULL AND j.start_by <= now()
+          AND j.status IN ('ready', 'scheduled', 'active')
+        ORDER BY 1
+    LOOP
+        PERFORM workhorse._expire_jobs_v1(v_queue, clock_timestamp());
     END LOOP;
 
     -- One pass, joined to each queue's longest period in force (none: every bucket goes).

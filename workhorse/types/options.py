@@ -122,6 +122,10 @@ class EnqueueOptions:
     # docs/design.md "Tags": labels to find the job by (at most 16, each
     # 1-100 characters); kept as a tuple, in order, without repeats.
     tags: tuple[str, ...] = ()
+    # docs/design.md "Deadlines": not started by then, the job ends `expired` (seconds or a
+    # duration from the enqueue, or an aware datetime); no attempt starts after the deadline.
+    expires: float | str | timedelta | datetime | None = None
+    deadline: float | str | timedelta | datetime | None = None
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
@@ -180,6 +184,8 @@ class EnqueueOptions:
                 raise InvalidOptionsError(
                     f"delay must be between 0 seconds and 1000 years, got {self.delay!r}"
                 )
+        for bound in ("expires", "deadline"):
+            _bound(bound, getattr(self, bound))
 
     @property
     def delay_seconds(self) -> float | None:
@@ -189,6 +195,38 @@ class EnqueueOptions:
         (90.0, None)
         """
         return None if self.delay is None else delay_seconds(self.delay)
+
+    @property
+    def bounds(self) -> tuple[datetime | None, float | None, datetime | None, float | None]:
+        """(expires at, expires in seconds, deadline at, deadline in seconds): each bound as
+        the enqueue sends it, a moment or seconds from the enqueue (the database's clock).
+
+        >>> EnqueueOptions(expires="5m").bounds
+        (None, 300.0, None, None)
+        """
+        return (*_bound("expires", self.expires), *_bound("deadline", self.deadline))
+
+
+def _bound(what: str, value: object) -> tuple[datetime | None, float | None]:
+    """An expiry or a deadline checked (InvalidOptionsError): (an aware datetime, None), (None,
+    seconds from now: a number, a timedelta or a duration with a unit, 0 to 1000 years), or
+    (None, None) for none."""
+    if value is None:
+        return None, None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidOptionsError(f"{what} must be timezone-aware, got {value!r}")
+        return value, None
+    try:
+        seconds = delay_seconds(value)
+    except InvalidOptionsError as exc:
+        raise InvalidOptionsError(
+            f"{what} must be seconds, a timedelta, a duration (\"5m\") or an aware datetime: "
+            f"{exc}") from None
+    if not 0 <= seconds <= MAX_DELAY_SECONDS:
+        raise InvalidOptionsError(f"{what} must be between 0 seconds and 1000 years, got "
+                                  f"{shown(value)}")
+    return None, seconds
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+?)\s*$")

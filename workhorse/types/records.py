@@ -28,6 +28,7 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     HELD = "held"
     CANCELED = "canceled"
+    EXPIRED = "expired"
 
     @classmethod
     def of_row(cls, value: str) -> JobStatus:
@@ -48,7 +49,8 @@ class JobStatus(enum.StrEnum):
             return unknown
 
 
-RESTING = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED})
+RESTING = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.HELD, JobStatus.CANCELED,
+                     JobStatus.EXPIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +227,10 @@ class Job:
     # Its latest redrive and how many it had (docs/design.md "Dead letters").
     redriven_at: datetime | None = None
     redrive_count: int = 0
+    # docs/design.md "Deadlines": no attempt starts after `deadline`; `start_by` is the moment
+    # after which this job will not start (its expiry until it first starts, then its deadline).
+    deadline: datetime | None = None
+    start_by: datetime | None = None
 
     @property
     def resting(self) -> bool:

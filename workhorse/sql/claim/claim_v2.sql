@@ -110,6 +110,8 @@ DECLARE
     v_rate_key integer; v_period_key double precision;
     v_expired boolean;
     v_due boolean;
+    v_past_deadline boolean;  -- jobs that may no longer start wait to be ended (expired)
+    v_start timestamptz;  -- the instant the activation stamps as started_at
     v_hinted boolean;
     v_keyed boolean;
     v_active integer;
@@ -283,6 +285,8 @@ BEGIN
                       -- the same commit, and is left for the next claim, which counts units.
                       AND j.cost = 1
                       AND j.budget IS NULL
+                      -- Likewise a job with a deadline (level 2: the general path ends it).
+                      AND j.start_by IS NULL
                     RETURNING j.*
                 )
                 SELECT a.id, a.task, a.queue, a.ckey, a.priority, a.payload, a.attempts,
@@ -325,9 +329,13 @@ BEGIN
                    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now),
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now),
-           EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue)
+           EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue),
+           EXISTS (SELECT 1 FROM workhorse.jobs j
+                   WHERE j.queue = p_queue AND j.start_by IS NOT NULL AND j.start_by <= v_now
+                     AND j.status IN ('ready', 'scheduled', 'active')
+                     AND (j.status <> 'active' OR j.lease_until <= v_now))
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
-         v_period_key, v_expired, v_due, v_hinted
+         v_period_key, v_expired, v_due, v_hinted, v_past_deadline
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
     v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
     v_governed := v_governed OR v_budgeted;
@@ -351,6 +359,10 @@ BEGIN
         RETURN;
     END IF;
 
+    IF v_past_deadline AND workhorse._expire_jobs_v1(p_queue, v_now) > 0 THEN
+        -- (Before the due jobs are made ready: one past its deadline ends instead.)
+        v_hinted := true;
+    END IF;
     IF v_expired OR v_due THEN
         PERFORM workhorse._prepare_queue_v2(p_queue, v_now);
         v_hinted := v_hinted OR v_due;
@@ -775,16 +787,22 @@ BEGIN
 
     IF cardinality(v_ids) > 0 THEN
         -- The activation, and the starts it files for the rate limits in force (queue-wide under
-        -- '', and per key), in buckets of 1/100 of the period, each stored at its end.
+        -- '', and per key), in buckets of 1/100 of the period, each stored at its end. Its
+        -- instant is read once, so that the job it stamps started at it is one whose start_by
+        -- (docs/design.md "Deadlines") is still ahead of it; once started, a job may start
+        -- again (a retry) until its deadline only.
+        v_start := clock_timestamp();
         RETURN QUERY
         WITH activated AS (
             UPDATE workhorse.jobs j
             SET status = 'active',
                 attempts = j.attempts + 1,
                 fence = nextval('workhorse.fence_seq'),
-                lease_until = clock_timestamp() + make_interval(secs => p_lease),
-                started_at = clock_timestamp()
+                lease_until = v_start + make_interval(secs => p_lease),
+                started_at = v_start,
+                start_by = j.deadline
             WHERE j.id = ANY(v_ids)
+              AND (j.start_by IS NULL OR j.start_by > v_start)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
               AND (v_budgeted OR j.budget IS NULL)

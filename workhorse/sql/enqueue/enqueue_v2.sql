@@ -57,6 +57,11 @@
 -- checked and deduplicated by the caller: stored on the row in their order, and one job_tags row
 -- each for the lookups by tag (see migrations/0002_0.3.0.sql, "tags"). A duplicate keeps its own
 -- tags; a job_key replace takes the new ones, as it takes the rest of the call's options.
+--
+-- `p_expires_ats` or `p_expires_ins` (seconds from now), and `p_deadlines` or `p_deadline_ins`
+-- (NULL arrays: none) are each job's expiry and deadline (docs/design.md "Deadlines"): the row
+-- keeps its deadline and its start_by, the earlier of the two. Either raises the queue's level
+-- to 2 (a claim of level 1 knows no deadline), as a cost does.
 CREATE FUNCTION workhorse.enqueue_v2(
     p_tasks text[],
     p_queues text[],
@@ -79,7 +84,11 @@ CREATE FUNCTION workhorse.enqueue_v2(
     p_rate_costs integer[] DEFAULT NULL,
     p_weights smallint[] DEFAULT NULL,
     p_budgets text[] DEFAULT NULL,
-    p_tags text[] DEFAULT NULL
+    p_tags text[] DEFAULT NULL,
+    p_expires_ats timestamptz[] DEFAULT NULL,
+    p_expires_ins double precision[] DEFAULT NULL,
+    p_deadlines timestamptz[] DEFAULT NULL,
+    p_deadline_ins double precision[] DEFAULT NULL
 ) RETURNS TABLE (id bigint, duplicate boolean)
 LANGUAGE plpgsql VOLATILE
 -- Generic plans, made once a session: the statements below take whole arrays as parameters,
@@ -190,21 +199,26 @@ BEGIN
     END IF;
 
     IF p_feature_levels IS NOT NULL OR p_costs IS NOT NULL OR p_rate_costs IS NOT NULL
-       OR p_budgets IS NOT NULL THEN
+       OR p_budgets IS NOT NULL OR p_expires_ats IS NOT NULL OR p_expires_ins IS NOT NULL
+       OR p_deadlines IS NOT NULL OR p_deadline_ins IS NOT NULL THEN
         -- Raised before the jobs exist, and never lowered: a queue that used a feature keeps
-        -- the claims that do not know it away. A cost other than 1, or a budget, is level 2.
+        -- the claims that do not know it away. A cost other than 1, a budget, an expiry or a
+        -- deadline is level 2.
         INSERT INTO workhorse.queue_levels AS lv (queue, feature_level)
         SELECT t.queue, max(GREATEST(COALESCE(t.level, 1),
                                      CASE WHEN COALESCE(t.cost, 1) <> 1
                                                OR COALESCE(t.rate_cost, 1) <> 1
                                                OR t.budget IS NOT NULL
+                                               OR COALESCE(t.ea, t.da) IS NOT NULL OR COALESCE(t.ei, t.di) IS NOT NULL
                                           THEN 2 ELSE 1 END))
-        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets)
-             AS t(queue, level, cost, rate_cost, budget)
+        FROM unnest(p_queues, p_feature_levels, p_costs, p_rate_costs, p_budgets,
+                    p_expires_ats, p_expires_ins, p_deadlines, p_deadline_ins)
+             AS t(queue, level, cost, rate_cost, budget, ea, ei, da, di)
         GROUP BY t.queue
         HAVING max(GREATEST(COALESCE(t.level, 1),
                             CASE WHEN COALESCE(t.cost, 1) <> 1 OR COALESCE(t.rate_cost, 1) <> 1
                                       OR t.budget IS NOT NULL
+                                      OR COALESCE(t.ea, t.da) IS NOT NULL OR COALESCE(t.ei, t.di) IS NOT NULL
                                  THEN 2 ELSE 1 END)) > 1
         ORDER BY t.queue
         ON CONFLICT (queue) DO UPDATE SET feature_level = excluded.feature_level
@@ -229,22 +243,30 @@ BEGIN
                    COALESCE(t.run_at, now() + make_interval(secs => COALESCE(t.delay, 0))) AS due
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_feature_levels,
-                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags)
+                        p_costs, p_rate_costs, p_weights, p_budgets, p_tags, p_expires_ats,
+                        p_expires_ins, p_deadlines, p_deadline_ins)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
-                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ord)
+                      on_failure, meta, level, cost, rate_cost, weight, budget, tags, ea, ei,
+                      da, di, ord)
+        ), bounded AS (
+            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
+                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
+                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
+            FROM input i
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
-                 meta, feature_level, cost, rate_cost, weight, budget, tags)
+                 meta, feature_level, cost, rate_cost, weight, budget, tags, deadline, start_by)
             SELECT i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
                    i.max_attempts, i.on_failure, i.due, COALESCE(i.meta, '{}')::jsonb,
                    COALESCE(i.level, 1), COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
                    COALESCE(i.weight, 1), i.budget,
                    CASE WHEN i.tags IS NOT NULL
-                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
-            FROM input i
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
+                   i.deadline, i.start_by
+            FROM bounded i
             ORDER BY i.ord
             RETURNING id, queue, ckey, status, tags
         ), tagged AS (
@@ -312,6 +334,13 @@ BEGIN
                     tags = CASE WHEN p_tags[v_i] IS NOT NULL
                                 THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb))
                            END,
+                    deadline = COALESCE(p_deadlines[v_i],
+                                        now() + make_interval(secs => p_deadline_ins[v_i])),
+                    start_by = LEAST(
+                        COALESCE(p_expires_ats[v_i],
+                                 now() + make_interval(secs => p_expires_ins[v_i])),
+                        COALESCE(p_deadlines[v_i],
+                                 now() + make_interval(secs => p_deadline_ins[v_i]))),
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -344,7 +373,8 @@ BEGIN
             END IF;
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
-                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags)
+                 run_at, meta, feature_level, job_key, cost, rate_cost, weight, budget, tags,
+                 deadline, start_by)
             OVERRIDING SYSTEM VALUE
             VALUES (v_cand[v_i], p_tasks[v_i], p_queues[v_i], COALESCE(p_ckeys[v_i], ''),
                     p_priorities[v_i], p_payloads[v_i]::jsonb,
@@ -354,7 +384,12 @@ BEGIN
                     p_job_keys[v_i], COALESCE(p_costs[v_i], 1), COALESCE(p_rate_costs[v_i], 1),
                     COALESCE(p_weights[v_i], 1), p_budgets[v_i],
                     CASE WHEN p_tags[v_i] IS NOT NULL
-                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END)
+                         THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END,
+                    COALESCE(p_deadlines[v_i], now() + make_interval(secs => p_deadline_ins[v_i])),
+                    LEAST(COALESCE(p_expires_ats[v_i],
+                                   now() + make_interval(secs => p_expires_ins[v_i])),
+                          COALESCE(p_deadlines[v_i],
+                                   now() + make_interval(secs => p_deadline_ins[v_i]))))
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -401,17 +436,23 @@ BEGIN
             FROM unnest(p_tasks, p_queues, p_ckeys, p_priorities, p_payloads, p_run_ats,
                         p_delays, p_max_attempts, p_on_failures, p_metas, p_idempotency_keys,
                         p_feature_levels, v_ukeys, v_cand, v_done, p_costs, p_rate_costs,
-                        p_weights, p_budgets, p_tags)
+                        p_weights, p_budgets, p_tags, p_expires_ats, p_expires_ins, p_deadlines,
+                        p_deadline_ins)
                  WITH ORDINALITY
                  AS t(task, queue, ckey, priority, payload, run_at, delay, max_attempts,
                       on_failure, meta, idem, level, ukey, cand, done, cost, rate_cost, weight,
-                      budget, tags, ord)
+                      budget, tags, ea, ei, da, di, ord)
             WHERE NOT t.done
+        ), bounded AS (
+            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
+                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
+                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
+            FROM input i
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,
                  run_at, meta, idempotency_key, feature_level, unique_key, cost, rate_cost,
-                 weight, budget, tags)
+                 weight, budget, tags, deadline, start_by)
             OVERRIDING SYSTEM VALUE
             SELECT i.cand, i.task, i.queue, COALESCE(i.ckey, ''), i.priority, i.payload::jsonb,
                    CASE WHEN i.due > now() THEN 'scheduled' ELSE 'ready' END,
@@ -419,8 +460,9 @@ BEGIN
                    COALESCE(i.level, 1), i.ukey, COALESCE(i.cost, 1), COALESCE(i.rate_cost, 1),
                    COALESCE(i.weight, 1), i.budget,
                    CASE WHEN i.tags IS NOT NULL
-                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END
-            FROM input i
+                        THEN ARRAY(SELECT jsonb_array_elements_text(i.tags::jsonb)) END,
+                   i.deadline, i.start_by
+            FROM bounded i
             ORDER BY i.ord
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status

@@ -5,7 +5,8 @@
 -- buckets older than the longest window in force are pruned, so that rate_starts, burst_starts
 -- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
 -- window is shorter) stay bounded; result waiters' registrations whose sessions are gone are
--- dropped (once the last waiter left, outcomes stop sending results notices). Returns the totals.
+-- dropped (once the last waiter left, outcomes stop sending results notices), and jobs past their
+-- start_by end `expired` (_expire_jobs_v1) in every queue. Returns the totals.
 CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -22,6 +23,17 @@ BEGIN
         PERFORM workhorse.set_queue_control_v2(v_queue, 'clear_override', NULL, NULL, NULL,
                                                NULL, NULL, NULL, NULL);
         expired_overrides := expired_overrides + 1;
+    END LOOP;
+
+    -- Jobs past their start_by (docs/design.md "Deadlines") end `expired` here too, in queues
+    -- no claim visits (no worker serves them), so that health counts them.
+    FOR v_queue IN
+        SELECT DISTINCT j.queue FROM workhorse.jobs j
+        WHERE j.start_by IS NOT NULL AND j.start_by <= now()
+          AND j.status IN ('ready', 'scheduled', 'active')
+        ORDER BY 1
+    LOOP
+        PERFORM workhorse._expire_jobs_v1(v_queue, clock_timestamp());
     END LOOP;
 
     -- One pass, joined to each queue's longest period in force (none: every bucket goes).

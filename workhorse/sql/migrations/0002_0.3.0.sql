@@ -447,6 +447,34 @@ CREATE TABLE workhorse.job_tags (
 ALTER TABLE workhorse.schedules ADD COLUMN tags text[];
 ALTER TABLE workhorse.workflows ADD COLUMN on_error_tags text[];
 
+-- ==== deadlines =================================================================================
+-- Deadlines (issue #43, docs/design.md "Deadlines"): `expires=` (a job not started by then ends
+-- `expired` without running) and `deadline=` (no attempt starts after it). A job keeps
+-- `deadline` and `start_by`, the moment after which no claim may start it: the earlier of the
+-- two while it has not started, its deadline once it has (the activation sets it so). The claim
+-- never starts a job at or past its start_by (its activation says so, at the instant it stamps
+-- as started_at), and it first ends the queue's jobs that passed it (`_expire_jobs_v1`:
+-- ready, scheduled, or active under an expired lease), as housekeeping does for every queue.
+--
+-- Feature level: a job with either raises its queue's level to 2, so that a 0.2.0 claim, which
+-- knows nothing of deadlines, admits nothing there. The new status `expired` is a resting one:
+-- it holds no capacity, and a workflow member's dependents are canceled by it as by a cancel.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN start_by timestamptz,
+    ADD COLUMN deadline timestamptz;
+ALTER TABLE workhorse.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE workhorse.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
+    ('waiting', 'scheduled', 'ready', 'active', 'succeeded', 'failed', 'held', 'canceled',
+     'expired'));
+-- The claim's probe and the sweep: a queue's jobs that may still start, by their start_by.
+CREATE INDEX jobs_start_by_idx ON workhorse.jobs (queue, start_by)
+    WHERE start_by IS NOT NULL AND status IN ('ready', 'scheduled', 'active');
+-- Health counts `expired` through the index that counts the other resting statuses but
+-- `succeeded` (a superset of 0.2.0's predicate, so 0.2.0's statements still use it).
+DROP INDEX workhorse.jobs_held_failed_idx;
+CREATE INDEX jobs_held_failed_idx ON workhorse.jobs (status, queue, id)
+    WHERE status IN ('held', 'failed', 'canceled', 'expired');
+
 -- ==== dead letters ==============================================================================
 -- Dead letters (issue #43, docs/design.md "Dead letters"): jobs that ended `failed` or `held`,
 -- listed, redriven (new attempts of the same jobs, released in their queue's admission order no
@@ -494,6 +522,7 @@ CREATE TABLE workhorse.audit_log (
 \ir ../claim/_burst_next_start_v1.sql
 \ir ../claim/_choose_units_v1.sql
 \ir ../claim/_unknown_ready_v1.sql
+\ir ../claim/_expire_jobs_v1.sql
 \ir ../claim/claim_v2.sql
 -- Outcomes an operator or a worker records.
 \ir ../outcomes/_after_operator_change_v2.sql

@@ -59,6 +59,11 @@ BEGIN
     ELSIF NEW.status = 'canceled' THEN
         v_outcome := 'canceled';
         v_error := CASE WHEN NEW.error IS DISTINCT FROM OLD.error THEN NEW.error END;
+    ELSIF NEW.status = 'expired' THEN
+        -- Its lease ran out, and its start_by passed meanwhile (_expire_jobs_v1): lost.
+        v_outcome := 'lost';
+        v_ended := LEAST(OLD.lease_until, v_ended);
+        v_error := NEW.error;
     ELSE
         RETURN NULL;  -- not an end of an attempt (another status some later version adds)
     END IF;

@@ -24,4 +24,8 @@ SELECT e.id, e.duplicate FROM workhorse.enqueue_v2(
     array_fill(%b::integer, ARRAY[%b::integer]),
     array_fill(%b::smallint, ARRAY[%b::integer]),
     array_fill(%b::text, ARRAY[%b::integer]),
-    array_fill(%b::text, ARRAY[%b::integer])) AS e
+    array_fill(%b::text, ARRAY[%b::integer]),
+    array_fill(%b::timestamptz, ARRAY[%b::integer]),
+    array_fill(%b::double precision, ARRAY[%b::integer]),
+    array_fill(%b::timestamptz, ARRAY[%b::integer]),
+    array_fill(%b::double precision, ARRAY[%b::integer])) AS e

@@ -15,7 +15,7 @@ WITH depth AS (
     UNION ALL
     SELECT j.queue, j.status, count(*)::bigint
     FROM workhorse.jobs j
-    WHERE j.status IN ('held', 'failed', 'canceled')
+    WHERE j.status IN ('held', 'failed', 'canceled', 'expired')
     GROUP BY j.queue, j.status
 ), queues AS (
     SELECT d.queue FROM depth d

@@ -40,7 +40,7 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    IF NEW.status IN ('failed', 'canceled') THEN
+    IF NEW.status IN ('failed', 'canceled', 'expired') THEN
         v_error := jsonb_build_object(
             'type', 'DependencyFailedError',
             'message', format('job %s (%s), which it depends on, ended %s',
@@ -134,7 +134,7 @@ BEGIN
             FOR v_other IN
                 SELECT DISTINCT ON (d.job_id) d.job_id, p.id AS parent, p.task, p.status
                 FROM workhorse.job_deps d JOIN workhorse.jobs p ON p.id = d.parent_id
-                WHERE d.job_id = ANY(v_ids) AND p.status IN ('failed', 'canceled')
+                WHERE d.job_id = ANY(v_ids) AND p.status IN ('failed', 'canceled', 'expired')
                 ORDER BY d.job_id, p.id
             LOOP
                 UPDATE workhorse.jobs j

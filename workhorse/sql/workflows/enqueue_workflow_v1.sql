@@ -237,7 +237,7 @@ BEGIN
         SELECT DISTINCT ON (e.job) e.job, p.id, p.task, p.status
         FROM unnest(p_edge_jobs, p_edge_ids) AS e(job, id)
         JOIN workhorse.jobs p ON p.id = e.id
-        WHERE p.status IN ('failed', 'canceled')
+        WHERE p.status IN ('failed', 'canceled', 'expired')
         ORDER BY e.job, p.id
     LOOP
         UPDATE workhorse.jobs j
