@@ -323,7 +323,7 @@ def check_tag(tag: object) -> str:
 
 # The statuses a retry or a cancel by tag looks at: those the retry and the cancel act on.
 RETRYABLE = ("held", "failed", "canceled")
-CANCELABLE = ("waiting", "scheduled", "ready", "active")
+CANCELABLE = ("waiting", "scheduled", "ready", "active", "held")
 
 
 def tagged_job_ids(tag: str, statuses: Sequence[str], queue: str | None = None

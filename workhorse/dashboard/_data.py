@@ -185,6 +185,7 @@ class JobFilter:
     status: str | None = None
     task: str | None = None
     key: str | None = None
+    tag: str | None = None       # exact; its newest page only (_queries.find_tagged)
     id: int | None = None
     before: int | None = None    # ids below this one: the page after a full one
 
@@ -195,7 +196,7 @@ class JobFilter:
 
     def search(self) -> _queries.Search:
         return _queries.Search(queue=self.queue, status=self.status, task=self.task,
-                               key=self.key)
+                               key=self.key, tag=self.tag)
 
     @property
     def described(self) -> str:
@@ -203,7 +204,8 @@ class JobFilter:
         parts = [f"queue ~ {self.queue!r}" if self.queue else "",
                  f"status {self.status}" if self.status else "",
                  f"task ~ {self.task!r}" if self.task else "",
-                 f"key {self.key!r}" if self.key else ""]
+                 f"key {self.key!r}" if self.key else "",
+                 f"tag {self.tag!r}" if self.tag else ""]
         return ", ".join(p for p in parts if p) or "no filter"
 
 
@@ -473,8 +475,13 @@ def jobs(conn: psycopg.Connection[Any], chosen: JobFilter, *, count: bool = True
         job = _ops.execute(conn, _ops.get_job(chosen.id))
         found = [job] if job is not None else []
         return _queries.Found(found, counts={j.status.value: 1 for j in found})
-    return _ops.execute(conn, _queries.find_jobs(chosen.search(), before=chosen.before,
-                                                 limit=JOBS_PAGE, count=count))
+    found_jobs = _ops.execute(conn, _queries.find_jobs(chosen.search(), before=chosen.before,
+                                                       limit=JOBS_PAGE, count=count))
+    if chosen.tag is not None:  # read by list_jobs: their tags are filled in
+        return found_jobs
+    # The page's tags (and progress), in one more statement over its ids.
+    return dataclasses.replace(found_jobs, jobs=_ops.execute(
+        conn, _ops.with_progress(found_jobs.jobs)))
 
 
 def names(conn: psycopg.Connection[Any], chosen: JobFilter) -> _queries.Names:

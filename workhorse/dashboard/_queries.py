@@ -1,8 +1,9 @@
 """The dashboard's own operations (generators of `(statement, params)`, driven by
 `_ops.execute` like those of `_ops.py`): the job search with substring filters, counts and pages
-both ways, the ids a bulk action on everything matching acts on, known names for suggestions,
-rate windows, and one queue's throughput. Every read is bounded whatever the history: see each
-statement's file (sql/statements/dashboard_*.sql)."""
+both ways (one tag's jobs through the tag's own index), the ids a bulk action on everything
+matching acts on, known names for suggestions, rate windows, and one queue's throughput. Every
+read is bounded whatever the history (see each statement's file, sql/statements/dashboard_*.sql),
+except a bulk action by tag, which reads as much as Queue.cancel_jobs(tag=) does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _ops, _sql
 from ..errors import InvalidOptionsError
-from ..types import Job, JobStatus, ThroughputMinute, check_id, check_optional_name
+from ..types import Job, JobStatus, ThroughputMinute, check_id, check_optional_name, check_tags
 
 if TYPE_CHECKING:
     from .._ops import Operation
@@ -30,6 +31,13 @@ QUEUE_CHART_WINDOW = 20_000
 # row, as it did before jobs_succeeded_task_idx (migrations/0002_0.3.0.sql).
 TASK_NAMES_CAP = 1_000
 RATE_SAMPLE = 1000
+# A tag's jobs (docs/design.md "Tags") are read through the tag's own index, newest first
+# (list_jobs_by_tag): at most this many of them (of the status and key asked for) for one page,
+# which takes its page and its counts from them. That statement cannot start below an id yet, so
+# a tag's list is its newest page, with no older pages. A bulk action by tag reads the ids of
+# every job of the tag that it applies to (tagged_job_ids), and with queue, task or key filters
+# their rows this many at a time, newest first, until it has its limit.
+TAG_SCAN = 1_000
 # What each action applies to (docs/design.md's status table).
 RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
 CANCELABLE = (JobStatus.WAITING.value, JobStatus.SCHEDULED.value, JobStatus.READY.value,
@@ -39,12 +47,13 @@ CANCELABLE = (JobStatus.WAITING.value, JobStatus.SCHEDULED.value, JobStatus.READ
 @dataclass(frozen=True)
 class Search:
     """What the Jobs page filters by: queue and task are substrings (trimmed; matched
-    case-insensitively), status, key exactly."""
+    case-insensitively), status, key and tag exactly."""
 
     queue: str | None = None
     status: str | None = None
     task: str | None = None
     key: str | None = None
+    tag: str | None = None
 
     def params(self) -> dict[str, Any]:
         return {"queue": self.queue, "status": self.status, "key": self.key, "task": self.task}
@@ -84,6 +93,16 @@ def _check(search: Search) -> None:
         check_optional_name(what, value)
     if search.status is not None and search.status not in {s.value for s in JobStatus}:
         raise InvalidOptionsError(f"unknown job status {search.status!r}")
+    if search.tag is not None:
+        check_tags([search.tag])  # one a job can have, as list_jobs checks it
+
+
+def _matches(search: Search, job: Job) -> bool:
+    """Whether `job` matches the queue and task substrings (case-insensitively, as the search
+    statements' strpos(lower(..)) does) and the key of `search`."""
+    return ((search.queue is None or search.queue.lower() in job.queue.lower())
+            and (search.task is None or search.task.lower() in job.task.lower())
+            and (search.key is None or job.concurrency_key == search.key))
 
 
 def known_queues(substring: str | None) -> Operation[tuple[list[str], list[str] | None]]:
@@ -120,8 +139,14 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
     substring resolved first against the known queue names, so that the indexes that lead
     with the queue serve the older part; the counts by status (with `count`: the first page
     counts in the same walk as it reads its page), and where the page of newer matches
-    starts."""
+    starts. With a tag: see `find_tagged`."""
     _check(search)
+    if search.tag is not None:
+        if before is not None:
+            raise InvalidOptionsError(
+                "a tag's jobs are listed newest first on one page: before= does not apply "
+                "with a tag")
+        return (yield from find_tagged(search, limit=limit, count=count))
     if before is not None:
         check_id(before, "before (a job id)")
     window = _ops.BROWSE_WINDOW if window is None else window
@@ -193,6 +218,27 @@ def find_jobs(search: Search, *, before: int | None = None, limit: int = 100,
                  queues=matching, capped=capped)
 
 
+def find_tagged(search: Search, *, limit: int = 100, count: bool = True) -> Operation[Found]:
+    """The newest jobs of `search.tag` that match the other filters, at most `limit`, with
+    their tags: the tag's newest TAG_SCAN jobs of the status and key asked for, read through
+    the tag's own index (`_ops.list_jobs`), then the queue and task substrings; the counts by
+    status are those of the matches among them, `capped` when the read was full (older jobs of
+    the tag were not searched). One page only: no `newer`, and no older page (the statement
+    cannot start below an id)."""
+    _check(search)
+    if search.tag is None:
+        raise InvalidOptionsError("find_tagged needs a tag")
+    scan = min(max(TAG_SCAN, limit), 10_000)
+    read = yield from _ops.list_jobs(tag=search.tag, status=search.status, key=search.key,
+                                     limit=scan)
+    found = [job for job in read if _matches(search, job)]
+    counts: dict[str, int] = {}
+    if count:
+        for job in found:
+            counts[job.status.value] = counts.get(job.status.value, 0) + 1
+    return Found(found[:limit], counts=counts, capped=count and len(read) >= scan)
+
+
 def _by_id(ids: list[int]) -> Operation[list[Job]]:
     if not ids:
         return []
@@ -207,12 +253,32 @@ def matching_ids(search: Search, statuses: tuple[str, ...], limit: int) -> Opera
     chosen = [s for s in statuses if search.status is None or s == search.status]
     if not chosen:
         return []
+    if search.tag is not None:
+        return (yield from _tagged_ids(search, chosen, limit))
     matching = None
     if search.queue is not None:
         _, matching = yield from known_queues(search.queue)
     rows = yield _sql.statement("dashboard_job_ids"), {
         **search.params(), "queues": matching, "statuses": chosen, "limit": limit}
     return [int(row[0]) for row in rows]
+
+
+def _tagged_ids(search: Search, statuses: list[str], limit: int) -> Operation[list[int]]:
+    """`matching_ids` for a tag: every job of the tag in `statuses` (as Queue.cancel_jobs and
+    retry_jobs by tag find them), newest first; with queue, task or key filters, those whose
+    rows match them, read TAG_SCAN at a time until `limit` match."""
+    assert search.tag is not None
+    ids = yield from _ops.tagged_job_ids(search.tag, statuses)
+    ids.reverse()  # oldest first as read: the newest are kept, as for the other filters
+    if search.queue is None and search.task is None and search.key is None:
+        return ids[:limit]
+    found: list[int] = []
+    for start in range(0, len(ids), TAG_SCAN):
+        jobs = yield from _by_id(ids[start:start + TAG_SCAN])
+        found += [job.id for job in jobs if _matches(search, job)]
+        if len(found) >= limit:
+            break
+    return found[:limit]
 
 
 def job_statuses(ids: list[int]) -> Operation[dict[int, tuple[str, bool]]]:

@@ -39,7 +39,7 @@ from .. import _ops, database
 from .._durations import parse_duration
 from ..errors import WorkhorseError
 from ..queue import Queue
-from ..types import BIGINT_MAX, JobStatus, check_name, shown
+from ..types import BIGINT_MAX, JobStatus, check_name, check_tags, shown
 from . import _data, _queries, _security
 from ._security import (
     BROWSER_ID,
@@ -235,8 +235,9 @@ def _unchanged(found: dict[int, tuple[str, bool]], left: list[int], verb: str,
 
 def _job_filter(params: Any) -> _data.JobFilter:
     """The Jobs page's filter from query parameters or a form: queue and task trimmed (they
-    match a substring), key as sent (it matches exactly), status one of the statuses, id and
-    before job ids; Refused 400 otherwise."""
+    match a substring), key and tag as sent (they match exactly), status one of the statuses,
+    id and before job ids (before not with a tag: a tag's list is one page); Refused 400
+    otherwise."""
     def sent(name: str) -> str:
         value = params.get(name)
         if value is not None and not isinstance(value, str):
@@ -250,13 +251,28 @@ def _job_filter(params: Any) -> _data.JobFilter:
     for name in ("id", "before"):
         raw = sent(name).strip()
         found[name] = _id(raw, name) if raw else None
-    for name in ("queue", "task", "key"):
+    for name in ("queue", "task", "key", "tag"):
         sent(name)
+    tag = _tag(params.get("tag"))
+    if tag is not None and found["before"] is not None:
+        raise Refused(400, "a tag's jobs are listed newest first on one page: before= does "
+                           "not apply with tag=")
     return _data.JobFilter(
         queue=_substring(params.get("queue"), "queue"), status=status,
         task=_substring(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
-        id=found["id"], before=found["before"],
+        tag=tag, id=found["id"], before=found["before"],
     )
+
+
+def _tag(value: str | None) -> str | None:
+    """The tag filter: as sent (a tag may begin or end with blanks), None when blank; Refused
+    400 for one no job can have (over 100 characters, a NUL...)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return check_tags([value])[0]
+    except WorkhorseError as exc:
+        raise Refused(400, str(exc)) from None
 
 
 def _substring(value: Any, what: str) -> str | None:
@@ -385,7 +401,7 @@ def read_jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]
     names = None if live or chosen.id is not None else _data.names(conn, chosen)
     return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
             "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
-            "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS,
+            "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS, "tag_scan": _queries.TAG_SCAN,
             "here": f"/jobs?{query}" if query else "/jobs"}
 
 
