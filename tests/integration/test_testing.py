@@ -123,7 +123,7 @@ def test_bad_calls_write_nothing(make_app: AppFactory, conn: psycopg.Connection[
         lambda: send.delay({"tenant": "t"}, 2),
         lambda: send.apply_async(({"tenant": "t"},), {"extra": 1}),
         lambda: send.apply_async(({"tenant": "t"},), countdown=30, delay=30),
-        lambda: send.apply_async(({"tenant": "t"},), expires=30),
+        lambda: send.apply_async(({"tenant": "t"},), retries=30),
         lambda: send.map([({"tenant": "t"},), ({"tenant": "t"}, 1)]),
         lambda: send.delay({}),  # the key callable raises KeyError
         lambda: asyncio.run(send.delay_async()),
