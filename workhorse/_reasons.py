@@ -97,6 +97,7 @@ def queue_reasons(
     unknown: Mapping[str, tuple[int, list[str]]] | None = None,
     budgets: Sequence[BudgetHealth] = (),
     expired: Mapping[str, int] | None = None,
+    past_deadline: Mapping[str, int] | None = None,
     now: datetime,
     level: int = 2,
 ) -> list[Reason]:
@@ -104,7 +105,8 @@ def queue_reasons(
     code at most once per queue (the first cause found: a limit of 0 before a full queue).
     `backlog` and `workers` as `_incident.backlog` reads them, `unknown` as
     `_incident.unknown_task_ready`, `expired`: queue -> its active jobs with an expired lease,
-    `level` the feature level of this release's claim."""
+    `past_deadline`: queue -> its jobs that ended `expired` (not started by their expiry or
+    deadline) in the last hour, `level` the feature level of this release's claim."""
     found: dict[tuple[str, str], Reason] = {}
 
     def add(reasons: Iterable[Reason]) -> None:
@@ -120,6 +122,11 @@ def queue_reasons(
         for reason in budget_reasons(budget, now):
             for queue in budget.queues:
                 add([Reason(reason.code, reason.count, reason.detail, queue)])
+    for queue, count in (past_deadline or {}).items():
+        if count:
+            add([Reason("expired", count,
+                        f"{count} jobs ended expired in the last hour: not started by their "
+                        "expiry or deadline (docs/design.md \"Deadlines\")", queue)])
     for queue, count in (expired or {}).items():
         if count:
             add([Reason("stalled", count,

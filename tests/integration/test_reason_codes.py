@@ -1,7 +1,7 @@
 """Reason codes (docs/design.md "Reason codes"): every code health reports is produced here by a
 real cause on a real database, with the number behind it, and is gone at the first health read
-after its cause ends. The codes still reserved (`backed_off`, `suspended`, `expired`) name
-features not built yet; the test of the set says so.
+after its cause ends. The codes still reserved (`backed_off`, `suspended`) name features not
+built yet; the test of the set says so.
 
 The CLI's `health --fail-on` is driven as a probe would: exit 1 with the code present, 0 when it
 is gone, 2 for a code outside the set.
@@ -28,7 +28,7 @@ from workhorse import (
 )
 from workhorse.types import REASON_CODES
 
-RESERVED = {"backed_off", "suspended", "expired"}
+RESERVED = {"backed_off", "suspended"}
 
 
 def _codes(q: Queue, queue: str) -> dict[str, int]:
@@ -189,6 +189,21 @@ def test_stalled_while_an_expired_lease_awaits_its_reclaim(
     (again,) = queue.claim("mail", 1, 60)  # the next claim takes it again
     assert again.id == job.id and again.attempts == 2
     assert _codes(queue, "mail") == {}
+
+
+def test_expired_while_jobs_of_the_last_hour_ended_past_their_bound(
+    conn: psycopg.Connection[Any], queue: Queue
+) -> None:
+    _serve(conn, ["mail"])
+    late = _enqueue(queue, "mail", 2, expires=0.1)
+    time.sleep(0.2)
+    assert queue.claim("mail", 5, 60) == []  # the claim ends them, starts none
+    assert _codes(queue, "mail") == {"expired": 2}
+    # An hour later the cause is over: the code is gone (the jobs stay, counted in depth).
+    conn.execute("UPDATE workhorse.jobs SET finished_at = now() - interval '61 minutes'"
+                 " WHERE id = ANY(%s)", (late,))
+    assert _codes(queue, "mail") == {}
+    assert queue.health().depth["expired"] == 2
 
 
 def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

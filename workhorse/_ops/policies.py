@@ -128,11 +128,12 @@ def health() -> Operation[QueueHealth]:
     budgets = yield from budget_health()
     # Last, so that the server's clock it reads is later than every next start read above.
     expired_rows = yield _sql.statement("expired_leases"), ()
-    now, expired_queues, expired_counts = expired_rows[0]
+    now, expired_queues, expired_counts, ended_queues, ended_counts = expired_rows[0]
     budgets = [dataclasses.replace(b, reasons=_reasons.budget_reasons(b, now)) for b in budgets]
     reasons = _reasons.queue_reasons(
         policies=policies, backlog=backlog, workers=workers, unknown=unknown, budgets=budgets,
-        expired=dict(zip(expired_queues, expired_counts, strict=True)), now=now,
+        expired=dict(zip(expired_queues, expired_counts, strict=True)),
+        past_deadline=dict(zip(ended_queues, ended_counts, strict=True)), now=now,
         level=FEATURE_LEVEL)
     return QueueHealth(policies=policies, depth=depth,
                        stalled=_incident.stalled_from(backlog, workers, unknown),

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from .records import BudgetOverride, PolicyOverride
 
-# docs/design.md "Reason codes": the stable set, in the order health lists them. `backed_off`,
-# `suspended` and `expired` name causes of features still to come (back-pressure, suspended
-# jobs, deadlines); no health reports them yet.
+# docs/design.md "Reason codes": the stable set, in the order health lists them. `backed_off` and
+# `suspended` name causes of features still to come (back-pressure, suspended jobs); no health
+# reports them yet.
 REASON_CODES = (
     "no_worker", "unknown_task", "feature_level", "paused", "at_limit", "key_saturated",
     "rate_limited", "budget_full", "backed_off", "suspended", "expired", "stalled",
