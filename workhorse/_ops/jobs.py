@@ -321,8 +321,9 @@ def check_tag(tag: object) -> str:
     return check_tags([tag])[0]
 
 
-# The statuses a retry or a cancel by tag looks at: those the retry and the cancel act on.
-RETRYABLE = ("held", "failed", "canceled")
+# What a retry and a cancel act on (docs/design.md's status table): the statuses a retry or a
+# cancel by tag, and the dashboard's bulk actions, look at.
+RETRYABLE = ("failed", "held", "canceled")
 CANCELABLE = ("waiting", "scheduled", "ready", "active", "held")
 
 

@@ -39,9 +39,8 @@ RATE_SAMPLE = 1000
 # their rows this many at a time, newest first, until it has its limit.
 TAG_SCAN = 1_000
 # What each action applies to (docs/design.md's status table).
-RETRYABLE = (JobStatus.FAILED.value, JobStatus.HELD.value, JobStatus.CANCELED.value)
-CANCELABLE = (JobStatus.WAITING.value, JobStatus.SCHEDULED.value, JobStatus.READY.value,
-              JobStatus.ACTIVE.value, JobStatus.HELD.value)
+RETRYABLE = _ops.RETRYABLE
+CANCELABLE = _ops.CANCELABLE
 
 
 @dataclass(frozen=True)

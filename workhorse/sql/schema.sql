@@ -3730,6 +3730,8 @@ DECLARE
     v_new bigint;
     v_left boolean;
     v_full_queues text[] := '{}';
+    v_deadline timestamptz;  -- a keyed entry's deadline and start_by (docs/design.md "Deadlines")
+    v_start_by timestamptz;
     -- What an on_key_full cancel keeps (the default retention's: no app runs these jobs).
     c_canceled_retention CONSTANT text := '{"canceled": 86400}';
 BEGIN
@@ -3859,10 +3861,10 @@ BEGIN
                       on_failure, meta, level, cost, rate_cost, weight, budget, tags, ea, ei,
                       da, di, ord)
         ), bounded AS (
-            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
-                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
-                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
-            FROM input i
+            SELECT d.*, LEAST(COALESCE(d.ea, now() + make_interval(secs => d.ei)), d.deadline)
+                       AS start_by
+            FROM (SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline
+                  FROM input i) AS d
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (task, queue, ckey, priority, payload, status, max_attempts, on_failure, run_at,
@@ -3927,6 +3929,10 @@ BEGIN
         v_due := COALESCE(p_run_ats[v_i],
                           now() + make_interval(secs => COALESCE(p_delays[v_i], 0)));
         v_replace := COALESCE(p_job_key_modes[v_i], 'replace') = 'replace';
+        v_deadline := COALESCE(p_deadlines[v_i], now() + make_interval(secs => p_deadline_ins[v_i]));
+        v_start_by := LEAST(COALESCE(p_expires_ats[v_i],
+                                     now() + make_interval(secs => p_expires_ins[v_i])),
+                            v_deadline);
         LOOP
             SELECT j.id, j.status, j.queue, j.ckey, j.tags INTO v_holder
             FROM workhorse.jobs j
@@ -3943,13 +3949,8 @@ BEGIN
                     tags = CASE WHEN p_tags[v_i] IS NOT NULL
                                 THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb))
                            END,
-                    deadline = COALESCE(p_deadlines[v_i],
-                                        now() + make_interval(secs => p_deadline_ins[v_i])),
-                    start_by = LEAST(
-                        COALESCE(p_expires_ats[v_i],
-                                 now() + make_interval(secs => p_expires_ins[v_i])),
-                        COALESCE(p_deadlines[v_i],
-                                 now() + make_interval(secs => p_deadline_ins[v_i]))),
+                    deadline = v_deadline,
+                    start_by = v_start_by,
                     run_at = CASE WHEN v_replace THEN v_due ELSE j.run_at END,
                     priority = CASE WHEN v_replace THEN p_priorities[v_i] ELSE j.priority END,
                     status = CASE WHEN (CASE WHEN v_replace THEN v_due ELSE j.run_at END) > now()
@@ -3994,11 +3995,7 @@ BEGIN
                     COALESCE(p_weights[v_i], 1), p_budgets[v_i],
                     CASE WHEN p_tags[v_i] IS NOT NULL
                          THEN ARRAY(SELECT jsonb_array_elements_text(p_tags[v_i]::jsonb)) END,
-                    COALESCE(p_deadlines[v_i], now() + make_interval(secs => p_deadline_ins[v_i])),
-                    LEAST(COALESCE(p_expires_ats[v_i],
-                                   now() + make_interval(secs => p_expires_ins[v_i])),
-                          COALESCE(p_deadlines[v_i],
-                                   now() + make_interval(secs => p_deadline_ins[v_i]))))
+                    v_deadline, v_start_by)
             ON CONFLICT DO NOTHING
             RETURNING id, queue, ckey, status INTO v_row;
             IF FOUND THEN
@@ -4053,10 +4050,10 @@ BEGIN
                       budget, tags, ea, ei, da, di, ord)
             WHERE NOT t.done
         ), bounded AS (
-            SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline,
-                   LEAST(COALESCE(i.ea, now() + make_interval(secs => i.ei)),
-                         COALESCE(i.da, now() + make_interval(secs => i.di))) AS start_by
-            FROM input i
+            SELECT d.*, LEAST(COALESCE(d.ea, now() + make_interval(secs => d.ei)), d.deadline)
+                       AS start_by
+            FROM (SELECT i.*, COALESCE(i.da, now() + make_interval(secs => i.di)) AS deadline
+                  FROM input i) AS d
         ), inserted AS (
             INSERT INTO workhorse.jobs
                 (id, task, queue, ckey, priority, payload, status, max_attempts, on_failure,

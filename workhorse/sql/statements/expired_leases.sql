@@ -5,18 +5,17 @@
 -- ended `expired` in the last hour (the code `expired`), read through jobs_held_failed_idx: the
 -- cost follows the expired jobs kept (a day). One row, with the server's clock: health compares
 -- the next starts it read before against it, not against the client's clock.
-SELECT clock_timestamp(),
-       COALESCE(array_agg(e.queue ORDER BY e.queue), '{}'),
-       COALESCE(array_agg(e.n ORDER BY e.queue), '{}'),
-       (SELECT COALESCE(array_agg(x.queue ORDER BY x.queue), '{}')
-        FROM (SELECT j.queue, count(*)::integer AS n FROM workhorse.jobs j
-              WHERE j.status = 'expired' AND j.finished_at > clock_timestamp() - interval '1 hour'
-              GROUP BY j.queue) AS x),
-       (SELECT COALESCE(array_agg(x.n ORDER BY x.queue), '{}')
-        FROM (SELECT j.queue, count(*)::integer AS n FROM workhorse.jobs j
-              WHERE j.status = 'expired' AND j.finished_at > clock_timestamp() - interval '1 hour'
-              GROUP BY j.queue) AS x)
-FROM (SELECT j.queue, count(*)::integer AS n
-      FROM workhorse.jobs j
-      WHERE j.status = 'active' AND j.lease_until <= clock_timestamp()
-      GROUP BY j.queue) AS e
+SELECT clock_timestamp(), l.queues, l.counts, x.queues, x.counts
+FROM (SELECT COALESCE(array_agg(e.queue ORDER BY e.queue), '{}') AS queues,
+             COALESCE(array_agg(e.n ORDER BY e.queue), '{}') AS counts
+      FROM (SELECT j.queue, count(*)::integer AS n
+            FROM workhorse.jobs j
+            WHERE j.status = 'active' AND j.lease_until <= clock_timestamp()
+            GROUP BY j.queue) AS e) AS l,
+     (SELECT COALESCE(array_agg(e.queue ORDER BY e.queue), '{}') AS queues,
+             COALESCE(array_agg(e.n ORDER BY e.queue), '{}') AS counts
+      FROM (SELECT j.queue, count(*)::integer AS n
+            FROM workhorse.jobs j
+            WHERE j.status = 'expired'
+              AND j.finished_at > clock_timestamp() - interval '1 hour'
+            GROUP BY j.queue) AS e) AS x
