@@ -20,6 +20,7 @@ import psycopg
 from . import _ops
 from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
 from ._queue_dead import AsyncDeadLetterMethods, DeadLetterMethods
+from ._queue_history import AsyncHistoryMethods, HistoryMethods
 from .errors import StaleLeaseError, WorkhorseError
 from .handle import dependencies
 from .types import (
@@ -67,7 +68,7 @@ def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptio
     return resolved
 
 
-class Queue(DeadLetterMethods):
+class Queue(DeadLetterMethods, HistoryMethods):
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
@@ -480,7 +481,7 @@ class Queue(DeadLetterMethods):
         return self._run(_ops.heartbeat(leases))
 
 
-class AsyncQueue(AsyncDeadLetterMethods):
+class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods):
     """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
 
     >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP

@@ -380,14 +380,15 @@ def prune_jobs(
     limit: int = 5000, older_than: float | None = None, statuses: Sequence[str] | None = None
 ) -> Operation[int]:
     """Delete up to `limit` finished jobs: expired ones, or with `older_than` (seconds) those of
-    `statuses` (default succeeded, failed, canceled) that finished that long ago. -1: another
-    pruner holds the lock."""
-    chosen = list(statuses) if statuses else ["succeeded", "failed", "canceled"]
+    `statuses` (default succeeded, failed, canceled, expired) that finished that long ago;
+    history goes a whole day at a time (docs/design.md "History"). -1: another pruner holds
+    the lock."""
+    chosen = list(statuses) if statuses else ["succeeded", "failed", "canceled", "expired"]
     for status in chosen:
-        if status not in ("succeeded", "failed", "held", "canceled"):
+        if status not in ("succeeded", "failed", "held", "canceled", "expired"):
             raise InvalidOptionsError(
-                f"only finished jobs are pruned (succeeded, failed, held, canceled), got {status!r}"
-            )
+                "only finished jobs are pruned (succeeded, failed, held, canceled, expired), "
+                f"got {status!r}")
     check_count(limit, "limit", 0)
     if older_than is not None and (
         isinstance(older_than, bool) or not isinstance(older_than, int | float)

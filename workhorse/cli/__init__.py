@@ -9,7 +9,7 @@ registers its verbs on `main`.
 from __future__ import annotations
 
 # Each room is imported for the verbs it registers on `main`.
-from . import _db, _dead, _read, _serve, _worker, _write  # noqa: F401
+from . import _db, _dead, _history, _read, _serve, _worker, _write  # noqa: F401
 from ._base import console, error_console, main
 
 __all__ = ["console", "error_console", "main"]

@@ -217,8 +217,9 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
 @click.option("--older-than", type=DURATION, default=None,
               help="Finished this long ago (default: those whose retention expired).")
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["succeeded", "failed", "held", "canceled"]),
-              help="With --older-than: only these (default succeeded, failed, canceled).")
+              type=click.Choice(["succeeded", "failed", "held", "canceled", "expired"]),
+              help="With --older-than: only these (default succeeded, failed, canceled, "
+                   "expired).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handle_errors

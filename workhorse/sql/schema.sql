@@ -403,6 +403,14 @@ CREATE INDEX burst_starts_end_idx ON workhorse.burst_starts USING btree (bucket_
 
 CREATE INDEX job_deps_parent_idx ON workhorse.job_deps USING btree (parent_id);
 
+CREATE INDEX job_history_expires_idx ON ONLY workhorse.job_history USING btree (expires_at);
+
+CREATE INDEX job_history_finished_idx ON ONLY workhorse.job_history USING btree (finished_at, id);
+
+CREATE INDEX job_history_id_idx ON ONLY workhorse.job_history USING btree (id);
+
+CREATE INDEX job_history_tags_idx ON ONLY workhorse.job_history USING gin (tags) WHERE (tags IS NOT NULL);
+
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
 
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease_until) INCLUDE (cost, queue) WHERE ((status = 'active'::text) AND (budget IS NOT NULL));
@@ -412,6 +420,8 @@ CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue,
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
 CREATE INDEX jobs_held_failed_idx ON workhorse.jobs USING btree (status, queue, id) WHERE (status = ANY (ARRAY['held'::text, 'failed'::text, 'canceled'::text, 'expired'::text]));
+
+CREATE INDEX jobs_history_due_idx ON workhorse.jobs USING btree (finished_at) WHERE ((status = ANY (ARRAY['succeeded'::text, 'expired'::text])) AND (workflow_id IS NULL) AND (NOT has_dependents) AND (idempotency_key IS NULL) AND (unique_key IS NULL) AND (job_key IS NULL));
 
 CREATE UNIQUE INDEX jobs_idempotency_idx ON workhorse.jobs USING btree (task, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
@@ -1381,6 +1391,24 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._history_partition_v1(p_day date)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_name text := 'job_history_p' || to_char(p_day, 'YYYYMMDD');
+BEGIN
+    IF to_regclass(format('workhorse.%I', v_name)) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE TABLE workhorse.%I (LIKE workhorse.job_history)', v_name);
+    EXECUTE format(
+        'ALTER TABLE workhorse.job_history ATTACH PARTITION workhorse.%I'
+        ' FOR VALUES FROM (%L) TO (%L)',
+        v_name, p_day::timestamp AT TIME ZONE 'UTC', (p_day + 1)::timestamp AT TIME ZONE 'UTC');
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._key_head_budget_v1()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1614,6 +1642,68 @@ BEGIN
     )
     SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._prune_history_v1(p_limit integer, p_cutoff timestamp with time zone, p_statuses text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_part record;
+    v_day date;
+    v_found boolean;
+    v_latest timestamptz;
+    v_count integer;
+    v_total integer := 0;
+    v_left integer := p_limit;
+BEGIN
+    PERFORM set_config('lock_timeout', '2s', true);
+    FOR v_part IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'workhorse.job_history'::regclass
+        ORDER BY c.relname
+    LOOP
+        v_day := to_date(substr(v_part.relname, length('job_history_p') + 1), 'YYYYMMDD');
+        IF p_cutoff IS NULL THEN
+            v_found := NULL;
+            EXECUTE format('SELECT true, expires_at FROM workhorse.%I'
+                           ' ORDER BY expires_at DESC NULLS FIRST LIMIT 1', v_part.relname)
+                INTO v_found, v_latest;
+            IF v_found IS NULL THEN
+                IF v_day < (now() AT TIME ZONE 'UTC')::date THEN
+                    EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
+                END IF;
+            ELSIF v_latest IS NOT NULL AND v_latest <= now() THEN
+                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
+                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
+                v_total := v_total + v_count;
+            ELSIF v_latest IS NULL AND v_left > 0 THEN
+                EXECUTE format(
+                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
+                    'SELECT h.id FROM workhorse.%1$I h WHERE h.expires_at <= now()'
+                    ' ORDER BY h.expires_at LIMIT %2$s))', v_part.relname, v_left);
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+                v_total := v_total + v_count;
+                v_left := v_left - v_count;
+            END IF;
+        ELSIF (v_day + 1)::timestamp AT TIME ZONE 'UTC' <= p_cutoff THEN
+            IF p_statuses @> ARRAY['succeeded', 'expired'] THEN
+                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
+                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
+                v_total := v_total + v_count;
+            ELSIF v_left > 0 THEN
+                EXECUTE format(
+                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
+                    'SELECT h.id FROM workhorse.%1$I h WHERE h.status = ANY($1) LIMIT %2$s))',
+                    v_part.relname, v_left) USING p_statuses;
+                GET DIAGNOSTICS v_count = ROW_COUNT;
+                v_total := v_total + v_count;
+                v_left := v_left - v_count;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN v_total;
 END
 $function$;
 
@@ -4794,6 +4884,54 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.move_to_history_v1(p_limit integer, p_after double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_day date;
+    v_moved integer;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
+        RETURN -1;
+    END IF;
+    v_ids := ARRAY(
+        SELECT j.id FROM workhorse.jobs j
+        WHERE j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
+          AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
+          AND j.job_key IS NULL
+          AND j.finished_at <= now() - make_interval(secs => p_after)
+        ORDER BY j.finished_at
+        LIMIT p_limit);
+    IF cardinality(v_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    FOR v_day IN
+        SELECT DISTINCT (j.finished_at AT TIME ZONE 'UTC')::date
+        FROM workhorse.jobs j WHERE j.id = ANY(v_ids)
+    LOOP
+        PERFORM workhorse._history_partition_v1(v_day);
+    END LOOP;
+    WITH gone AS (
+        DELETE FROM workhorse.jobs j
+        WHERE j.id = ANY(v_ids)
+          AND j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
+          AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
+          AND j.job_key IS NULL
+        RETURNING j.*
+    ), kept AS (
+        INSERT INTO workhorse.job_history SELECT * FROM gone
+    ), tags AS (
+        DELETE FROM workhorse.job_tags t
+        USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
+        WHERE t.tag = d.tag AND t.job_id = d.id
+    )
+    SELECT count(*) INTO v_moved FROM gone;
+    RETURN v_moved;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.notification_channel_v1()
  RETURNS text
  LANGUAGE sql
@@ -4842,10 +4980,15 @@ DECLARE
     v_left integer;
     v_members integer := 0;
     v_cutoff timestamptz;
+    v_history integer;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
         RETURN -1;
     END IF;
+    IF p_older_than IS NOT NULL THEN
+        v_cutoff := now() - make_interval(secs => p_older_than);
+    END IF;
+    v_history := workhorse._prune_history_v1(p_limit, v_cutoff, p_statuses);
     IF p_older_than IS NULL THEN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
@@ -4869,11 +5012,10 @@ BEGIN
                     LIMIT v_left) AS c);
         END IF;
     ELSE
-        v_cutoff := now() - make_interval(secs => p_older_than);
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.status = ANY(p_statuses)
-              AND e.status IN ('succeeded', 'failed', 'held', 'canceled')
+              AND e.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
               AND e.finished_at <= v_cutoff
               AND e.workflow_id IS NULL
             LIMIT p_limit);
@@ -4886,7 +5028,7 @@ BEGIN
                       SELECT 1 FROM workhorse.jobs x
                       WHERE x.workflow_id = w.id
                         AND NOT (x.status = ANY(p_statuses)
-                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled')
+                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
                                  AND x.finished_at <= v_cutoff))
                 ORDER BY w.id
                 LIMIT v_left);
@@ -4916,7 +5058,7 @@ BEGIN
         )
         SELECT count(*) INTO v_members FROM gone;
     END IF;
-    RETURN cardinality(v_ids) + v_members;
+    RETURN v_history + cardinality(v_ids) + v_members;
 END
 $function$;
 

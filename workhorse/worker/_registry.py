@@ -71,9 +71,16 @@ class Registry:
             self._insert(conn)
 
     def _prune(self, conn: psycopg.Connection[Any]) -> None:
-        """Delete expired jobs in batches, each its own short transaction, for at most
-        PRUNE_BUDGET seconds a tick; one pruner at a time fleet-wide (the SQL try-lock)."""
+        """Move finished jobs to history, then delete expired jobs (whole days of history
+        first), in batches, each its own short transaction, for at most PRUNE_BUDGET seconds a
+        tick; one mover or pruner at a time fleet-wide (the SQL try-lock)."""
         deadline = time.monotonic() + PRUNE_BUDGET
+        try:
+            while time.monotonic() < deadline:
+                if _ops.execute(conn, _ops.move_to_history(_ops.MOVE_BATCH)) < _ops.MOVE_BATCH:
+                    break
+        except psycopg.Error as exc:  # e.g. a role that may not create the day's partition
+            log.warning("could not move finished jobs to history: %s", first_line(exc))
         try:
             while time.monotonic() < deadline:
                 if _ops.execute(conn, _ops.prune_jobs(PRUNE_BATCH)) < PRUNE_BATCH:

@@ -9,6 +9,9 @@
 --   than `p_older_than` seconds ago: a member of an unfinished workflow (or of one with a member
 --   that does not qualify) is skipped, with all of its workflow.
 --
+-- History (job_history, docs/design.md "History") is pruned first, by whole days
+-- (_prune_history_v1); its count adds to the batch's.
+--
 -- Jobs outside workflows go as in prune_jobs_v1, up to `p_limit`; the rest of the batch is
 -- filled with whole workflows (their release state, dependencies and workflow row go with
 -- them), so a batch may exceed `p_limit` by one workflow's members, and returns fewer than
@@ -25,10 +28,15 @@ DECLARE
     v_left integer;
     v_members integer := 0;
     v_cutoff timestamptz;
+    v_history integer;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(2003, 7048) THEN
         RETURN -1;
     END IF;
+    IF p_older_than IS NOT NULL THEN
+        v_cutoff := now() - make_interval(secs => p_older_than);
+    END IF;
+    v_history := workhorse._prune_history_v1(p_limit, v_cutoff, p_statuses);
     IF p_older_than IS NULL THEN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
@@ -52,11 +60,10 @@ BEGIN
                     LIMIT v_left) AS c);
         END IF;
     ELSE
-        v_cutoff := now() - make_interval(secs => p_older_than);
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.status = ANY(p_statuses)
-              AND e.status IN ('succeeded', 'failed', 'held', 'canceled')
+              AND e.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
               AND e.finished_at <= v_cutoff
               AND e.workflow_id IS NULL
             LIMIT p_limit);
@@ -69,7 +76,7 @@ BEGIN
                       SELECT 1 FROM workhorse.jobs x
                       WHERE x.workflow_id = w.id
                         AND NOT (x.status = ANY(p_statuses)
-                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled')
+                                 AND x.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
                                  AND x.finished_at <= v_cutoff))
                 ORDER BY w.id
                 LIMIT v_left);
@@ -99,6 +106,6 @@ BEGIN
         )
         SELECT count(*) INTO v_members FROM gone;
     END IF;
-    RETURN cardinality(v_ids) + v_members;
+    RETURN v_history + cardinality(v_ids) + v_members;
 END
 $$;

@@ -502,6 +502,40 @@ CREATE TABLE workhorse.audit_log (
     reason           text        CHECK (length(reason) BETWEEN 1 AND 1000)
 );
 
+-- ==== history ===================================================================================
+-- History that stays cheap (issue #43, docs/design.md "History"). A job that ended `succeeded`
+-- or `expired` more than an hour ago moves from `jobs` to `job_history` (move_to_history_v1, in
+-- batches, beside the pruner), so that the claim's table holds the live work, the last hour of
+-- outcomes and the jobs an operator may still act on (failed, held, canceled). Jobs whose
+-- identity `jobs` enforces stay there until pruned: an idempotency, unique or job key (their
+-- unique indexes are on `jobs`), a workflow member or a job with dependents (the workflow's
+-- statements and pruning read them there).
+--
+-- History is partitioned by the UTC day of `finished_at`, one partition a day, created by the
+-- mover as it needs them, so that pruning a day is a partition drop: no dead rows, nothing for
+-- vacuum, nothing on `jobs`. Same columns, in the same order, as `jobs` (LIKE: no identity, no
+-- generated column, no CHECK, which the rows met on `jobs`); a test keeps the two in step.
+-- No feature level: a 0.2.0 worker never reads a finished job but through its handle, which
+-- reads `jobs` only, and it prunes `jobs` only.
+CREATE TABLE workhorse.job_history (LIKE workhorse.jobs) PARTITION BY RANGE (finished_at);
+-- By id (a handle, the dashboard's job page); in finish order (export, whole days); by expiry
+-- (a day's latest, which decides its drop); by tag (`list_jobs(tag=)`).
+CREATE INDEX job_history_id_idx ON workhorse.job_history (id);
+CREATE INDEX job_history_finished_idx ON workhorse.job_history (finished_at, id);
+CREATE INDEX job_history_expires_idx ON workhorse.job_history (expires_at);
+CREATE INDEX job_history_tags_idx ON workhorse.job_history USING gin (tags)
+    WHERE tags IS NOT NULL;
+-- The mover's walk: exactly the rows it may move, oldest first, so that failed, held and keyed
+-- rows never stand in front of it.
+CREATE INDEX jobs_history_due_idx ON workhorse.jobs (finished_at)
+    WHERE status IN ('succeeded', 'expired') AND workflow_id IS NULL AND NOT has_dependents
+      AND idempotency_key IS NULL AND unique_key IS NULL AND job_key IS NULL;
+-- Every job, live or history, for the reads that find a job wherever it is.
+CREATE VIEW workhorse.all_jobs AS
+    SELECT * FROM workhorse.jobs
+    UNION ALL
+    SELECT * FROM workhorse.job_history;
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql
@@ -552,6 +586,9 @@ CREATE TABLE workhorse.audit_log (
 \ir ../workflows/enqueue_workflow_v1.sql
 -- Housekeeping.
 \ir ../housekeeping/housekeeping_v2.sql
+\ir ../housekeeping/_history_partition_v1.sql
+\ir ../housekeeping/move_to_history_v1.sql
+\ir ../housekeeping/_prune_history_v1.sql
 \ir ../housekeeping/prune_jobs_v2.sql
 
 -- ==== triggers ==================================================================================

@@ -5,7 +5,7 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
        lease_until, meta, cancel_requested_at IS NOT NULL AS cancel_requested, idempotency_key,
        expires_at, job_key, cost, rate_cost, weight
-FROM workhorse.jobs
+FROM workhorse.all_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(key)s::text IS NULL OR ckey = %(key)s::text)

@@ -4,17 +4,42 @@
 -- (OFFSET 0) so that it drives the join: with another filter, the planner may otherwise walk
 -- jobs_pkey from the newest job down, and read every newer job of the table that lacks the tag;
 -- this way a list costs at most the tag's own entries.
-SELECT j.id, j.task, j.queue, NULLIF(j.ckey, '') AS concurrency_key, j.priority, j.payload,
-       j.status, j.attempts, j.max_attempts, j.result, j.error, j.run_at, j.enqueued_at,
-       j.started_at, j.finished_at, j.on_failure, j.fence, j.lease_until, j.meta,
-       j.cancel_requested_at IS NOT NULL AS cancel_requested, j.idempotency_key, j.expires_at,
-       j.job_key, j.cost, j.rate_cost, j.weight
-FROM (SELECT t.job_id FROM workhorse.job_tags t WHERE t.tag = %(tag)s::text
-      ORDER BY t.job_id DESC OFFSET 0) AS t
-JOIN workhorse.jobs j ON j.id = t.job_id
-WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
-  AND (%(key)s::text IS NULL OR j.ckey = %(key)s::text)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-ORDER BY t.job_id DESC
+--
+-- Jobs moved to history (docs/design.md "History") have no job_tags rows: they are found
+-- through job_history's own tag index, each day's newest first, and the two lists merged.
+SELECT id, task, queue, concurrency_key, priority, payload, status, attempts, max_attempts,
+       result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
+       lease_until, meta, cancel_requested, idempotency_key, expires_at, job_key, cost,
+       rate_cost, weight
+FROM (
+    (SELECT j.id, j.task, j.queue, NULLIF(j.ckey, '') AS concurrency_key, j.priority, j.payload,
+            j.status, j.attempts, j.max_attempts, j.result, j.error, j.run_at, j.enqueued_at,
+            j.started_at, j.finished_at, j.on_failure, j.fence, j.lease_until, j.meta,
+            j.cancel_requested_at IS NOT NULL AS cancel_requested, j.idempotency_key,
+            j.expires_at, j.job_key, j.cost, j.rate_cost, j.weight
+     FROM (SELECT t.job_id FROM workhorse.job_tags t WHERE t.tag = %(tag)s::text
+           ORDER BY t.job_id DESC OFFSET 0) AS t
+     JOIN workhorse.jobs j ON j.id = t.job_id
+     WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+       AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
+       AND (%(key)s::text IS NULL OR j.ckey = %(key)s::text)
+       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+     ORDER BY t.job_id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT h.id, h.task, h.queue, NULLIF(h.ckey, ''), h.priority, h.payload, h.status,
+            h.attempts, h.max_attempts, h.result, h.error, h.run_at, h.enqueued_at,
+            h.started_at, h.finished_at, h.on_failure, h.fence, h.lease_until, h.meta,
+            h.cancel_requested_at IS NOT NULL, h.idempotency_key, h.expires_at, h.job_key,
+            h.cost, h.rate_cost, h.weight
+     FROM workhorse.job_history h
+     WHERE h.tags IS NOT NULL AND h.tags @> ARRAY[%(tag)s::text]
+       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
+       AND (%(status)s::text IS NULL OR h.status = %(status)s::text)
+       AND (%(key)s::text IS NULL OR h.ckey = %(key)s::text)
+       AND (%(task)s::text IS NULL OR h.task = %(task)s::text)
+     ORDER BY h.id DESC
+     LIMIT %(limit)s)
+) AS tagged
+ORDER BY id DESC
 LIMIT %(limit)s
