@@ -57,11 +57,13 @@ def _sequences(conn: psycopg.Connection[Any]) -> list[str]:
 def _tables(conn: psycopg.Connection[Any]) -> list[str]:
     out = []
     tables = _rows(conn, """
-        SELECT c.oid, c.relname, array_to_string(c.reloptions, ', ')
+        SELECT c.oid, c.relname, array_to_string(c.reloptions, ', '),
+               CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END
         FROM pg_class c
-        WHERE c.relnamespace = 'workhorse'::regnamespace AND c.relkind = 'r'
+        WHERE c.relnamespace = 'workhorse'::regnamespace AND c.relkind IN ('r', 'p')
+          AND NOT c.relispartition
         ORDER BY c.relname""")
-    for oid, name, options in tables:
+    for oid, name, options, partition_key in tables:
         columns = _rows(conn, f"""
             SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
                    pg_get_expr(d.adbin, d.adrelid), a.attgenerated::text, a.attidentity::text
@@ -89,17 +91,28 @@ def _tables(conn: psycopg.Connection[Any]) -> list[str]:
             WHERE conrelid = {int(oid)} AND contype NOT IN ('n', 't')
             ORDER BY conname""")
         lines += [f"    CONSTRAINT {con} {definition}" for con, definition in constraints]
-        out.append(f"CREATE TABLE workhorse.{name} (\n" + ",\n".join(lines) + "\n);")
+        partitioned = f" PARTITION BY {partition_key}" if partition_key else ""
+        out.append(f"CREATE TABLE workhorse.{name} (\n" + ",\n".join(lines) + f"\n){partitioned};")
         if options:
             out.append(f"ALTER TABLE workhorse.{name} SET ({options});")
     return out
+
+
+def _views(conn: psycopg.Connection[Any]) -> list[str]:
+    rows = _rows(conn, """
+        SELECT c.relname, pg_get_viewdef(c.oid, true)
+        FROM pg_class c
+        WHERE c.relnamespace = 'workhorse'::regnamespace AND c.relkind = 'v'
+        ORDER BY c.relname""")
+    return [f"CREATE VIEW workhorse.{name} AS\n{definition.rstrip().rstrip(';')};"
+            for name, definition in rows]
 
 
 def _indexes(conn: psycopg.Connection[Any]) -> list[str]:
     rows = _rows(conn, """
         SELECT pg_get_indexdef(i.indexrelid)
         FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE c.relnamespace = 'workhorse'::regnamespace
+        WHERE c.relnamespace = 'workhorse'::regnamespace AND NOT c.relispartition
           AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
         ORDER BY c.relname""")
     return [f"{definition};" for (definition,) in rows]
@@ -131,6 +144,7 @@ def dump(conn: psycopg.Connection[Any]) -> str:
         "CREATE SCHEMA workhorse;",
         *_sequences(conn),
         *_tables(conn),
+        *_views(conn),
         *_indexes(conn),
         *_functions(conn),
         *_triggers(conn),
