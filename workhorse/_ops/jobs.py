@@ -99,8 +99,21 @@ def _job_id(job_id: object) -> int:
 
 
 def get_job(job_id: int) -> Operation[Job | None]:
-    rows = yield _sql.statement("get_job"), (_job_id(job_id),)
-    return job_from_row(rows[0]) if rows else None
+    """The job, live or, when the live table lacks it, moved to history."""
+    job_id = _job_id(job_id)
+    rows = yield _sql.statement("get_job"), (job_id,)
+    if rows:
+        return job_from_row(rows[0])
+    moved = yield from history_jobs([job_id])
+    return moved[job_id][0] if moved else None
+
+
+def history_jobs(ids: list[int]) -> Operation[dict[int, tuple[Job, Any]]]:
+    """Of these ids, the jobs moved to history (docs/design.md "History"), each with its
+    attempt history; read only for ids the live table lacks, since it plans every day of
+    history."""
+    rows = yield _sql.statement("history_jobs"), (ids,)
+    return {row[0]: (job_from_row(row[:-1]), row[-1]) for row in rows}
 
 
 def _moment(value: Any) -> datetime | None:
@@ -141,11 +154,17 @@ def attempts_from(history: Any, status: str, attempts: int, started_at: datetime
 def job_attempts(job_id: int) -> Operation[list[Attempt] | None]:
     """`JobHandle.attempts()`: the job's attempts, oldest first, or None when there is no such
     job."""
-    rows = yield _sql.statement("job_attempts"), (_job_id(job_id),)
-    if not rows:
+    job_id = _job_id(job_id)
+    rows = yield _sql.statement("job_attempts"), (job_id,)
+    if rows:
+        history, status, attempts, started_at, finished_at = rows[0]
+        return attempts_from(history, status, attempts, started_at, finished_at)
+    moved = yield from history_jobs([job_id])
+    if not moved:
         return None
-    history, status, attempts, started_at, finished_at = rows[0]
-    return attempts_from(history, status, attempts, started_at, finished_at)
+    job, history = moved[job_id]
+    return attempts_from(history, job.status.value, job.attempts, job.started_at,
+                         job.finished_at)
 
 
 def job_own_error(job: Job, attempts: Sequence[Attempt]) -> dict[str, Any] | None:
@@ -191,11 +210,12 @@ def list_jobs(
     """The newest jobs first, filtered (None means any), at most `limit` (1-10,000)."""
     status = _list_filters(status, limit, queue=queue, key=key, task=task)
     params = {"queue": queue, "status": status, "key": key, "task": task, "limit": limit}
+    # Both read each job whole, live or in history (docs/design.md "History").
     if tag is None:
         rows = yield _sql.statement("list_jobs"), params
     else:
         rows = yield _sql.statement("list_jobs_by_tag"), {**params, "tag": check_tag(tag)}
-    return (yield from with_progress([job_from_row(row) for row in rows]))
+    return [job_from_row(row) for row in rows]
 
 
 def with_progress(jobs: list[Job]) -> Operation[list[Job]]:

@@ -3,6 +3,6 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        max_attempts, result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
        lease_until, meta, cancel_requested_at IS NOT NULL AS cancel_requested, idempotency_key,
        expires_at, job_key, cost, rate_cost, weight
-FROM workhorse.all_jobs
+FROM workhorse.jobs
 WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id DESC

@@ -8,5 +8,5 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
             ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
                        ORDER BY d.position, d.parent_id) END AS depends_on,
        budget, tags, redriven_at, redrive_count, deadline, start_by
-FROM workhorse.all_jobs j
+FROM workhorse.jobs j
 WHERE id = %s

@@ -5,7 +5,7 @@
 -- Only rows with any of them.
 SELECT id, CASE WHEN (progress ->> 'fence')::bigint = fence THEN progress END, progress_at, budget,
        tags, redriven_at, redrive_count, deadline, start_by
-FROM workhorse.all_jobs
+FROM workhorse.jobs
 WHERE id = ANY(%s::bigint[])
   AND ((progress IS NOT NULL AND (progress ->> 'fence')::bigint = fence) OR budget IS NOT NULL
        OR tags IS NOT NULL OR redriven_at IS NOT NULL OR start_by IS NOT NULL

@@ -7,16 +7,18 @@
 --
 -- Jobs moved to history (docs/design.md "History") have no job_tags rows: they are found
 -- through job_history's own tag index, each day's newest first, and the two lists merged.
-SELECT id, task, queue, concurrency_key, priority, payload, status, attempts, max_attempts,
-       result, error, run_at, enqueued_at, started_at, finished_at, on_failure, fence,
-       lease_until, meta, cancel_requested, idempotency_key, expires_at, job_key, cost,
-       rate_cost, weight
-FROM (
+SELECT * FROM (
     (SELECT j.id, j.task, j.queue, NULLIF(j.ckey, '') AS concurrency_key, j.priority, j.payload,
             j.status, j.attempts, j.max_attempts, j.result, j.error, j.run_at, j.enqueued_at,
             j.started_at, j.finished_at, j.on_failure, j.fence, j.lease_until, j.meta,
             j.cancel_requested_at IS NOT NULL AS cancel_requested, j.idempotency_key,
-            j.expires_at, j.job_key, j.cost, j.rate_cost, j.weight
+            j.expires_at, j.job_key, j.cost, j.rate_cost, j.weight,
+            CASE WHEN (j.progress ->> 'fence')::bigint = j.fence THEN j.progress END AS progress,
+            j.progress_at, j.workflow_id,
+            CASE WHEN j.workflow_id IS NULL THEN '{}'::bigint[]
+                 ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
+                            ORDER BY d.position, d.parent_id) END AS depends_on,
+            j.budget, j.tags, j.redriven_at, j.redrive_count, j.deadline, j.start_by
      FROM (SELECT t.job_id FROM workhorse.job_tags t WHERE t.tag = %(tag)s::text
            ORDER BY t.job_id DESC OFFSET 0) AS t
      JOIN workhorse.jobs j ON j.id = t.job_id
@@ -27,11 +29,15 @@ FROM (
      ORDER BY t.job_id DESC
      LIMIT %(limit)s)
     UNION ALL
+    -- Moved jobs are never workflow members: no dependencies to read.
     (SELECT h.id, h.task, h.queue, NULLIF(h.ckey, ''), h.priority, h.payload, h.status,
             h.attempts, h.max_attempts, h.result, h.error, h.run_at, h.enqueued_at,
             h.started_at, h.finished_at, h.on_failure, h.fence, h.lease_until, h.meta,
             h.cancel_requested_at IS NOT NULL, h.idempotency_key, h.expires_at, h.job_key,
-            h.cost, h.rate_cost, h.weight
+            h.cost, h.rate_cost, h.weight,
+            CASE WHEN (h.progress ->> 'fence')::bigint = h.fence THEN h.progress END,
+            h.progress_at, h.workflow_id, '{}'::bigint[],
+            h.budget, h.tags, h.redriven_at, h.redrive_count, h.deadline, h.start_by
      FROM workhorse.job_history h
      WHERE h.tags IS NOT NULL AND h.tags @> ARRAY[%(tag)s::text]
        AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
