@@ -61,7 +61,11 @@ class AsyncHistoryMethods:
     async def export_history(
         self, since: Moment, until: Moment | None = None, *, queue: str | None = None
     ) -> AsyncIterator[Job]:
-        """`Queue.export_history`, awaitable a page at a time."""
+        """`Queue.export_history`, awaitable a page at a time.
+
+        >>> async for job in aq.export_history("1d"):              # doctest: +SKIP
+        ...     archive(job)
+        """
         bounds = _ops.history_range(since, until, queue)
         after: tuple[datetime, int] | None = None
         while True:
@@ -77,5 +81,9 @@ class AsyncHistoryMethods:
     async def move_to_history(
         self, limit: int = _ops.MOVE_BATCH, *, after: float = _ops.HISTORY_AFTER
     ) -> int:
-        """`Queue.move_to_history`, awaitable."""
+        """`Queue.move_to_history`, awaitable.
+
+        >>> await aq.move_to_history(after=0)                       # doctest: +SKIP
+        120
+        """
         return int(await self._run(_ops.move_to_history(limit, after)))

@@ -144,6 +144,12 @@ CREATE TABLE workhorse.job_history (
     redrive_count integer NOT NULL
 ) PARTITION BY RANGE (finished_at);
 
+CREATE TABLE workhorse.job_history_tags (
+    tag text NOT NULL,
+    job_id bigint NOT NULL,
+    finished_at timestamp with time zone NOT NULL
+) PARTITION BY RANGE (finished_at);
+
 CREATE TABLE workhorse.job_tags (
     tag text NOT NULL,
     job_id bigint NOT NULL,
@@ -540,7 +546,7 @@ CREATE INDEX job_history_finished_idx ON ONLY workhorse.job_history USING btree 
 
 CREATE INDEX job_history_id_idx ON ONLY workhorse.job_history USING btree (id);
 
-CREATE INDEX job_history_tags_idx ON ONLY workhorse.job_history USING gin (tags) WHERE (tags IS NOT NULL);
+CREATE INDEX job_history_tags_tag_idx ON ONLY workhorse.job_history_tags USING btree (tag, job_id);
 
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
 
@@ -1527,16 +1533,20 @@ CREATE OR REPLACE FUNCTION workhorse._history_partition_v1(p_day date)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_name text := 'job_history_p' || to_char(p_day, 'YYYYMMDD');
+    v_suffix text := '_p' || to_char(p_day, 'YYYYMMDD');
+    v_parent text;
 BEGIN
-    IF to_regclass(format('workhorse.%I', v_name)) IS NOT NULL THEN
-        RETURN;
-    END IF;
-    EXECUTE format('CREATE TABLE workhorse.%I (LIKE workhorse.job_history)', v_name);
-    EXECUTE format(
-        'ALTER TABLE workhorse.job_history ATTACH PARTITION workhorse.%I'
-        ' FOR VALUES FROM (%L) TO (%L)',
-        v_name, p_day::timestamp AT TIME ZONE 'UTC', (p_day + 1)::timestamp AT TIME ZONE 'UTC');
+    FOREACH v_parent IN ARRAY ARRAY['job_history', 'job_history_tags'] LOOP
+        IF to_regclass(format('workhorse.%I', v_parent || v_suffix)) IS NULL THEN
+            EXECUTE format('CREATE TABLE workhorse.%I (LIKE workhorse.%I)',
+                           v_parent || v_suffix, v_parent);
+            EXECUTE format(
+                'ALTER TABLE workhorse.%I ATTACH PARTITION workhorse.%I'
+                ' FOR VALUES FROM (%L) TO (%L)',
+                v_parent, v_parent || v_suffix, p_day::timestamp AT TIME ZONE 'UTC',
+                (p_day + 1)::timestamp AT TIME ZONE 'UTC');
+        END IF;
+    END LOOP;
 END
 $function$;
 
@@ -1781,57 +1791,66 @@ CREATE OR REPLACE FUNCTION workhorse._prune_history_v1(p_limit integer, p_cutoff
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_part record;
+    v_day_name text;
+    v_tags_name text;
     v_day date;
     v_found boolean;
     v_latest timestamptz;
+    v_drop boolean;
+    v_where text;
     v_count integer;
     v_total integer := 0;
     v_left integer := p_limit;
 BEGIN
     PERFORM set_config('lock_timeout', '2s', true);
-    FOR v_part IN
+    FOR v_day_name IN
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'workhorse.job_history'::regclass
         ORDER BY c.relname
     LOOP
-        v_day := to_date(substr(v_part.relname, length('job_history_p') + 1), 'YYYYMMDD');
+        v_day := to_date(substr(v_day_name, length('job_history_p') + 1), 'YYYYMMDD');
+        v_tags_name := 'job_history_tags_p' || to_char(v_day, 'YYYYMMDD');
+        v_drop := false;
+        v_where := NULL;
         IF p_cutoff IS NULL THEN
             v_found := NULL;
             EXECUTE format('SELECT true, expires_at FROM workhorse.%I'
-                           ' ORDER BY expires_at DESC NULLS FIRST LIMIT 1', v_part.relname)
+                           ' ORDER BY expires_at DESC NULLS FIRST LIMIT 1', v_day_name)
                 INTO v_found, v_latest;
             IF v_found IS NULL THEN
-                IF v_day < (now() AT TIME ZONE 'UTC')::date THEN
-                    EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                END IF;
-            ELSIF v_latest IS NOT NULL AND v_latest <= now() THEN
-                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
-                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                v_total := v_total + v_count;
-            ELSIF v_latest IS NULL AND v_left > 0 THEN
-                EXECUTE format(
-                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
-                    'SELECT h.id FROM workhorse.%1$I h WHERE h.expires_at <= now()'
-                    ' ORDER BY h.expires_at LIMIT %2$s))', v_part.relname, v_left);
-                GET DIAGNOSTICS v_count = ROW_COUNT;
-                v_total := v_total + v_count;
-                v_left := v_left - v_count;
+                v_drop := v_day < (now() AT TIME ZONE 'UTC')::date;
+            ELSIF v_latest IS NOT NULL THEN
+                v_drop := v_latest <= now();
+            ELSE
+                v_where := 'h.expires_at <= now() ORDER BY h.expires_at';
             END IF;
         ELSIF (v_day + 1)::timestamp AT TIME ZONE 'UTC' <= p_cutoff THEN
             IF p_statuses @> ARRAY['succeeded', 'expired'] THEN
-                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
-                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                v_total := v_total + v_count;
-            ELSIF v_left > 0 THEN
-                EXECUTE format(
-                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
-                    'SELECT h.id FROM workhorse.%1$I h WHERE h.status = ANY($1) LIMIT %2$s))',
-                    v_part.relname, v_left) USING p_statuses;
-                GET DIAGNOSTICS v_count = ROW_COUNT;
-                v_total := v_total + v_count;
-                v_left := v_left - v_count;
+                v_drop := true;
+            ELSE
+                v_where := 'h.status = ANY($1)';
             END IF;
+        END IF;
+        IF v_drop THEN
+            EXECUTE format('SELECT count(*) FROM workhorse.%I', v_day_name) INTO v_count;
+            EXECUTE format('DROP TABLE workhorse.%I', v_day_name);
+            EXECUTE format('DROP TABLE IF EXISTS workhorse.%I', v_tags_name);
+            v_total := v_total + v_count;
+        ELSIF v_where IS NOT NULL AND v_left > 0 THEN
+            EXECUTE format(
+                'WITH gone AS ('
+                '  DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
+                '    SELECT h.id FROM workhorse.%1$I h WHERE %3$s LIMIT %4$s))'
+                '  RETURNING id, tags'
+                '), tags AS ('
+                '  DELETE FROM workhorse.%2$I t'
+                '  USING (SELECT g.id, x.tag FROM gone g'
+                '         CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d'
+                '  WHERE t.tag = d.tag AND t.job_id = d.id'
+                ') SELECT count(*) FROM gone',
+                v_day_name, v_tags_name, v_where, v_left) INTO v_count USING p_statuses;
+            v_total := v_total + v_count;
+            v_left := v_left - v_count;
         END IF;
     END LOOP;
     RETURN v_total;
@@ -5053,10 +5072,14 @@ BEGIN
         RETURNING j.*
     ), kept AS (
         INSERT INTO workhorse.job_history SELECT * FROM gone
+    ), tagged AS (
+        SELECT x.tag, g.id, g.finished_at
+        FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)
     ), tags AS (
-        DELETE FROM workhorse.job_tags t
-        USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
-        WHERE t.tag = d.tag AND t.job_id = d.id
+        DELETE FROM workhorse.job_tags t USING tagged d WHERE t.tag = d.tag AND t.job_id = d.id
+    ), history_tags AS (
+        INSERT INTO workhorse.job_history_tags (tag, job_id, finished_at)
+        SELECT d.tag, d.id, d.finished_at FROM tagged d
     )
     SELECT count(*) INTO v_moved FROM gone;
     RETURN v_moved;

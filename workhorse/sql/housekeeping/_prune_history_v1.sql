@@ -1,5 +1,6 @@
 -- Prunes job_history a day at a time (docs/design.md "History"), for prune_jobs_v2 under its
--- try-lock. A day (a partition) goes with DROP TABLE: no dead rows and nothing for vacuum.
+-- try-lock. A day goes with DROP TABLE of its two partitions (its jobs and their tag rows): no
+-- dead rows and nothing for vacuum.
 --
 -- * Retention (`p_cutoff` NULL): a day goes once the latest expiry in it has passed (one probe
 --   of its expiry index, NULLs first), so a history job is kept at least its retention and at
@@ -20,57 +21,66 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_part record;
+    v_day_name text;
+    v_tags_name text;
     v_day date;
     v_found boolean;
     v_latest timestamptz;
+    v_drop boolean;
+    v_where text;
     v_count integer;
     v_total integer := 0;
     v_left integer := p_limit;
 BEGIN
     PERFORM set_config('lock_timeout', '2s', true);
-    FOR v_part IN
+    FOR v_day_name IN
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'workhorse.job_history'::regclass
         ORDER BY c.relname
     LOOP
-        v_day := to_date(substr(v_part.relname, length('job_history_p') + 1), 'YYYYMMDD');
+        v_day := to_date(substr(v_day_name, length('job_history_p') + 1), 'YYYYMMDD');
+        v_tags_name := 'job_history_tags_p' || to_char(v_day, 'YYYYMMDD');
+        v_drop := false;
+        v_where := NULL;
         IF p_cutoff IS NULL THEN
             v_found := NULL;
             EXECUTE format('SELECT true, expires_at FROM workhorse.%I'
-                           ' ORDER BY expires_at DESC NULLS FIRST LIMIT 1', v_part.relname)
+                           ' ORDER BY expires_at DESC NULLS FIRST LIMIT 1', v_day_name)
                 INTO v_found, v_latest;
             IF v_found IS NULL THEN
-                IF v_day < (now() AT TIME ZONE 'UTC')::date THEN
-                    EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                END IF;
-            ELSIF v_latest IS NOT NULL AND v_latest <= now() THEN
-                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
-                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                v_total := v_total + v_count;
-            ELSIF v_latest IS NULL AND v_left > 0 THEN
-                EXECUTE format(
-                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
-                    'SELECT h.id FROM workhorse.%1$I h WHERE h.expires_at <= now()'
-                    ' ORDER BY h.expires_at LIMIT %2$s))', v_part.relname, v_left);
-                GET DIAGNOSTICS v_count = ROW_COUNT;
-                v_total := v_total + v_count;
-                v_left := v_left - v_count;
+                v_drop := v_day < (now() AT TIME ZONE 'UTC')::date;
+            ELSIF v_latest IS NOT NULL THEN
+                v_drop := v_latest <= now();
+            ELSE
+                v_where := 'h.expires_at <= now() ORDER BY h.expires_at';
             END IF;
         ELSIF (v_day + 1)::timestamp AT TIME ZONE 'UTC' <= p_cutoff THEN
             IF p_statuses @> ARRAY['succeeded', 'expired'] THEN
-                EXECUTE format('SELECT count(*) FROM workhorse.%I', v_part.relname) INTO v_count;
-                EXECUTE format('DROP TABLE workhorse.%I', v_part.relname);
-                v_total := v_total + v_count;
-            ELSIF v_left > 0 THEN
-                EXECUTE format(
-                    'DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
-                    'SELECT h.id FROM workhorse.%1$I h WHERE h.status = ANY($1) LIMIT %2$s))',
-                    v_part.relname, v_left) USING p_statuses;
-                GET DIAGNOSTICS v_count = ROW_COUNT;
-                v_total := v_total + v_count;
-                v_left := v_left - v_count;
+                v_drop := true;
+            ELSE
+                v_where := 'h.status = ANY($1)';
             END IF;
+        END IF;
+        IF v_drop THEN
+            EXECUTE format('SELECT count(*) FROM workhorse.%I', v_day_name) INTO v_count;
+            EXECUTE format('DROP TABLE workhorse.%I', v_day_name);
+            EXECUTE format('DROP TABLE IF EXISTS workhorse.%I', v_tags_name);
+            v_total := v_total + v_count;
+        ELSIF v_where IS NOT NULL AND v_left > 0 THEN
+            EXECUTE format(
+                'WITH gone AS ('
+                '  DELETE FROM workhorse.%1$I WHERE id = ANY(ARRAY('
+                '    SELECT h.id FROM workhorse.%1$I h WHERE %3$s LIMIT %4$s))'
+                '  RETURNING id, tags'
+                '), tags AS ('
+                '  DELETE FROM workhorse.%2$I t'
+                '  USING (SELECT g.id, x.tag FROM gone g'
+                '         CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d'
+                '  WHERE t.tag = d.tag AND t.job_id = d.id'
+                ') SELECT count(*) FROM gone',
+                v_day_name, v_tags_name, v_where, v_left) INTO v_count USING p_statuses;
+            v_total := v_total + v_count;
+            v_left := v_left - v_count;
         END IF;
     END LOOP;
     RETURN v_total;

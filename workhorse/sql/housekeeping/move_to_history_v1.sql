@@ -1,6 +1,6 @@
 -- Moves up to `p_limit` jobs that ended `succeeded` or `expired` at least `p_after` seconds ago
 -- from `jobs` to `job_history` (docs/design.md "History"), oldest first, with the partitions of
--- their days made first; their rows in job_tags go (history finds a tag through its own index).
+-- their days made first; their rows in job_tags move to job_history_tags, in the same day.
 -- Under the pruner's try-lock (prune_jobs_v2), so that the mover, which makes partitions, and
 -- the pruner, which drops them, never run at once. Returns how many moved, or -1 (another
 -- mover or pruner holds the lock).
@@ -45,10 +45,14 @@ BEGIN
         RETURNING j.*
     ), kept AS (
         INSERT INTO workhorse.job_history SELECT * FROM gone
+    ), tagged AS (
+        SELECT x.tag, g.id, g.finished_at
+        FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)
     ), tags AS (
-        DELETE FROM workhorse.job_tags t
-        USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
-        WHERE t.tag = d.tag AND t.job_id = d.id
+        DELETE FROM workhorse.job_tags t USING tagged d WHERE t.tag = d.tag AND t.job_id = d.id
+    ), history_tags AS (
+        INSERT INTO workhorse.job_history_tags (tag, job_id, finished_at)
+        SELECT d.tag, d.id, d.finished_at FROM tagged d
     )
     SELECT count(*) INTO v_moved FROM gone;
     RETURN v_moved;

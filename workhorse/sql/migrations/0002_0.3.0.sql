@@ -519,12 +519,20 @@ CREATE TABLE workhorse.audit_log (
 -- reads `jobs` only, and it prunes `jobs` only.
 CREATE TABLE workhorse.job_history (LIKE workhorse.jobs) PARTITION BY RANGE (finished_at);
 -- By id (a handle, the dashboard's job page); in finish order (export, whole days); by expiry
--- (a day's latest, which decides its drop); by tag (`list_jobs(tag=)`).
+-- (a day's latest, which decides its drop).
 CREATE INDEX job_history_id_idx ON workhorse.job_history (id);
 CREATE INDEX job_history_finished_idx ON workhorse.job_history (finished_at, id);
 CREATE INDEX job_history_expires_idx ON workhorse.job_history (expires_at);
-CREATE INDEX job_history_tags_idx ON workhorse.job_history USING gin (tags)
-    WHERE tags IS NOT NULL;
+-- A moved job's tag rows, partitioned by the same day as the job, so that a day's drop takes
+-- them too: job_tags' lookup for history. "The newest 50 of a tag" is a backward walk of each
+-- day's (tag, job_id), merged, and each job read in its own day (finished_at prunes the
+-- partitions); an array index on job_history would read every job of the tag to sort them.
+CREATE TABLE workhorse.job_history_tags (
+    tag         text        NOT NULL,
+    job_id      bigint      NOT NULL,
+    finished_at timestamptz NOT NULL
+) PARTITION BY RANGE (finished_at);
+CREATE INDEX job_history_tags_tag_idx ON workhorse.job_history_tags (tag, job_id);
 -- The mover's walk: exactly the rows it may move, oldest first, so that failed, held and keyed
 -- rows never stand in front of it.
 CREATE INDEX jobs_history_due_idx ON workhorse.jobs (finished_at)
