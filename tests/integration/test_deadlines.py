@@ -109,6 +109,9 @@ def test_housekeeping_ends_them_where_no_worker_claims(conn: Any, queue: Queue) 
     _ops.execute(conn, _ops.housekeeping())
     got = queue.get_job(job)
     assert got is not None and got.status is JobStatus.EXPIRED
+    # Result waiters poll for resting jobs: an expired one is resting, or `get()` would wait
+    # out its whole timeout (for ever without one).
+    assert _ops.execute(conn, _ops.resting_jobs([job])) == {job}
 
 
 def test_a_dependent_of_an_expired_job_is_canceled(conn: Any, queue: Queue) -> None:

@@ -387,7 +387,7 @@ def cancel_jobs(ids: Iterable[int], retention: str = DEFAULT_RETENTION_JSON,
 
 
 def resting_jobs(ids: Iterable[int]) -> Operation[set[int]]:
-    """Which of these jobs are succeeded, failed, held or canceled."""
+    """Which of these jobs are succeeded, failed, held, canceled or expired."""
     rows = yield _sql.statement("resting_jobs"), (job_id_list(ids),)
     return {row[0] for row in rows}
 
