@@ -1,9 +1,10 @@
 -- list_jobs.sql for the jobs of one tag: a backward walk of job_tags' primary key, the newest
 -- first (a tag on a million jobs lists its newest in a few probes), each job read by its own
 -- key. Lookup rows whose job was pruned by an older release join away. The walk is fenced
--- (OFFSET 0) and each job read LATERAL, by its id, so that the walk drives: a join the planner
--- chose could walk jobs_pkey from the newest job down and read every newer job of the table
--- that lacks the tag; this way a list costs at most the tag's own entries.
+-- (OFFSET 0) and each job read LATERAL, by its id (LIMIT 1: a subquery with a LIMIT is not
+-- flattened into a join), so that the walk drives: a join the planner chose could walk
+-- jobs_pkey from the newest job down (or hash every job of history) and read every job that
+-- lacks the tag; this way a list costs at most the tag's own entries.
 --
 -- Jobs moved to history (docs/design.md "History") are found the same way in job_history_tags,
 -- each day's (tag, job_id) walked backwards and merged, each job read in its own day (its
@@ -31,13 +32,16 @@ SELECT * FROM (
            AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
            AND (%(key)s::text IS NULL OR j.ckey = %(key)s::text)
-           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)) AS j
+           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+         LIMIT 1) AS j
      ORDER BY t.job_id DESC
      LIMIT %(limit)s)
     UNION ALL
     (SELECT h.*
      FROM (SELECT t.job_id, t.finished_at FROM workhorse.job_history_tags t
            WHERE t.tag = %(tag)s::text
+             -- History holds only these statuses: another's filter never walks it.
+             AND (%(status)s::text IS NULL OR %(status)s::text IN ('succeeded', 'expired'))
            ORDER BY t.job_id DESC OFFSET 0) AS t
      CROSS JOIN LATERAL (
          -- Moved jobs are never workflow members: no dependencies to read.
@@ -54,7 +58,8 @@ SELECT * FROM (
            AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
            AND (%(status)s::text IS NULL OR h.status = %(status)s::text)
            AND (%(key)s::text IS NULL OR h.ckey = %(key)s::text)
-           AND (%(task)s::text IS NULL OR h.task = %(task)s::text)) AS h
+           AND (%(task)s::text IS NULL OR h.task = %(task)s::text)
+         LIMIT 1) AS h
      ORDER BY t.job_id DESC
      LIMIT %(limit)s)
 ) AS tagged
