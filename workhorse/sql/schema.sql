@@ -556,6 +556,8 @@ CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue,
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
+CREATE INDEX jobs_finished_idx ON workhorse.jobs USING btree (finished_at, id) WHERE (finished_at IS NOT NULL);
+
 CREATE INDEX jobs_held_failed_idx ON workhorse.jobs USING btree (status, queue, id) WHERE (status = ANY (ARRAY['held'::text, 'failed'::text, 'canceled'::text, 'expired'::text]));
 
 CREATE INDEX jobs_history_due_idx ON workhorse.jobs USING btree (finished_at) WHERE ((status = ANY (ARRAY['succeeded'::text, 'expired'::text])) AND (workflow_id IS NULL) AND (NOT has_dependents) AND (idempotency_key IS NULL) AND (unique_key IS NULL) AND (job_key IS NULL));

@@ -538,6 +538,10 @@ CREATE INDEX job_history_tags_tag_idx ON workhorse.job_history_tags (tag, job_id
 CREATE INDEX jobs_history_due_idx ON workhorse.jobs (finished_at)
     WHERE status IN ('succeeded', 'expired') AND workflow_id IS NULL AND NOT has_dependents
       AND idempotency_key IS NULL AND unique_key IS NULL AND job_key IS NULL;
+-- Finished jobs of the live table in finish order: an export's live side and
+-- `prune_jobs --older-than` read a range of it, where both were a scan of all of `jobs` (a
+-- minute or more at a few million rows). One entry a finished job, written by its outcome.
+CREATE INDEX jobs_finished_idx ON workhorse.jobs (finished_at, id) WHERE finished_at IS NOT NULL;
 -- Every job, live or history, for the reads that find a job wherever it is.
 CREATE VIEW workhorse.all_jobs AS
     SELECT * FROM workhorse.jobs
