@@ -36,8 +36,8 @@ first, so the live rows are the table's newest), then VACUUM ANALYZE and CHECKPO
    the retention path on `jobs.expires_at`: `Queue.prune_jobs(5000)` until a batch is short, for
    at most `--old-cap-seconds` (default 60; "> cap" with the rate reached when it did not
    finish), with its CPU, WAL, the dead rows it leaves in `jobs` and the VACUUM that follows.
-   (prune_jobs_v2 prunes jobs outside workflows exactly as 0.2.0's prune_jobs_v1 did, after a
-   history pass that finds no partition here.)
+   (the live prune deletes jobs outside workflows exactly as 0.2.0's did, after a history pass
+   that finds no partition here.)
 5. Reads, with the day moved, on an autocommit connection, client wall time: get-by-id
    (`_ops.execute(conn, _ops.get_job(id))`) of a live job, of a history job, and of a history
    job as the first statement of a new connection (its catalog caches cold); `list_jobs(limit=50)`;

@@ -124,9 +124,10 @@ def stalled(unknown: dict[str, tuple[int, list[str]]] | None = None, sample: int
 
 
 def queue_known(queue: str) -> Operation[bool]:
-    """Whether `queue` has a policy, a control, a schedule, a live supervisor serving it, or a
-    job (of an indexed status, or among the newest KNOWN_WINDOW); an operator action on any
-    other queue is refused (a typo must not create one)."""
+    """Whether `queue` has a policy, a control, a schedule, a live supervisor serving it, a
+    named budget its jobs have named, or a job (of an indexed status, or among the newest
+    KNOWN_WINDOW); an operator action on any other queue is refused (a typo must not create
+    one)."""
     check_name("queue", queue)
     rows = yield _sql.statement("queue_known"), {"queue": queue, "window": KNOWN_WINDOW}
     return bool(rows and rows[0][0])

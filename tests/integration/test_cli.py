@@ -154,7 +154,7 @@ def test_health_json_is_queue_health_field_by_field(
         "blocked_ready", "saturated_keys", "capped", "rate_limit", "rate_limit_per_key",
         "rate_limited_keys", "paused", "override", "fairness", "active_units", "on_key_full",
         "rate_burst", "rate_burst_per_key",
-        "active_jobs", "next_start_at", "next_key_start_at",
+        "active_jobs", "next_start_at", "next_key_start_at", "budgets",
     }
     assert by_queue["active"] == {
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
@@ -162,7 +162,7 @@ def test_health_json_is_queue_health_field_by_field(
         "rate_limit": None, "rate_limit_per_key": None, "rate_limited_keys": 0, "paused": False,
         "override": None, "fairness": "fifo", "active_units": 1, "on_key_full": "queue",
         "rate_burst": None, "rate_burst_per_key": None,
-        "active_jobs": 1, "next_start_at": None, "next_key_start_at": None,
+        "active_jobs": 1, "next_start_at": None, "next_key_start_at": None, "budgets": [],
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 

@@ -90,8 +90,11 @@ def test_a_full_budget_is_a_blocked_by_reason_and_a_budget_only_queue_is_governe
         conn, queue, fleet):
     view = _data.overview(conn)
     governed = {p.queue: p for p in view.policies}
-    # embeddings has no policy and no control: only its budget governs it.
-    assert "embeddings" not in {p.queue for p in queue.health().policies}
+    # embeddings has no policy and no control: only its budget governs it, and health() lists
+    # it so (issue #41 item 5), with the budget its jobs name.
+    [embeddings] = [p for p in queue.health().policies if p.queue == "embeddings"]
+    assert (embeddings.namespace, embeddings.max_active, embeddings.budgets) == (
+        None, None, ["openai"])
     assert set(governed) == {"summaries", "embeddings", "sync"}
     assert governed["embeddings"].namespace is None
     assert governed["embeddings"].blocked_ready == 2  # its two openai jobs, not the others

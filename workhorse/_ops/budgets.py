@@ -139,6 +139,7 @@ def budget_health() -> Operation[list[BudgetHealth]]:
             rate_burst=row[5], override=_budget_override(row[7:13]) if row[6] else None,
             active_units=int(row[13]), blocked_ready=int(row[17]), queues=list(row[16] or []),
             next_start_at=row[18], ready=min(int(row[14]), HEALTH_SAMPLE), capped=bool(row[15]),
+            used_by=sorted({*(row[16] or []), *(row[19] or [])}),
         )
         for row in rows
     ]

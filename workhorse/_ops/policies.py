@@ -114,7 +114,7 @@ def health() -> Operation[QueueHealth]:
             paused=row[14], override=_override(row[16:24], row[30:32]) if row[15] else None,
             fairness=row[25], active_units=row[26], on_key_full=row[27], rate_burst=row[28],
             rate_burst_per_key=row[29], active_jobs=row[32], next_start_at=row[33],
-            next_key_start_at=row[34],
+            next_key_start_at=row[34], budgets=list(row[35] or []),
         )
         for row in rows
     ]
@@ -219,7 +219,7 @@ def list_queues() -> Operation[list[QueueSummary]]:
             queue=row[0], depth=depth, namespace=row[2], max_active=row[3],
             max_active_per_key=row[4], rate_limit=rate_text(row[5], row[6]),
             rate_limit_per_key=rate_text(row[7], row[8]), paused=row[9],
-            override=_override(row[11:19]) if row[10] else None,
+            override=_override(row[11:19]) if row[10] else None, budgets=list(row[19] or []),
         ))
     for queue, n in sorted(waiting.items()):  # a queue with only waiting members
         depth = {status.value: 0 for status in JobStatus if status != JobStatus.SUCCEEDED}

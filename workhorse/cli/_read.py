@@ -20,12 +20,13 @@ from ._base import DURATION, connect, console, handle_errors, json_default, main
 from ._render import (
     DataTable,
     budgets_table,
+    budgets_text,
     depth_table,
     health_table,
     job_row,
     limit_text,
-    limits_text,
     override_text,
+    queue_limits_text,
     reasons_table,
 )
 
@@ -100,7 +101,8 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def queues(ctx: click.Context, as_json: bool) -> None:
-    """Every queue: live depth by status, limits in force, rate limits, paused, override."""
+    """Every queue: live depth by status, limits in force, rate limits, the named budgets its
+    jobs name (with their units in use), paused, override."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(ctx) as conn:
@@ -110,23 +112,28 @@ def queues(ctx: click.Context, as_json: bool) -> None:
             return
         unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
         stalled = _ops.execute(conn, _incident.stalled(unknown))
+        # The named budgets the queues' jobs name, with their units and limits in force.
+        budgeted = any(row.budgets for row in rows)
+        in_force = _ops.execute(conn, _ops.budget_health()) if budgeted else []
     statuses = ("waiting", "ready", "active", "scheduled", "held", "failed", "canceled")
     table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
     for status in statuses:
         table.add_column(status, justify="right")
     table.add_column("limits")
+    if budgeted:
+        table.add_column("budgets")
     table.add_column("controls")
     for row in rows:
-        limits = limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
-                              row.rate_limit_per_key)
+        limits = queue_limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
+                                   row.rate_limit_per_key, row.budgets)
         controls = ["paused"] if row.paused else []
         if row.override is not None:
             controls.append(f"override {override_text(row.override)}")
         table.add_row(
             row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
-            limits, Text("; ".join(controls) or "-",
-                                           style="bold yellow" if controls else ""),
+            limits, *((budgets_text(row.budgets, in_force),) if budgeted else ()),
+            Text("; ".join(controls) or "-", style="bold yellow" if controls else ""),
         )
     console.print(table)
     # Ready jobs (within the health sample) whose task no live supervisor serving it declares.

@@ -53,6 +53,33 @@ def limits_text(max_active: int | None, per_key: int | None, rate: str | None,
     return ", ".join(parts) or "-"
 
 
+def queue_limits_text(max_active: int | None, per_key: int | None, rate: str | None,
+                      rate_per_key: str | None, budgets: list[str]) -> str:
+    """A queue's own limits in force; "budget only" for one that has none and whose jobs name
+    a budget (the budget governs it; not "-", which reads as ungoverned)."""
+    text = limits_text(max_active, per_key, rate, rate_per_key)
+    return "budget only" if text == "-" and budgets else text
+
+
+def budget_text(name: str, budget: BudgetHealth | None) -> str:
+    """A budget a queue's jobs name, with its units in use against its limits in force
+    ("openai 2 / 3 units, 100/m"); `budget` is its `BudgetHealth` (None: health has no row for
+    it, so nobody declared or overrode it)."""
+    if budget is None or (budget.max_active is None and budget.rate_limit is None):
+        return f"{name} (not declared: no limit)"
+    parts = [f"{budget.active_units} / {budget.max_active} units"
+             if budget.max_active is not None else f"{budget.active_units} units"]
+    if budget.rate_limit is not None:
+        parts.append(budget.rate_limit)
+    return f"{name} " + ", ".join(parts) + (" (override)" if budget.override else "")
+
+
+def budgets_text(names: list[str], budgets: list[BudgetHealth]) -> str:
+    """The budgets a queue's jobs name, each with `budget_text` ("-" for none)."""
+    by_name = {b.name: b for b in budgets}
+    return "; ".join(budget_text(name, by_name.get(name)) for name in names) or "-"
+
+
 def _in_units(p: PolicyHealth) -> bool:
     """Whether a queue's active jobs cost other than 1 each (docs/design.md "Fair share and job
     cost"): its `active` and `available` are units, not jobs, and `top` says so."""
@@ -76,16 +103,22 @@ def health_table(health: QueueHealth, *, units: bool = False) -> Table:
     """The policies of `health`; with `units` (`workhorse top`), a queue whose active jobs cost
     other than 1 shows its active and available capacity as units ("12 units / 32 (5 jobs)")."""
     table = DataTable(title="policies")
-    for column in ("namespace", "queue", "limits", "active", "available", "blocked_ready",
-                   "saturated_keys", "rate_limited_keys"):
-        text_column = column in ("namespace", "queue", "limits")
+    # A queue governed by a named budget shows it, with its units and limits (a column only
+    # when some queue has one).
+    budgeted = any(p.budgets for p in health.policies)
+    for column in ("namespace", "queue", "limits", *(("budgets",) if budgeted else ()),
+                   "active", "available", "blocked_ready", "saturated_keys",
+                   "rate_limited_keys"):
+        text_column = column in ("namespace", "queue", "limits", "budgets")
         table.add_column(column, justify="left" if text_column else "right")
     for p in health.policies:
         blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
         name = p.queue + (" (paused)" if p.paused else "") + (" (override)" if p.override else "")
         table.add_row(
             p.namespace or "-", name,
-            limits_text(p.max_active, p.max_active_per_key, p.rate_limit, p.rate_limit_per_key),
+            queue_limits_text(p.max_active, p.max_active_per_key, p.rate_limit,
+                              p.rate_limit_per_key, p.budgets),
+            *((budgets_text(p.budgets, health.budgets),) if budgeted else ()),
             _active_text(p, units), _available_text(p, units), blocked, str(p.saturated_keys),
             str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
         )
@@ -136,7 +169,8 @@ def budgets_table(rows: list[BudgetHealth]) -> Table:
         name = b.name + (" (override)" if b.override else "")
         table.add_row(name, b.namespace or "- (not declared)", limit_text(b.max_active),
                       b.rate_limit or "-", limit_text(b.rate_burst), str(b.active_units),
-                      f"{b.ready}{'+' if b.capped else ''}", ", ".join(b.queues) or "-")
+                      f"{b.ready}{'+' if b.capped else ''}",
+                      ", ".join(sorted({*b.queues, *b.used_by})) or "-")
     return table
 
 

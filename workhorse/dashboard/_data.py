@@ -93,7 +93,8 @@ class BudgetRow:
     `out_of_rate` (its rate or its burst window allows no start now; `next_start` the seconds
     until one is allowed, 0 when one is, None without a rate; `next_start_at` that moment while
     it is out of rate), its ready jobs held back (`blocked_ready`, within the health
-    sample), and its ready jobs per queue (from budget_queues)."""
+    sample), and its ready jobs per queue (from budget_queues). `queues` are every queue whose
+    jobs name it, live or not."""
 
     health: BudgetHealth
     window: _queries.BudgetWindow | None = None
@@ -108,6 +109,13 @@ class BudgetRow:
     @property
     def name(self) -> str:
         return self.health.name
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue whose jobs have named the budget: those with ready or active jobs of it,
+        those its enqueues recorded (scheduled, waiting or finished jobs), and those with ready
+        jobs of it in budget_queues, sorted."""
+        return sorted({*self.health.queues, *self.health.used_by, *self.ready_by_queue})
 
     @property
     def limited(self) -> bool:
@@ -158,6 +166,9 @@ class Overview:
     unknown_task_ready: dict[str, int] = field(default_factory=dict)
     # queue -> its reason codes (docs/design.md "Reason codes"), as health() has them.
     reasons: dict[str, list[Reason]] = field(default_factory=dict)
+    # name -> BudgetRow: the budgets the governed queues' jobs name (PolicyHealth.budgets), for
+    # their units against their limits on each queue's row.
+    budgets: dict[str, BudgetRow] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -350,8 +361,9 @@ def budget_holds(budgets: dict[str, BudgetRow], uses: list[_queries.BudgetUse]) 
 
 def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance:
     """Every governed queue, with a queue that only a budget governs (it has used a budget and
-    has no policy and no control; docs/design.md "Named budgets") as a row of its own, and the
-    limits that hold each one's ready work back: its policy's (holds) and its budgets'."""
+    has no policy and no control; docs/design.md "Named budgets"), which health() lists with
+    its `budgets` (and which is made a row here should health() not list it), and the limits
+    that hold each one's ready work back: its policy's (holds) and its budgets'."""
     uses = _ops.execute(conn, _queries.budget_uses(_queries.PAIR_SAMPLE))
     budgets = budget_rows(conn, health, uses)
     by_name = {b.name: b for b in budgets}
@@ -382,7 +394,7 @@ def governance(conn: psycopg.Connection[Any], health: QueueHealth) -> Governance
             namespace=None, queue=queue, max_active=None, max_active_per_key=None,
             active=found.units, available=None, blocked_ready=found.blocked, saturated_keys=0,
             capped=found.sampled > _ops.HEALTH_SAMPLE, active_units=found.units,
-            active_jobs=found.jobs))
+            active_jobs=found.jobs, budgets=sorted({u.budget for u in by_queue[queue]})))
     policies.sort(key=lambda p: (p.namespace is None, p.namespace or "", p.queue))
     held = [p.queue for p in policies if p.blocked_ready]
     rates = _ops.execute(conn, _queries.rate_windows(held))
@@ -415,6 +427,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         chart=chart(minutes, now), workers_alive=sum(1 for w in workers if w.alive),
         stalled=health.stalled, holds=governed.holds,
         unknown_task_ready=health.unknown_task_ready, reasons=_by_queue(health.reasons),
+        budgets={b.name: b for b in governed.budgets},
     )
 
 

@@ -43,10 +43,14 @@ class BudgetHealth:
     `ready` its ready jobs, counted up to the health sample (`capped` beyond); `blocked_ready`
     those the budget holds back now (all of its ready jobs while it is full or out of starts,
     else 0); `next_start_at`, for a budget with a rate, when its rate (and burst) lets the next
-    unit start (now, or later while it is out of starts; None without a rate).
+    unit start (now, or later while it is out of starts; None without a rate); `used_by` every
+    queue whose jobs have named it, live or not (the queues its enqueues recorded, with
+    `queues`): the queues it governs, also while none of their jobs is ready or active.
 
     >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
     [('openai', 12, ['embeddings', 'summaries'])]
+    >>> [(b.name, b.queues, b.used_by) for b in q.health().budgets]  # doctest: +SKIP
+    [('openai', [], ['embeddings', 'summaries'])]
     """
 
     name: str
@@ -63,13 +67,18 @@ class BudgetHealth:
     capped: bool = False
     # docs/design.md "Reason codes": `budget_full`, `rate_limited` while it holds work back.
     reasons: list[Reason] = field(default_factory=list)
+    # Every queue whose jobs have named it (at most the health sample), sorted.
+    used_by: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyHealth:
     """One governed, paused or overridden queue: the limits in force (an override's where it
     has one), what is active, and what the limits hold back. `namespace` is None for a queue
-    that only an operator control governs.
+    that no policy governs: only an operator control, or only the named budgets its jobs have
+    named (`budgets`; each one's limits and units are its `BudgetHealth`). `blocked_ready`
+    counts what the queue's own limits and controls hold back; a budget's reasons say what it
+    holds back.
 
     >>> [(p.queue, p.active, p.available) for p in q.health().policies]  # doctest: +SKIP
     [('mail', 3, 17)]
@@ -106,16 +115,20 @@ class PolicyHealth:
     # among its keys out of starts (None when none is).
     next_start_at: datetime | None = None
     next_key_start_at: datetime | None = None
+    # docs/design.md "Named budgets": the budgets its jobs have named, sorted (a queue with none
+    # of its own limits and a budget is governed by the budget).
+    budgets: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
-    """What `Queue.health()` reports: one `PolicyHealth` per governed, paused or
-    overridden queue, the number of jobs by status, `stalled`: queue -> why its ready or
-    due work cannot move (no live supervisor serves it or declares its task, paused, a limit of
-    0; docs/design.md "The dashboard in an incident"), `unknown_task_ready`: queue -> ready jobs
-    whose task no live supervisor serving the queue declares (within the bounded sample), and
-    `reasons`: every queue's reason codes, for alerting rules (docs/design.md "Reason codes").
+    """What `Queue.health()` reports: one `PolicyHealth` per governed (by a policy or by a
+    named budget its jobs name), paused or overridden queue, the number of jobs by status,
+    `stalled`: queue -> why its ready or due work cannot move (no live supervisor serves it or
+    declares its task, paused, a limit of 0; docs/design.md "The dashboard in an incident"),
+    `unknown_task_ready`: queue -> ready jobs whose task no live supervisor serving the queue
+    declares (within the bounded sample), and `reasons`: every queue's reason codes, for
+    alerting rules (docs/design.md "Reason codes").
 
     >>> health = q.health()  # doctest: +SKIP
     >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP

@@ -439,10 +439,14 @@ class ClaimedJob:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """One row of `workhorse queues`: any queue with jobs, a policy or a control.
+    """One row of `workhorse queues`: any queue with jobs, a policy, a control, a schedule or a
+    named budget its jobs have named. `budgets` are those names (docs/design.md "Named budgets"),
+    sorted: a queue with no policy and a budget is governed by the budget.
 
     >>> [(s.queue, s.depth.get("ready", 0), s.paused) for s in q.list_queues()]  # doctest: +SKIP
     [('mail', 3, False)]
+    >>> [(s.queue, s.budgets) for s in q.list_queues()]  # doctest: +SKIP
+    [('embeddings', ['openai']), ('mail', [])]
     """
 
     queue: str
@@ -454,6 +458,8 @@ class QueueSummary:
     rate_limit_per_key: str | None = None
     paused: bool = False
     override: PolicyOverride | None = None
+    # The named budgets its jobs have named (budget_queues, recorded by the enqueue), by name.
+    budgets: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,13 @@
 -- One row per budget that is declared, overridden, or named by a ready or active job (a name
 -- nobody declared: namespace and limits NULL, it limits nothing): the limits in force (a live
 -- override's fields over the declared ones), the cost units of its unexpired active jobs, its
--- ready jobs (counted up to %(sample)s, `capped` beyond), and the queues with ready or active
--- jobs naming it. Bounded: the names of undeclared budgets and each budget's queues are found by
--- skip-scans of the partial budget indexes (one probe per distinct value, at most %(sample)s),
--- the active jobs through jobs_budget_active_idx; no read grows with a backlog.
+-- ready jobs (counted up to %(sample)s, `capped` beyond), the queues with ready or active
+-- jobs naming it, and every queue whose jobs have named it (`used_by`: its budget_queues rows,
+-- which the enqueue writes, so scheduled, waiting and finished jobs' queues too; at most
+-- %(sample)s, through the table's primary key). Bounded: the names of undeclared budgets and
+-- each budget's queues are found by skip-scans of the partial budget indexes (one probe per
+-- distinct value, at most %(sample)s), the active jobs through jobs_budget_active_idx; no read
+-- grows with a backlog.
 WITH RECURSIVE ready_names AS (
     (SELECT j.budget, 1 AS n FROM workhorse.jobs j
      WHERE j.status = 'ready' AND j.budget IS NOT NULL
@@ -48,7 +51,10 @@ SELECT n.name, b.namespace,
        -- rate's window or its burst's (what the claim passes over).
        CASE WHEN (lim.max_active IS NOT NULL AND a.units >= lim.max_active)
                  OR nx.next_in > 0 THEN LEAST(rd.ready, %(sample)s) ELSE 0 END AS blocked_ready,
-       clock_timestamp() + make_interval(secs => nx.next_in) AS next_start_at
+       clock_timestamp() + make_interval(secs => nx.next_in) AS next_start_at,
+       ARRAY(SELECT bq.queue FROM workhorse.budget_queues bq
+             WHERE bq.budget = n.name ORDER BY bq.budget, bq.queue
+             LIMIT %(sample)s) AS used_by
 FROM names n
 LEFT JOIN workhorse.budgets b ON b.name = n.name
 LEFT JOIN workhorse.budget_controls c ON c.name = n.name

@@ -5,10 +5,15 @@
 -- Capacity is counted in units (docs/design.md "Fair share and job cost"): `active` and
 -- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
 -- is 1), `active_jobs` their number, and a key is saturated when its units reach max_active_per_key.
+-- A queue whose jobs have named a budget (a budget_queues row) is governed by it, with or
+-- without a policy (docs/design.md "Named budgets"): it has a row, and `budgets` names them
+-- (through budget_queues_queue_idx); what a budget holds back is the budget's own row.
 WITH queues AS (
     SELECT p.queue FROM workhorse.policies p
     UNION
     SELECT c.queue FROM workhorse.queue_controls c
+    UNION
+    SELECT bq.queue FROM workhorse.budget_queues bq
 )
 SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        a.active,
@@ -51,7 +56,9 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        (SELECT clock_timestamp() + make_interval(secs => min(workhorse._rate_next_start_v1(
                    q.queue, k.ckey, l.rate_limit_per_key, l.rate_period_per_key,
                    clock_timestamp())))
-        FROM unnest(r.limited) AS k(ckey)) AS next_key_start_at
+        FROM unnest(r.limited) AS k(ckey)) AS next_key_start_at,
+       ARRAY(SELECT bq.budget FROM workhorse.budget_queues bq
+             WHERE bq.queue = q.queue ORDER BY bq.queue, bq.budget) AS budgets
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
