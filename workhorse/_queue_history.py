@@ -24,12 +24,15 @@ class HistoryMethods:
     ) -> Iterator[Job]:
         """Every job that finished in [since, until) (until: now), in finish order, whether
         still in the live table or moved to history; read a page of 1,000 at a time, each its
-        own statement, so a long export holds no snapshot.
+        own statement, so a long export holds no snapshot. Bad bounds raise
+        InvalidOptionsError here, before anything is read.
 
         >>> for job in q.export_history("2026-12-01", "2026-12-02"):  # doctest: +SKIP
         ...     archive(job)
         """
-        bounds = _ops.history_range(since, until, queue)
+        return self._export_pages(_ops.history_range(since, until, queue))
+
+    def _export_pages(self, bounds: dict[str, Any]) -> Iterator[Job]:
         after: tuple[datetime, int] | None = None
         while True:
             page = self._run(_ops.history_page(bounds, after))
@@ -58,15 +61,17 @@ class AsyncHistoryMethods:
 
     _run: Any
 
-    async def export_history(
+    def export_history(
         self, since: Moment, until: Moment | None = None, *, queue: str | None = None
     ) -> AsyncIterator[Job]:
-        """`Queue.export_history`, awaitable a page at a time.
+        """`Queue.export_history`, awaitable a page at a time (bad bounds raise here).
 
         >>> async for job in aq.export_history("1d"):              # doctest: +SKIP
         ...     archive(job)
         """
-        bounds = _ops.history_range(since, until, queue)
+        return self._export_pages(_ops.history_range(since, until, queue))
+
+    async def _export_pages(self, bounds: dict[str, Any]) -> AsyncIterator[Job]:
         after: tuple[datetime, int] | None = None
         while True:
             page = await self._run(_ops.history_page(bounds, after))

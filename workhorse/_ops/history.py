@@ -12,6 +12,7 @@ from .._driver import Operation
 from .._durations import parse_duration
 from ..errors import InvalidOptionsError
 from ..types import Job, check_count, check_optional_name, shown
+from ..types._validate import MAX_DELAY_SECONDS
 from .jobs import job_from_row
 
 # How long a succeeded or expired job stays in `jobs` before it moves: the window the health
@@ -27,8 +28,10 @@ def move_to_history(limit: int = MOVE_BATCH, after: float = HISTORY_AFTER) -> Op
     """Move up to `limit` jobs that ended succeeded or expired at least `after` seconds ago to
     history; how many moved, or -1 while another mover or pruner holds the lock."""
     check_count(limit, "limit", 0)
-    if isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0:
-        raise InvalidOptionsError(f"after must be seconds >= 0, got {shown(after)}")
+    if isinstance(after, bool) or not isinstance(after, int | float) \
+            or not 0 <= after <= MAX_DELAY_SECONDS:  # also NaN and infinity
+        raise InvalidOptionsError(
+            f"after must be seconds in [0, {MAX_DELAY_SECONDS:.0f}], got {shown(after)}")
     rows = yield _sql.statement("move_to_history"), (limit, float(after))
     return int(rows[0][0])
 

@@ -8,6 +8,7 @@ import json
 
 import click
 
+from .. import _ops
 from ..queue import Queue
 from ._base import connect, error_console, handle_errors, json_default, main
 
@@ -33,6 +34,7 @@ def history_export(ctx: click.Context, since: str, until: str | None, queue: str
       workhorse history export --since 2026-12-01 --until 2026-12-02 > day.jsonl
     """
     count = 0
+    _ops.history_range(since, until, queue)  # bad bounds fail before any connection
     with connect(ctx) as conn:
         for job in Queue(conn).export_history(since, until, queue=queue):
             click.echo(json.dumps(dataclasses.asdict(job), default=json_default,

@@ -1803,6 +1803,7 @@ DECLARE
     v_count integer;
     v_total integer := 0;
     v_left integer := p_limit;
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     PERFORM set_config('lock_timeout', '2s', true);
     FOR v_day_name IN
@@ -1855,6 +1856,7 @@ BEGIN
             v_left := v_left - v_count;
         END IF;
     END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     RETURN v_total;
 END
 $function$;

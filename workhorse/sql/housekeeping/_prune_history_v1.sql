@@ -13,7 +13,8 @@
 --   wholly older, so nothing finished after the cutoff is ever pruned.
 --
 -- DROP TABLE locks job_history out for an instant; `lock_timeout` keeps a long reader (an
--- export) from queueing every reader behind the drop: the prune fails and runs again later.
+-- export) from queueing every reader behind the drop: the prune fails and runs again later. The
+-- caller's own lock_timeout is put back at the end (a caller's transaction may go on).
 -- Returns how many jobs went.
 CREATE FUNCTION workhorse._prune_history_v1(
     p_limit integer, p_cutoff timestamptz, p_statuses text[])
@@ -31,6 +32,7 @@ DECLARE
     v_count integer;
     v_total integer := 0;
     v_left integer := p_limit;
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     PERFORM set_config('lock_timeout', '2s', true);
     FOR v_day_name IN
@@ -83,6 +85,7 @@ BEGIN
             v_left := v_left - v_count;
         END IF;
     END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     RETURN v_total;
 END
 $$;
