@@ -236,6 +236,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def timed_calls(action: Callable[[], Any], n: int) -> list[float]:
+    """The wall time of each of `n` calls of `action`, in seconds."""
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        action()
+        out.append(time.perf_counter() - start)
+    return out
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 

@@ -501,15 +501,6 @@ def old_way(conn: psycopg.Connection[Any], args: argparse.Namespace, day: date,
 # ---- 5: reads ----
 
 
-def timed_calls(action: Callable[[], Any], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        action()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def read_round(url: str, conn: psycopg.Connection[Any], ids: dict[str, int],
                since: datetime, until: datetime, calls: int, connects: int
                ) -> dict[str, list[float]]:
@@ -519,7 +510,7 @@ def read_round(url: str, conn: psycopg.Connection[Any], ids: dict[str, int],
         job_id = ids[name]
         found = _ops.execute(conn, _ops.get_job(job_id))
         assert found is not None and found.id == job_id, (name, job_id)
-        got[f"get {name}"] = timed_calls(
+        got[f"get {name}"] = c.timed_calls(
             lambda job_id=job_id: _ops.execute(conn, _ops.get_job(job_id)), calls)
     cold = []
     for _ in range(connects):
@@ -529,7 +520,7 @@ def read_round(url: str, conn: psycopg.Connection[Any], ids: dict[str, int],
             cold.append(time.perf_counter() - t0)
     got["get history, new connection"] = cold
     q.list_jobs(limit=50)
-    got["list_jobs(limit=50)"] = timed_calls(lambda: q.list_jobs(limit=50), calls)
+    got["list_jobs(limit=50)"] = c.timed_calls(lambda: q.list_jobs(limit=50), calls)
     t0 = time.perf_counter()
     rows = sum(1 for _ in itertools.islice(q.export_history(since, until), EXPORT_ROWS))
     got["export"] = [time.perf_counter() - t0]

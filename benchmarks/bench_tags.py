@@ -33,21 +33,13 @@ from _common import (
     percentile,
     resolve_server_url,
     scratch_database,
+    timed_calls,
     try_checkpoint,
 )
 
 from workhorse import EnqueueOptions, Queue
 
 EMPTY: dict[str, Any] = {"args": [], "kwargs": {}}
-
-
-def timed(action: Callable[[], Any], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        action()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def show(out: Printer, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]
@@ -109,7 +101,7 @@ def main() -> None:
         rows = []
         for label, action in cases:
             action()  # warm
-            times = timed(action, 200)
+            times = timed_calls(action, 200)
             rows.append((label, f"{percentile(times, 50) * 1000:.2f} ms",
                          f"{percentile(times, 99) * 1000:.2f} ms"))
         show(out, "list by tag (client wall time, 200 calls)", ("case", "p50", "p99"), rows)
@@ -127,7 +119,7 @@ def main() -> None:
         rows = []
         for label, action in cases:
             action()
-            times = timed(action, 200)
+            times = timed_calls(action, 200)
             rows.append((label, f"{percentile(times, 50) * 1000:.2f} ms",
                          f"{percentile(times, 99) * 1000:.2f} ms"))
         show(out, "list by tag, the succeeded jobs in history (client wall time, 200 calls)",
@@ -138,7 +130,7 @@ def main() -> None:
         spans: dict[str, list[float]] = {"no tags": [], "two tags each": []}
         for _ in range(20):
             for label, batch in (("no tags", plain), ("two tags each", with_tags)):
-                spans[label] += timed(lambda batch=batch: q.enqueue_many(batch), 1)
+                spans[label] += timed_calls(lambda batch=batch: q.enqueue_many(batch), 1)
         show(out, "enqueue_many of 1,000 jobs (p50 of 20)", ("jobs", "p50", "per job"),
                   [(label, f"{statistics.median(v) * 1000:.1f} ms",
                     f"{statistics.median(v) * 1000:.1f} µs")
