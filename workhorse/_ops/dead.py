@@ -7,12 +7,11 @@ import getpass
 import json
 import os
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from .. import _sql
 from .._driver import Operation
-from .._durations import parse_duration
 from ..errors import InvalidOptionsError, InvalidPolicyError
 from ..types import (
     AuditEntry,
@@ -24,6 +23,7 @@ from ..types import (
     check_optional_name,
     shown,
 )
+from .history import history_moment
 from .jobs import check_tag, job_from_row, job_id_list, with_progress
 
 # A reason is free text for the audit log: a sentence, not an essay.
@@ -42,7 +42,8 @@ def dead_filters(queue: str | None = None, task: str | None = None, tag: str | N
                  error_type: str | None = None, since: object = None,
                  ids: Iterable[int] | None = None) -> dict[str, Any]:
     """The filters, checked (InvalidOptionsError), as the statements take them. `since` is an
-    aware datetime, or a duration (seconds, "2h", a timedelta): finished that long ago or less.
+    aware datetime, or a duration (seconds, "2h", a timedelta): finished that long ago or less
+    (or a date or ISO 8601 text, as `history_moment` reads them).
 
     >>> dead_filters(queue="mail", since=60)["queue"]
     'mail'
@@ -50,26 +51,8 @@ def dead_filters(queue: str | None = None, task: str | None = None, tag: str | N
     check_optional_name("queue", queue)
     check_optional_name("task", task)
     check_optional_name("error_type", error_type)
-    moment: datetime | None
-    if since is None:
-        moment = None
-    elif isinstance(since, datetime):
-        if since.tzinfo is None:
-            raise InvalidOptionsError(f"since must be an aware datetime, got {since!r}")
-        moment = since
-    else:
-        if isinstance(since, bool):
-            raise InvalidOptionsError(f"since must be a duration or a datetime, got {since!r}")
-        try:
-            seconds = parse_duration(since, maximum=None)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise InvalidOptionsError(f"since: {exc}") from None
-        if seconds < 0:
-            raise InvalidOptionsError(f"since must not be negative, got {shown(since)}")
-        try:
-            moment = datetime.now(UTC) - timedelta(seconds=seconds)
-        except OverflowError:
-            raise InvalidOptionsError(f"since is too long ago: {shown(since)}") from None
+    # The export's bounds (docs/design.md "History") take the same forms, and dates too.
+    moment = None if since is None else history_moment("since", since)
     return {"queue": queue, "task": task, "tag": None if tag is None else check_tag(tag),
             "error_type": error_type, "since": moment,
             "ids": None if ids is None else job_id_list(ids)}
