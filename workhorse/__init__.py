@@ -2,7 +2,7 @@
 
 from .app import App, UndeclaredBudgetWarning, load_app
 from .canvas import Signature, WorkflowHandle, chain, chord, group
-from .context import JobContext, Retry, Snooze, current_job
+from .context import Backoff, JobContext, Retry, Snooze, current_job
 from .errors import (
     AppLoadError,
     CostExceedsLimitError,
@@ -27,11 +27,12 @@ from .errors import (
 )
 from .handle import JobHandle
 from .queue import AsyncQueue, Queue
-from .retry import Backoff
+from .retry import ExponentialBackoff
 from .task import Task
 from .types import (
     Attempt,
     AuditEntry,
+    BackoffState,
     Budget,
     BudgetDefinition,
     BudgetHealth,
@@ -69,6 +70,7 @@ __all__ = [
     "Attempt",
     "AuditEntry",
     "Backoff",
+    "BackoffState",
     "Budget",
     "BudgetDefinition",
     "BudgetHealth",
@@ -82,6 +84,7 @@ __all__ = [
     "DependencyFailedError",
     "EmbeddedServerError",
     "EnqueueOptions",
+    "ExponentialBackoff",
     "InvalidOptionsError",
     "InvalidPolicyError",
     "InvalidScheduleError",

@@ -1,4 +1,4 @@
-"""The running job: `current_job()`, `JobContext`, and the `Retry` / `Snooze` signals.
+"""The running job: `current_job()`, `JobContext`, and the `Retry` / `Snooze` / `Backoff` signals.
 
     from workhorse import current_job, Retry, Snooze
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,8 +29,9 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from ._durations import parse_duration
-from .errors import InvalidOptionsError, NoCurrentJobError
-from .types import ClaimedJob, check_progress
+from .errors import InvalidOptionsError, NoCurrentJobError, WorkhorseError
+from .retry import ExponentialBackoff
+from .types import ClaimedJob, check_name, check_progress
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,6 +49,10 @@ def _no_renewal() -> None:
 
 
 def _no_report(done: int | float, total: int | float | None, message: str | None) -> None:
+    return None
+
+
+def _no_backoff(signal: Backoff) -> None:
     return None
 
 
@@ -78,6 +84,8 @@ class JobContext:
     # Keep the latest progress (checked) in the runner's memory; it writes it later, not here.
     report: Callable[[int | float, int | float | None, str | None], None] = field(
         default=_no_report, repr=False, compare=False)
+    # Record a backoff of this job's scope (current_job().backoff()); the runner writes it.
+    back_off: Callable[[Backoff], None] = field(default=_no_backoff, repr=False, compare=False)
 
     @classmethod
     def for_claimed(
@@ -87,6 +95,7 @@ class JobContext:
         cancel_check: Callable[[], bool] = _never,
         renew: Callable[[], None] = _no_renewal,
         report: Callable[[int | float, int | float | None, str | None], None] = _no_report,
+        back_off: Callable[[Backoff], None] = _no_backoff,
     ) -> JobContext:
         """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
         (the claim says), else the job's `run_at` on a first attempt; None for a retried job that
@@ -101,7 +110,7 @@ class JobContext:
             attempt=job.attempts, max_attempts=job.max_attempts,
             scheduled_for=job.scheduled_for if job.scheduled_for is not None
             else job.run_at if job.attempts == 1 else None,
-            cancel_check=cancel_check, renew=renew, report=report,
+            cancel_check=cancel_check, renew=renew, report=report, back_off=back_off,
         )
 
     @property
@@ -149,6 +158,20 @@ class JobContext:
         ...     current_job().heartbeat()
         """
         self.renew()
+
+    def backoff(
+        self, retry_after: str | float | timedelta, scope: str | None = None,
+        budget: str | None = None,
+    ) -> None:
+        """Back off this job's budget, key or queue as `raise Backoff(...)` does, but go on
+        running: for code that must not raise (a finally block, a library callback). No claim
+        starts a job of the scope for `retry_after`, fleet-wide, once the worker has written it
+        (at its next flush, within milliseconds). Checked as Backoff checks (InvalidOptionsError).
+
+        >>> if response.status_code == 429:            # in a handler  # doctest: +SKIP
+        ...     current_job().backoff(float(response.headers["Retry-After"]))
+        """
+        self.back_off(Backoff(retry_after, scope=scope, budget=budget))
 
 
 # A JobContext, or a callable that makes one when a handler asks: a runner of many jobs then pays
@@ -238,6 +261,73 @@ class Retry(Exception):
         self.reason = reason
         super().__init__(reason or (f"retry in {self.delay:g}s" if self.delay is not None
                                     else "retry"))
+
+
+BACKOFF_SCOPES = ("budget", "key", "queue")
+# A backoff is for a downstream's "slow down", not an outage: longer, pause the queue instead.
+MAX_BACKOFF = 86400.0
+# The retry policy's keywords: `Backoff(base=...)` is 0.2.0's spelling of ExponentialBackoff.
+_RETRY_POLICY_FIELDS = frozenset({"base", "factor", "cap", "jitter"})
+
+
+class Backoff(WorkhorseError):
+    """Raised by a handler whose downstream said "slow down" (a 429 with Retry-After, a database
+    failing over): no claim starts a job of the scope for `retry_after` (seconds, a timedelta or
+    a duration such as "30s"; at most a day), on any worker, and this job goes back to `ready`
+    with its attempt given back. Running jobs are not touched; other budgets, keys and queues
+    go on. `scope`: "budget" (the job's budget, or `budget=`, every queue that counts it),
+    "key" (the job's concurrency key in its queue), "queue" (its queue), or None (the default):
+    the job's budget when it has one, else its queue. A scope the job does not have (no budget,
+    no key) fails the job with InvalidOptionsError: no retry could change it.
+
+    >>> signal = Backoff(retry_after=30, scope="budget")
+    >>> signal.retry_after, signal.scope, signal.budget
+    (30.0, 'budget', None)
+
+    (0.2.0 called the retry delay policy `Backoff`: `Backoff(base=..., factor=..., cap=...,
+    jitter=...)` still returns an `ExponentialBackoff`, with a DeprecationWarning.)
+    """
+
+    retry_after: float
+    scope: str | None
+    budget: str | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if (not args and not kwargs) or (kwargs and set(kwargs) <= _RETRY_POLICY_FIELDS):
+            warnings.warn(
+                "Backoff(base=..., factor=..., cap=..., jitter=...) is the retry delay policy, "
+                "now named ExponentialBackoff; Backoff(retry_after, scope=...) is back-pressure "
+                "raised by a handler", DeprecationWarning, stacklevel=2)
+            return ExponentialBackoff(**kwargs)
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(
+        self, retry_after: str | float | timedelta, scope: str | None = None,
+        budget: str | None = None, reason: str = "",
+    ) -> None:
+        seconds = _delay_seconds("Backoff", retry_after, required=True)
+        assert seconds is not None
+        if not 0 < seconds <= MAX_BACKOFF:
+            raise InvalidOptionsError(
+                f"Backoff: retry_after must be more than 0 and at most a day (86400 s), got "
+                f"{retry_after!r}")
+        if scope is not None and scope not in BACKOFF_SCOPES:
+            raise InvalidOptionsError(
+                f'Backoff: scope must be "budget", "key" or "queue", got {scope!r}')
+        if budget is not None:
+            check_name("budget", budget)
+            if scope not in (None, "budget"):
+                raise InvalidOptionsError(
+                    f'Backoff: budget= goes with scope="budget", got scope={scope!r}')
+        if not isinstance(reason, str):
+            raise InvalidOptionsError(f"Backoff: reason must be a str, got {type(reason).__name__}")
+        self.retry_after = seconds
+        self.scope = scope
+        self.budget = budget
+        self.reason = reason
+        what = (f"budget {budget!r}" if budget else f"its {scope}" if scope
+                else "its budget, else its queue")
+        super().__init__(reason or f"backed off {what} for {seconds:g}s")
 
 
 class Snooze(Exception):

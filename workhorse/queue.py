@@ -19,6 +19,7 @@ import psycopg
 
 from . import _ops
 from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
+from ._queue_backoffs import AsyncBackoffMethods, BackoffMethods
 from ._queue_dead import AsyncDeadLetterMethods, DeadLetterMethods
 from ._queue_history import AsyncHistoryMethods, HistoryMethods
 from .errors import StaleLeaseError, WorkhorseError
@@ -68,7 +69,7 @@ def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptio
     return resolved
 
 
-class Queue(DeadLetterMethods, HistoryMethods):
+class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods):
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
@@ -481,7 +482,7 @@ class Queue(DeadLetterMethods, HistoryMethods):
         return self._run(_ops.heartbeat(leases))
 
 
-class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods):
+class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods, AsyncBackoffMethods):
     """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
 
     >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP

@@ -10,11 +10,13 @@ from .errors import InvalidOptionsError
 
 
 @dataclass(frozen=True, slots=True)
-class Backoff:
+class ExponentialBackoff:
     """Delay before retry number `attempt` (1 = the first retry): `base * factor**(attempt-1)`,
-    capped at `cap`, then drawn uniformly from [delay/2, delay] when `jitter` is on.
+    capped at `cap`, then drawn uniformly from [delay/2, delay] when `jitter` is on. (0.2.0
+    called it `Backoff`, a name that now means back-pressure from a handler; `Backoff(base=...)`
+    still makes one of these, with a DeprecationWarning.)
 
-    >>> Backoff(base=1, factor=2, cap=10, jitter=False).delay(3)
+    >>> ExponentialBackoff(base=1, factor=2, cap=10, jitter=False).delay(3)
     4.0
     """
 
@@ -26,14 +28,15 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.base < 0 or self.factor < 1 or self.cap < 0:
             raise InvalidOptionsError(
-                f"Backoff needs base >= 0, factor >= 1 and cap >= 0, got base={self.base!r}, "
+                f"ExponentialBackoff needs base >= 0, factor >= 1 and cap >= 0, got "
+                f"base={self.base!r}, "
                 f"factor={self.factor!r}, cap={self.cap!r}"
             )
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt`.
 
-        >>> Backoff(base=2, factor=3, jitter=False).delay(2)
+        >>> ExponentialBackoff(base=2, factor=3, jitter=False).delay(2)
         6.0
         """
         exponent = max(attempt - 1, 0)
@@ -43,14 +46,14 @@ class Backoff:
         return float(raw)
 
 
-RetryBackoff = Backoff | float | int | Callable[[int], float]
+RetryBackoff = ExponentialBackoff | float | int | Callable[[int], float]
 
 
 def backoff_delay(policy: RetryBackoff | None, attempt: int) -> float:
     """Seconds to wait before retrying after failed attempt number `attempt`."""
     if policy is None:
-        policy = Backoff()
-    if isinstance(policy, Backoff):
+        policy = ExponentialBackoff()
+    if isinstance(policy, ExponentialBackoff):
         return policy.delay(attempt)
     if isinstance(policy, int | float):
         return float(policy)

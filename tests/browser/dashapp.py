@@ -36,7 +36,7 @@ def nightly_report() -> None:
 
 
 @app.task(queue="lucky", max_attempts=2,
-          retry_backoff=workhorse.Backoff(base=0.1, factor=1, cap=0.1, jitter=False))
+          retry_backoff=workhorse.ExponentialBackoff(base=0.1, factor=1, cap=0.1, jitter=False))
 def second_time_lucky(n: int) -> str:
     """Fails its first attempt, succeeds on the second (the job page's attempt history)."""
     if workhorse.current_job().attempt == 1:

@@ -17,8 +17,8 @@ import pytest
 import workhorse
 from workhorse import (
     App,
-    Backoff,
     ConcurrencyPolicyDefinition,
+    ExponentialBackoff,
     InvalidOptionsError,
     InvalidPolicyError,
     QueueSpec,
@@ -490,14 +490,14 @@ def test_parse_duration_rejects(text: Any) -> None:
 
 
 def test_backoff_grows_and_is_capped() -> None:
-    backoff = Backoff(base=1, factor=2, cap=10, jitter=False)
+    backoff = ExponentialBackoff(base=1, factor=2, cap=10, jitter=False)
     assert [backoff.delay(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
     assert backoff.delay(0) == 1.0
     assert backoff.delay(10_000) == 10.0  # no overflow
 
 
 def test_backoff_jitter_stays_in_the_upper_half() -> None:
-    backoff = Backoff(base=2, factor=3, cap=100)
+    backoff = ExponentialBackoff(base=2, factor=3, cap=100)
     for attempt in (1, 2, 3, 4, 5):
         raw = min(100.0, 2 * 3 ** (attempt - 1))
         for _ in range(50):
@@ -507,21 +507,34 @@ def test_backoff_jitter_stays_in_the_upper_half() -> None:
 @pytest.mark.parametrize("kwargs", [{"base": -1}, {"factor": 0.5}, {"cap": -1}])
 def test_backoff_validation(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        Backoff(**kwargs)
+        ExponentialBackoff(**kwargs)
 
 
 def test_backoff_delay_policies() -> None:
-    assert 0.5 <= backoff_delay(None, 1) <= 1.0  # the default: Backoff()
+    assert 0.5 <= backoff_delay(None, 1) <= 1.0  # the default: ExponentialBackoff()
     assert backoff_delay(7, 3) == 7.0
     assert backoff_delay(0.5, 9) == 0.5
     assert backoff_delay(lambda attempt: attempt * 10, 3) == 30.0
     assert backoff_delay(lambda attempt: -5, 1) == 0.0
-    assert backoff_delay(Backoff(base=3, jitter=False), 2) == 6.0
+    assert backoff_delay(ExponentialBackoff(base=3, jitter=False), 2) == 6.0
+
+
+def test_backoff_with_retry_policy_keywords_is_the_old_spelling() -> None:
+    """0.2.0's `Backoff(base=...)` still makes the retry policy, with a DeprecationWarning;
+    `Backoff(retry_after, ...)` is back-pressure."""
+    from workhorse import Backoff
+    with pytest.warns(DeprecationWarning, match="ExponentialBackoff"):
+        old = Backoff(base=2, factor=3, cap=60, jitter=False)
+    assert old == ExponentialBackoff(base=2, factor=3, cap=60, jitter=False)
+    with pytest.warns(DeprecationWarning):
+        assert Backoff() == ExponentialBackoff()
+    signal = Backoff(30, scope="key")
+    assert isinstance(signal, Exception) and (signal.retry_after, signal.scope) == (30.0, "key")
 
 
 def test_task_keeps_its_backoff() -> None:
     app = App("b")
-    backoff = Backoff(base=0.1)
+    backoff = ExponentialBackoff(base=0.1)
     assert app.task(name="t", retry_backoff=backoff)(lambda: None).retry_backoff is backoff
 
 

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("app", ["workhorse.app"]),
     ("task", ["workhorse.task"]),
     ("canvas and queue", ["workhorse.canvas", "workhorse.queue", "workhorse._queue_dead",
-                          "workhorse._queue_history"]),
+                          "workhorse._queue_history", "workhorse._queue_backoffs"]),
     ("enqueuer", ["workhorse._enqueue"]),
     ("handles and calls", ["workhorse.handle", "workhorse._calls"]),
     ("connections", ["workhorse.database", "workhorse._results", "workhorse._listen"]),

@@ -1,5 +1,5 @@
 """What the worker's claim sends and what it sends back: claims, and each job's outcome (success,
-failure, snooze, release), with its progress."""
+failure, snooze, backoff, release), with its progress."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..errors import (
 from ..types import (
     INT_MAX,
     MAX_DELAY_SECONDS,
+    BackoffState,
     ClaimedJob,
     JobStatus,
     Progress,
@@ -242,6 +243,25 @@ def snooze(
     if status is None:
         raise StaleLeaseError(f"job {job_id}: fence {fence} is stale; the snooze was not recorded")
     return JobStatus.of_row(status)
+
+
+def backoff(
+    job_id: int, fence: int, seconds: float, scope: str | None, budget: str | None,
+    release: bool, retention: str = DEFAULT_RETENTION_JSON,
+) -> Operation[tuple[JobStatus | None, BackoffState | None]]:
+    """A handler backed off its budget, key or queue (docs/design.md "Back-pressure"): the
+    backoff in force on the target (a later one already there stays), and with `release` (it
+    raised Backoff) the job back to `ready` with its attempt given back (canceled when a cancel
+    was requested). Returns the job's status and the backoff; (None, None) when the fence is
+    stale (nothing written). InvalidOptionsError for a scope the job does not have."""
+    rows = yield _sql.statement("backoff"), (
+        check_id(job_id), check_id(fence, "a fence"), float(seconds), scope, budget, release,
+        retention)
+    if not rows:
+        return None, None
+    status, scope_, name, key, until = rows[0]
+    state = None if scope_ is None else BackoffState(scope_, name, key, until, job_id)
+    return (None if status is None else JobStatus.of_row(status)), state
 
 
 def _progress_number(value: int | float | None) -> str | None:

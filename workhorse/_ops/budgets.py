@@ -14,6 +14,7 @@ from ..errors import (
 from ..types import (
     MAX_BUDGET_DEFINITIONS,
     MAX_DELAY_SECONDS,
+    BackoffState,
     Budget,
     BudgetDefinition,
     BudgetHealth,
@@ -152,3 +153,33 @@ def budgets_present(names: Sequence[str]) -> Operation[set[str]]:
     rows = yield _sql.statement("budgets_present"), (list(names),)
     return {row[0] for row in rows}
 
+
+
+def _backoff_states(rows: Sequence[Sequence[Any]]) -> list[BackoffState]:
+    return [BackoffState(scope=row[0], name=row[1], key=row[2], until=row[3], by_job=row[4])
+            for row in rows]
+
+
+def list_backoffs() -> Operation[list[BackoffState]]:
+    """The backoffs in force (docs/design.md "Back-pressure"), soonest end first."""
+    rows = yield _sql.statement("list_backoffs"), ()
+    return _backoff_states(rows)
+
+
+def clear_backoff(
+    scope: str, name: str, key: str | None = None
+) -> Operation[list[BackoffState]]:
+    """An operator's end of backoffs: scope "queue" clears the queue's own and its keys' (or key
+    `key`'s only), scope "budget" the budget's; their queues' claimers are woken. Returns what
+    was cleared (nothing, when none was in force)."""
+    if scope not in ("queue", "budget"):
+        raise InvalidOptionsError(
+            f'clear_backoff: scope must be "queue" or "budget", got {scope!r}')
+    check_name("queue" if scope == "queue" else "budget", name)
+    if key is not None:
+        if scope != "queue":
+            raise InvalidOptionsError(
+                "clear_backoff: a key names a key of a queue, not of a budget")
+        check_name("key", key)
+    rows = yield _sql.statement("clear_backoff"), (scope, name, key)
+    return _backoff_states(rows)

@@ -23,6 +23,20 @@ CREATE TABLE workhorse.audit_log (
     CONSTRAINT audit_log_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 1000)))
 );
 
+CREATE TABLE workhorse.backoffs (
+    scope text NOT NULL,
+    name text NOT NULL,
+    ckey text DEFAULT ''::text NOT NULL,
+    until timestamp with time zone NOT NULL,
+    by_job bigint,
+    set_at timestamp with time zone NOT NULL,
+    retry_after double precision NOT NULL,
+    CONSTRAINT backoffs_check CHECK (((scope = 'key'::text) = (ckey <> ''::text))),
+    CONSTRAINT backoffs_pkey PRIMARY KEY (scope, name, ckey),
+    CONSTRAINT backoffs_retry_after_check CHECK (((retry_after > (0)::double precision) AND (retry_after <= (86400)::double precision))),
+    CONSTRAINT backoffs_scope_check CHECK ((scope = ANY (ARRAY['queue'::text, 'key'::text, 'budget'::text])))
+);
+
 CREATE TABLE workhorse.budget_controls (
     name text NOT NULL,
     max_active integer,
@@ -284,6 +298,7 @@ CREATE TABLE workhorse.queue_controls (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     rate_burst integer,
     rate_burst_per_key integer,
+    backed_off_until timestamp with time zone,
     CONSTRAINT queue_controls_max_active_check CHECK (((max_active >= 1) AND (max_active <= 1000000))),
     CONSTRAINT queue_controls_max_active_per_key_check CHECK (((max_active_per_key >= 1) AND (max_active_per_key <= 1000000))),
     CONSTRAINT queue_controls_pkey PRIMARY KEY (queue),
@@ -712,7 +727,7 @@ AS $function$
       AND s.bucket_end > p_now - make_interval(secs => p_window)
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[])
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, p_off_keys text[], OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[], OUT backed_off_until timestamp with time zone)
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -763,7 +778,7 @@ DECLARE
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
-    v_passed text[] := '{}';
+    v_passed text[] := p_off_keys;  -- keys passed over: backed off, then saturated
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
     v_i integer;
@@ -828,17 +843,21 @@ BEGIN
                             ELSE bd.rate_period END AS period,
                        COALESCE(o.rate_burst, bd.rate_burst) AS burst,
                        bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
-                       bd.rate_burst AS decl_burst
+                       bd.rate_burst AS decl_burst, bo.until AS off_until
                 FROM workhorse.budget_queues bq
                 LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
                 LEFT JOIN workhorse.budget_controls o
                     ON o.name = bq.budget
                    AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
+                LEFT JOIN workhorse.backoffs bo
+                    ON bo.scope = 'budget' AND bo.name = bq.budget AND bo.ckey = ''
+                   AND bo.until > p_now
                 WHERE bq.queue = p_queue
-                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL)  -- a budget nobody declared
-                ORDER BY bq.queue, bq.budget                       -- limits nothing
+                  -- A budget nobody declared limits nothing, unless a handler backed it off.
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.name IS NOT NULL)
+                ORDER BY bq.queue, bq.budget
             ) AS l
-            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL
+            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL OR l.off_until IS NOT NULL
         LOOP
             b_name := b_name || v_row.budget;
             b_decl_max := b_decl_max || v_row.decl_max;
@@ -867,6 +886,15 @@ BEGIN
                 budget_periods := COALESCE(budget_periods, '{}') || v_row.period;
                 budget_windows := COALESCE(budget_windows, '{}')
                                   || v_row.burst_window::double precision;
+            END IF;
+            IF v_row.off_until IS NOT NULL THEN
+                -- Backed off (docs/design.md "Back-pressure"): passed over for the whole call,
+                -- as a full budget is; no turn is given or taken (no other queue may start
+                -- one of its jobs either), and the caller sleeps until the first such ends.
+                v_blocked := v_blocked || v_row.budget;
+                b_waiter := b_waiter || NULL::text;
+                backed_off_until := LEAST(backed_off_until, v_row.off_until);
+                CONTINUE;
             END IF;
             -- Turns: the other queue of the budget that waits for it with the oldest turn (a
             -- claim of it met a job of the budget it could not take in the last 10 s, and it
@@ -997,6 +1025,7 @@ BEGIN
                 FROM workhorse.jobs j
                 WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
                   AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  AND NOT (j.ckey = ANY(p_off_keys))
                 ORDER BY j.budget, j.queue, j.rank, j.id
                 LIMIT 1) AS c
             WHERE NOT (b.budget = ANY(v_blocked))
@@ -1008,6 +1037,7 @@ BEGIN
             FROM workhorse.jobs j
             WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
               AND (j.rank, j.id) > (v_all_rank, v_all_id)
+              AND NOT (j.ckey = ANY(p_off_keys))
             ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
             IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
@@ -1021,6 +1051,7 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active'
                   AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                  AND NOT (j.ckey = ANY(p_off_keys))
                 ORDER BY j.rank, j.id
                 LIMIT 1;
                 IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
@@ -1042,6 +1073,7 @@ BEGIN
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                   AND NOT (j.ckey = ANY(p_off_keys))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
@@ -1053,6 +1085,7 @@ BEGIN
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
                        AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                       AND NOT (j.ckey = ANY(p_off_keys))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
@@ -1064,6 +1097,7 @@ BEGIN
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                   AND NOT (j.ckey = ANY(p_off_keys))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
@@ -2386,6 +2420,93 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.backoff_v1(p_id bigint, p_fence bigint, p_seconds double precision, p_scope text, p_budget text, p_release boolean, p_retention text)
+ RETURNS TABLE(status text, scope text, name text, ckey text, until timestamp with time zone)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_job record;
+    v_scope text;
+    v_name text;
+    v_key text := '';
+    v_until timestamptz;
+    v_status text := 'active';
+BEGIN
+    IF p_seconds IS NULL OR NOT (p_seconds > 0 AND p_seconds <= 86400) THEN
+        RAISE EXCEPTION 'Backoff retry_after must be more than 0 and at most 86400 seconds, got %',
+            p_seconds USING ERRCODE = 'WH005';
+    END IF;
+    IF p_scope IS NOT NULL AND p_scope NOT IN ('queue', 'key', 'budget') THEN
+        RAISE EXCEPTION 'Backoff scope must be "budget", "key" or "queue", got %', p_scope
+            USING ERRCODE = 'WH005';
+    END IF;
+    IF p_budget IS NOT NULL AND COALESCE(p_scope, 'budget') <> 'budget' THEN
+        RAISE EXCEPTION 'Backoff budget= goes with scope="budget", got scope=%', p_scope
+            USING ERRCODE = 'WH005';
+    END IF;
+
+    SELECT j.queue, j.ckey, j.budget INTO v_job
+    FROM workhorse.jobs j
+    -- (Without release, any status: the job's success may have been recorded first, riding on
+    -- a claim, and its fence still names this attempt.)
+    WHERE j.id = p_id AND j.fence = p_fence AND (j.status = 'active' OR NOT p_release);
+    IF NOT FOUND THEN
+        IF p_release THEN
+            -- A resend of a release already recorded (the connection broke before the reply):
+            -- the job waits under the same fence (only a claim changes it).
+            RETURN QUERY SELECT j.status, NULL::text, NULL::text, NULL::text, NULL::timestamptz
+                FROM workhorse.jobs j
+                WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('ready', 'canceled');
+        END IF;
+        RETURN;
+    END IF;
+
+    v_scope := COALESCE(p_scope, CASE WHEN COALESCE(p_budget, v_job.budget) IS NOT NULL
+                                      THEN 'budget' ELSE 'queue' END);
+    IF v_scope = 'budget' THEN
+        v_name := COALESCE(p_budget, v_job.budget);
+        IF v_name IS NULL THEN
+            RAISE EXCEPTION 'Backoff(scope="budget") from job % of queue %, which names no budget: '
+                'pass budget= or another scope', p_id, v_job.queue USING ERRCODE = 'WH005';
+        END IF;
+        PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(v_name));
+    ELSE
+        v_name := v_job.queue;
+        IF v_scope = 'key' THEN
+            v_key := v_job.ckey;
+            IF v_key = '' THEN
+                RAISE EXCEPTION 'Backoff(scope="key") from job % of queue %, which has no '
+                    'concurrency key', p_id, v_job.queue USING ERRCODE = 'WH005';
+            END IF;
+        END IF;
+        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(v_name));
+    END IF;
+
+    v_until := clock_timestamp() + make_interval(secs => p_seconds);
+    INSERT INTO workhorse.backoffs AS b (scope, name, ckey, until, by_job, set_at, retry_after)
+    VALUES (v_scope, v_name, v_key, v_until, p_id, clock_timestamp(), p_seconds)
+    ON CONFLICT ON CONSTRAINT backoffs_pkey DO UPDATE
+        SET until = excluded.until, by_job = excluded.by_job, set_at = excluded.set_at,
+            retry_after = excluded.retry_after
+        WHERE b.until < excluded.until;
+    SELECT b.until INTO v_until FROM workhorse.backoffs b
+    WHERE b.scope = v_scope AND b.name = v_name AND b.ckey = v_key;
+    IF v_scope <> 'budget' THEN
+        INSERT INTO workhorse.queue_controls AS c (queue, backed_off_until)
+        VALUES (v_name, v_until)
+        ON CONFLICT (queue) DO UPDATE
+            SET backed_off_until = GREATEST(c.backed_off_until, excluded.backed_off_until);
+    END IF;
+
+    IF p_release THEN
+        SELECT r.status INTO v_status
+        FROM workhorse.release_v2(ARRAY[p_id], ARRAY[p_fence], p_retention) AS r;
+    END IF;
+    RETURN QUERY SELECT v_status, v_scope, v_name, NULLIF(v_key, ''), v_until;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.cancel_jobs_v1(p_ids bigint[], p_retention text)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -3012,6 +3133,12 @@ DECLARE
     v_burst_key integer;
     v_burst_window double precision;
     v_burst_window_key double precision;
+    -- Back-pressure (docs/design.md "Back-pressure"): the queue's control row's stamp, the
+    -- queue's own backoff, and its keys backed off now (passed over like saturated keys).
+    v_backoff_stamp timestamptz;
+    v_queue_off timestamptz;
+    v_off_keys text[] := '{}';
+    v_budget_off timestamptz;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -3199,7 +3326,10 @@ BEGIN
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
          v_period_key, v_expired, v_due, v_hinted, v_past_deadline
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
-    v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
+    -- (One statement for both probes: each statement's start-up costs more than its probe.)
+    SELECT EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue),
+           (SELECT c.backed_off_until FROM workhorse.queue_controls c WHERE c.queue = p_queue)
+    INTO v_budgeted, v_backoff_stamp;
     v_governed := v_governed OR v_budgeted;
     IF v_level > c_level THEN
         -- The queue uses a feature this claim does not know: admitting here could break a rule
@@ -3219,6 +3349,29 @@ BEGIN
             PERFORM workhorse._wake_v1(p_queue);
         END IF;
         RETURN;
+    END IF;
+    IF v_backoff_stamp > v_now THEN
+        -- A backoff of the queue or of some of its keys is in force: the queue's admits
+        -- nothing until it ends (the worker sleeps until then: the marker says when), its
+        -- keys' are passed over by every path below.
+        SELECT max(b.until) FILTER (WHERE b.scope = 'queue'),
+               COALESCE(array_agg(b.ckey) FILTER (WHERE b.scope = 'key'), '{}')
+        INTO v_queue_off, v_off_keys
+        FROM workhorse.backoffs b
+        WHERE b.scope IN ('queue', 'key') AND b.name = p_queue AND b.until > v_now;
+        IF v_queue_off IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text,
+                NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                NULL::timestamptz, NULL::integer,
+                GREATEST(EXTRACT(epoch FROM v_queue_off - clock_timestamp())::double precision,
+                         0.001),
+                NULL::text, NULL::timestamptz;
+            IF v_freed > 0 THEN
+                PERFORM workhorse._wake_v1(p_queue);
+            END IF;
+            RETURN;
+        END IF;
     END IF;
 
     IF v_past_deadline AND workhorse._expire_jobs_v1(p_queue, v_now) > 0 THEN
@@ -3270,16 +3423,16 @@ BEGIN
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
         SELECT c.ids, c.rate_blocked, c.budget_names, c.budget_periods, c.budget_windows,
-               c.budget_rates, c.budget_bursts, c.budget_stopped
+               c.budget_rates, c.budget_bursts, c.budget_stopped, c.backed_off_until
         INTO v_ids, v_rate_blocked, v_budget_names, v_budget_periods, v_budget_windows,
-             v_budget_rates, v_budget_bursts, v_budget_stopped
+             v_budget_rates, v_budget_bursts, v_budget_stopped, v_budget_off
         FROM workhorse._choose_units_v1(
             p_queue, v_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
             v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
-            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
+            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -3294,6 +3447,7 @@ BEGIN
             WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > v_now
             GROUP BY j.ckey
         ) AS a;
+        v_saturated := v_saturated || v_off_keys;  -- a backed-off key is passed over alike
 
         v_room := CASE WHEN v_max IS NULL THEN v_limit ELSE LEAST(v_limit, v_max - v_active) END;
         IF v_room <= 0 THEN
@@ -3333,6 +3487,9 @@ BEGIN
         WITH ready AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE NOT v_filter AND j.queue = p_queue AND j.status = 'ready'
+              -- A backed-off key's ready rows are read past (this queue keeps no heads to
+              -- skip a key by): that costs its ready jobs ahead, only while the backoff lasts.
+              AND NOT (j.ckey = ANY(v_off_keys))
             ORDER BY j.queue, j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
@@ -3343,6 +3500,7 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT j.id, j.rank FROM workhorse.jobs j
                 WHERE v_filter AND j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                  AND NOT (j.ckey = ANY(v_off_keys))
                 ORDER BY j.queue, j.task, j.rank, j.id
                 LIMIT v_room
                 FOR UPDATE SKIP LOCKED
@@ -3351,6 +3509,7 @@ BEGIN
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE v_expired AND j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND NOT (j.ckey = ANY(v_off_keys))
             ORDER BY j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
@@ -3431,6 +3590,7 @@ BEGIN
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
                       AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                      AND NOT (j.ckey = ANY(v_off_keys))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
@@ -3550,6 +3710,7 @@ BEGIN
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
                       AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                      AND NOT (j.ckey = ANY(v_off_keys))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = ''
@@ -3667,6 +3828,7 @@ BEGIN
               AND (j.start_by IS NULL OR j.start_by > v_start)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND NOT (j.ckey = ANY(v_off_keys))  -- (no path above chooses one: a safety net)
               AND (v_budgeted OR j.budget IS NULL)
               -- A governed queue admitted by counting jobs (not in units) activates only jobs
               -- of one unit and one start: a job of another cost raised the queue's level in
@@ -3793,6 +3955,13 @@ BEGIN
               ORDER BY kh.queue, kh.head_rank, kh.head_id LIMIT v_room) AS h
         WHERE workhorse._rate_used_v1(p_queue, h.ckey, v_period_key, v_now) >= v_rate_key;
     END IF;
+    IF v_budget_off IS NOT NULL AND v_admitted < v_limit THEN
+        -- A budget of the queue is backed off: claim again when the first such backoff ends
+        -- (or sooner, for a rate), not at every wake-up meanwhile.
+        v_next := LEAST(COALESCE(v_next, 'Infinity'::double precision),
+                        GREATEST(EXTRACT(epoch FROM v_budget_off - clock_timestamp())::double precision,
+                                 0.001));
+    END IF;
     IF v_next > 0 THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::smallint,
             NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint, NULL::timestamptz,
@@ -3810,6 +3979,58 @@ BEGIN
     IF v_governed AND v_freed > v_plain_admitted + v_admitted THEN
         PERFORM workhorse._wake_v1(p_queue);
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.clear_backoff_v1(p_scope text, p_name text, p_key text)
+ RETURNS TABLE(scope text, name text, ckey text, until timestamp with time zone, by_job bigint)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_cleared workhorse.backoffs[];
+BEGIN
+    IF p_scope IS NULL OR p_scope NOT IN ('queue', 'budget') THEN
+        RAISE EXCEPTION 'clear_backoff scope must be "queue" or "budget", got %', p_scope
+            USING ERRCODE = 'WH005';
+    END IF;
+    IF p_key IS NOT NULL AND p_scope <> 'queue' THEN
+        RAISE EXCEPTION 'a key names a backoff of a queue''s key, not of a budget'
+            USING ERRCODE = 'WH005';
+    END IF;
+    IF p_scope = 'budget' THEN
+        PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(p_name));
+        WITH gone AS (
+            DELETE FROM workhorse.backoffs b
+            WHERE b.scope = 'budget' AND b.name = p_name AND b.ckey = ''
+            RETURNING b.*
+        )
+        SELECT array_agg(g) INTO v_cleared FROM gone g;
+        PERFORM workhorse._wake_v1(bq.queue)
+        FROM workhorse.budget_queues bq WHERE bq.budget = p_name AND v_cleared IS NOT NULL;
+    ELSE
+        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_name));
+        WITH gone AS (
+            DELETE FROM workhorse.backoffs b
+            WHERE b.scope IN ('queue', 'key') AND b.name = p_name
+              AND (p_key IS NULL OR (b.scope = 'key' AND b.ckey = p_key))
+            RETURNING b.*
+        )
+        SELECT array_agg(g) INTO v_cleared FROM gone g;
+        UPDATE workhorse.queue_controls c
+        SET backed_off_until = (SELECT max(b.until) FROM workhorse.backoffs b
+                                WHERE b.scope IN ('queue', 'key') AND b.name = p_name)
+        WHERE c.queue = p_name;
+        DELETE FROM workhorse.queue_controls c
+        WHERE c.queue = p_name AND NOT c.paused AND c.override_set_at IS NULL
+          AND c.backed_off_until IS NULL;
+        IF v_cleared IS NOT NULL THEN
+            PERFORM workhorse._wake_v1(p_name);
+        END IF;
+    END IF;
+    RETURN QUERY SELECT g.scope, g.name, NULLIF(g.ckey, ''), g.until, g.by_job
+        FROM unnest(COALESCE(v_cleared, '{}')) AS g
+        ORDER BY g.scope, g.ckey;
 END
 $function$;
 
@@ -5002,6 +5223,14 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
 
+    -- Backoffs that ended (docs/design.md "Back-pressure") go, and their stamps on the queues'
+    -- control rows; a control row that held only such a stamp goes too.
+    DELETE FROM workhorse.backoffs b WHERE b.until <= now();
+    DELETE FROM workhorse.queue_controls c
+    WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
+    UPDATE workhorse.queue_controls c SET backed_off_until = NULL
+    WHERE c.backed_off_until <= now();
+
     DELETE FROM workhorse.result_listeners r
     WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);
 END
@@ -5688,7 +5917,8 @@ BEGIN
         WHERE c.queue = p_queue;
     END IF;
     DELETE FROM workhorse.queue_controls c
-    WHERE c.queue = p_queue AND NOT c.paused AND c.override_set_at IS NULL;
+    WHERE c.queue = p_queue AND NOT c.paused AND c.override_set_at IS NULL
+      AND (c.backed_off_until IS NULL OR c.backed_off_until <= now());  -- a backoff's stamp
 
     v_keyed := workhorse._keyed_v2(p_queue);
     IF v_keyed AND NOT v_was_keyed THEN

@@ -120,10 +120,12 @@ async def _drain(
             heartbeats = _Heartbeats(url, lease)
             conn = await psycopg.AsyncConnection.connect(
                 url, autocommit=True, application_name=database.application_name("drain"))
+    backoffs: list[tuple[Execution, Any]] = []  # current_job().backoff(): for the recorder
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
                         retention=_ops.retention_json(app.retention),
                         threads=InCallerThread() if loopless else None,
-                        renew=lambda execution: heartbeats.renewer(execution.job, execution)())
+                        renew=lambda execution: heartbeats.renewer(execution.job, execution)(),
+                        back_off=lambda execution, signal: backoffs.append((execution, signal)))
 
     async def run(execution: Execution) -> Outcome | None:
         task = execution.task
@@ -176,9 +178,12 @@ async def _drain(
                         outcome = await run(execution)
                     finally:
                         running.pop(job.id, None)
+                    for execution_, signal in backoffs:
+                        recorder.queue_backoff(execution_, signal)
+                    backoffs.clear()
                     if outcome is not None:
                         recorder.add(outcome)
-                        await recorder.flush()
+                    await recorder.flush()
             if ran:
                 continue
             if not next_starts:

@@ -42,8 +42,9 @@ def eager(app: App) -> Iterator[None]:
       - delays, `eta` and `run_at` are ignored: the job runs now;
       - a failure that may retry (the task's `retry_on`, or `Retry`) runs again at once, up to
         `max_attempts`; backoff and `Retry(delay=...)` are not waited for;
-      - `Snooze` runs the job again at once without using an attempt; after 100 snoozes in a row
-        the job fails (a handler that always snoozes would never end);
+      - `Snooze` and `Backoff` run the job again at once without using an attempt; after 100 in
+        a row the job fails (a handler that always snoozes would never end);
+        `current_job().backoff()` does nothing (there is no fleet to back off);
       - `timeout=`: an async handler is cancelled at the limit; a sync one runs to its end and its
         attempt then fails with JobTimeoutError, as in a worker;
       - nothing is concurrent: a task that enqueues another runs it inside its own call;
@@ -266,15 +267,20 @@ class EagerRunner:
                 _, done, total, message = execution.progress
                 job = replace(job, progress=Progress(done, total, message, datetime.now(UTC)))
                 self.jobs[job.id] = job
-            if outcome.snooze is not None:
+            if outcome.snooze is not None or outcome.backoff is not None:
+                # A Backoff, like a snooze, gives its attempt back; eager has no fleet to back
+                # off, so the job runs again at once.
                 snoozes += 1
                 if snoozes < EAGER_SNOOZE_LIMIT:
-                    job = replace(job, attempts=attempts - 1)  # a snooze gives its attempt back
+                    job = replace(job, attempts=attempts - 1)
                     continue
-                error = {"type": "Snooze", "message": (
-                    f"snoozed {snoozes} times in a row under eager() (last: for "
-                    f"{outcome.snooze:g}s); a worker would wait out each delay"),
-                    "traceback": None}
+                kind, delay = (("Snooze", outcome.snooze) if outcome.snooze is not None
+                               else ("Backoff", outcome.backoff.retry_after
+                                     if outcome.backoff is not None else 0.0))
+                error = {"type": kind, "message": (
+                    f"{'snoozed' if kind == 'Snooze' else 'backed off'} {snoozes} times in a "
+                    f"row under eager() (last: for {delay:g}s); a worker would wait out each "
+                    "delay"), "traceback": None}
                 return self._ended(job, JobStatus.FAILED, error=error)
             if outcome.error is None:
                 assert outcome.result is not None

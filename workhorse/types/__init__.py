@@ -8,6 +8,7 @@ before the split, but are not part of `__all__`.
 
 from .health import (
     REASON_CODES,
+    BackoffState,
     BudgetHealth,
     PolicyHealth,
     QueueHealth,
@@ -108,6 +109,7 @@ __all__ = [
     "RESTING",
     "Attempt",
     "AuditEntry",
+    "BackoffState",
     "Budget",
     "BudgetDefinition",
     "BudgetHealth",

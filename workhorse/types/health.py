@@ -35,6 +35,23 @@ class Reason:
 
 
 @dataclass(frozen=True, slots=True)
+class BackoffState:
+    """A backoff in force (docs/design.md "Back-pressure"): no claim starts a job of its scope
+    before `until`. `scope` is "budget" (`name` the budget), "queue" or "key" (`name` the
+    queue, `key` the key); `by_job` the job whose handler raised it (None when unknown).
+
+    >>> [(b.scope, b.name, b.by_job) for b in q.backoffs()]  # doctest: +SKIP
+    [('budget', 'openai', 4812)]
+    """
+
+    scope: str
+    name: str
+    key: str | None
+    until: datetime
+    by_job: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetHealth:
     """One budget in `QueueHealth.budgets`: declared (`namespace` set), overridden, or only named
     by ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are

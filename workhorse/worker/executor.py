@@ -11,7 +11,8 @@ drain can all run it. For one job it:
   4. turns what happened into an `Outcome`: the result as JSON text (encoded here, once); or the
      error document, with a retry time while attempts remain and the task retries that error
      (`retry_on`; `Retry(delay)` always does, after its own delay); or, for `Snooze(delay)`, the
-     delay after which the job comes back without using an attempt.
+     delay after which the job comes back without using an attempt; or, for `Backoff(...)`, the
+     backoff to record (the job goes back to ready without using an attempt).
 
 A job whose lease was lost meanwhile (`Execution.lost`, set by the slot when a heartbeat is
 refused) has no outcome: its result is discarded, because another claim may own the job now.
@@ -31,7 +32,7 @@ from opentelemetry import trace
 
 from .. import _ops, context, telemetry
 from .._ops import encode_json, error_document
-from ..context import JobContext, Retry, Snooze
+from ..context import Backoff, JobContext, Retry, Snooze
 from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
@@ -93,11 +94,12 @@ class Outcome:
     error: dict[str, Any] | None = None
     retry_at: datetime | None = None
     snooze: float | None = None  # Snooze(delay): seconds until the job comes back
+    backoff: Backoff | None = None  # raised Backoff: its scope backs off, the job is ready again
     duration: float = 0.0  # seconds the handler ran
 
     @property
     def succeeded(self) -> bool:
-        return self.error is None and self.snooze is None
+        return self.error is None and self.snooze is None and self.backoff is None
 
     @property
     def retry_delay(self) -> float | None:
@@ -148,10 +150,13 @@ class Executor:
         traced: bool | None = None,
         retention: str = _ops.DEFAULT_RETENTION_JSON,
         renew: Callable[[Execution], None] | None = None,
+        back_off: Callable[[Execution, Backoff], None] | None = None,
     ) -> None:
         self.tasks = dict(tasks)
         # JobContext.heartbeat(): renew this job's lease now (StaleLeaseError when it is lost).
         self.renew = renew
+        # JobContext.backoff(): have this backoff written (thread-safe; None: not recorded).
+        self.back_off = back_off
         self.retention = retention  # the app's, for jobs whose task it does not know
         self.app_name = app_name
         self.default_lease = default_lease
@@ -168,11 +173,13 @@ class Executor:
 
     def context(self, execution: Execution) -> JobContext:
         """The JobContext `current_job()` gives the handler (made only when it asks)."""
-        renew = self.renew
+        renew, back_off = self.renew, self.back_off
         return JobContext.for_claimed(
             execution.job, cancel_check=lambda: execution.cancel_requested,
             renew=(lambda: renew(execution)) if renew is not None else _no_renewal,
-            report=execution.report)
+            report=execution.report,
+            back_off=(lambda signal: back_off(execution, signal)) if back_off is not None
+            else _not_recorded)
 
     async def run(self, execution: Execution) -> Outcome | None:
         job, task = execution.job, execution.task
@@ -213,6 +220,11 @@ class Executor:
                 if execution.lost:
                     return None
                 outcome = Outcome(execution, snooze=exc.delay)
+                return outcome
+            except Backoff as exc:
+                if execution.lost:
+                    return None
+                outcome = Outcome(execution, backoff=exc)
                 return outcome
             except Exception as exc:
                 outcome = self._failure(execution, exc)
@@ -280,6 +292,10 @@ class Executor:
 
 
 def _no_renewal() -> None:
+    return None
+
+
+def _not_recorded(signal: Backoff) -> None:
     return None
 
 

@@ -3,6 +3,7 @@
 Successes go in one `complete` statement per flush: the batch is whatever finished while the
 previous flush was in flight, so a busy slot pays one round trip for many jobs and an idle one
 pays no delay. Failures go one by one to `fail`, with the retry time the executor chose.
+Backoffs a running handler asked for (`current_job().backoff()`) go first, one by one.
 
 Successes of the queues named in `ride` do not wait for a flush: they ride on the slot's next
 claim of their queue (`take_riding`, then `counted` with what the claim recorded), which frees
@@ -29,11 +30,13 @@ import anyio
 import psycopg
 
 from .. import _ops, telemetry
-from ..errors import PayloadError, StaleLeaseError, first_line
-from ..types import JobStatus
+from .._ops import error_document
+from ..context import Backoff
+from ..errors import InvalidOptionsError, PayloadError, StaleLeaseError, first_line
+from ..types import BackoffState, JobStatus
 from . import _logs
 from ._reconnect import Reconnect
-from .executor import Outcome
+from .executor import Execution, Outcome
 
 log = logging.getLogger("workhorse.worker")
 
@@ -62,6 +65,7 @@ class OutcomeRecorder:
         self.name = name
         self._done: list[Outcome] = []
         self._failed: list[Outcome] = []
+        self._backoffs: list[tuple[Execution, Backoff]] = []
         self._riding: dict[str, list[Outcome]] = {}
         self._ride = set(ride)
         self._on_riding = on_riding
@@ -71,13 +75,24 @@ class OutcomeRecorder:
 
     @property
     def pending(self) -> int:
-        return len(self._done) + len(self._failed) + sum(map(len, self._riding.values()))
+        return (len(self._done) + len(self._failed) + len(self._backoffs)
+                + sum(map(len, self._riding.values())))
+
+    def add_backoff(self, execution: Execution, signal: Backoff) -> None:
+        """current_job().backoff() of a running job: written at the next flush, before any
+        outcome (call on the loop's thread)."""
+        self.queue_backoff(execution, signal)
+        self._pending.set()
+
+    def queue_backoff(self, execution: Execution, signal: Backoff) -> None:
+        """`add_backoff` for a caller that flushes itself (a drain)."""
+        self._backoffs.append((execution, signal))
 
     def add(self, outcome: Outcome) -> None:
         if outcome.succeeded:
             queue = outcome.execution.job.queue
             # A job with progress not written yet goes to the flush, which writes it first.
-            if (queue in self._ride and not self._closing
+            if (queue in self._ride and not self._closing and not self._backoffs
                     and outcome.execution.unwritten_progress() is None):
                 self._riding.setdefault(queue, []).append(outcome)
                 if self._on_riding is not None:
@@ -127,7 +142,7 @@ class OutcomeRecorder:
         reconnect = Reconnect()
         try:
             while True:
-                if not self._done and not self._failed:
+                if not self._done and not self._failed and not self._backoffs:
                     if self._closing:
                         return
                     await self._pending.wait()
@@ -154,6 +169,18 @@ class OutcomeRecorder:
             if self._on_connected is not None:
                 self._on_connected(self._conn.info.backend_pid)
         conn = self._conn
+        while self._backoffs:  # before the outcomes: a job's backoff, then its success
+            execution, signal = self._backoffs[0]
+            try:
+                _, state = await _ops.execute_async(conn, _ops.backoff(
+                    execution.job_id, execution.fence, signal.retry_after, signal.scope,
+                    signal.budget, release=False))
+            except InvalidOptionsError as exc:
+                log.warning("job %d (%s): its current_job().backoff() was refused: %s",
+                            execution.job_id, execution.job.task, exc)
+            else:
+                _log_backoff(execution, signal, state)
+            self._backoffs.pop(0)
         done, self._done = self._done, []
         if done:
             try:
@@ -172,6 +199,14 @@ class OutcomeRecorder:
                 if outcome.snooze is not None:
                     status = await _ops.execute_async(conn, _ops.snooze(
                         execution.job_id, execution.fence, outcome.snooze, execution.retention))
+                elif outcome.backoff is not None:
+                    signal = outcome.backoff
+                    status, state = await _ops.execute_async(conn, _ops.backoff(
+                        execution.job_id, execution.fence, signal.retry_after, signal.scope,
+                        signal.budget, release=True, retention=execution.retention))
+                    if status is None:
+                        raise StaleLeaseError(f"job {execution.job_id}: its fence is stale")
+                    _log_backoff(execution, signal, state)
                 else:
                     assert outcome.error is not None
                     status = await _ops.execute_async(conn, _ops.fail(
@@ -179,6 +214,14 @@ class OutcomeRecorder:
                         execution.retention))
             except StaleLeaseError:
                 status = None
+            except InvalidOptionsError as exc:
+                if outcome.backoff is None:
+                    raise
+                # A scope the job does not have (no budget, no key): a mistake in the handler
+                # that no retry could change, so the job fails with it.
+                self._failed[0] = replace(outcome, backoff=None, retry_at=None,
+                                          error=error_document(exc))
+                continue
             except PayloadError as exc:
                 # A document that cannot be stored (an error document built by hand): record
                 # the failure with what can be said, rather than never recording it.
@@ -232,6 +275,8 @@ class OutcomeRecorder:
                  level=logging.WARNING)
         elif outcome.snooze is not None and status == JobStatus.SCHEDULED:
             line("snoozed", detail=f"back in {outcome.snooze:g}s, its attempt not used")
+        elif outcome.backoff is not None and status == JobStatus.READY:
+            line("backed off", detail="ready again, its attempt not used")
         elif status == JobStatus.SCHEDULED:
             telemetry.jobs_retried.add(1, attributes)
             line("retried", detail=f"attempt {job.attempts}/{job.max_attempts} failed: {what}")
@@ -278,3 +323,14 @@ def encoded(successes: list[Outcome]) -> list[tuple[int, int, str, str]]:
     """Successes as the complete and claim statements take them: (id, fence, result, retention)."""
     return [(o.execution.job_id, o.execution.fence, o.result or "null", o.execution.retention)
             for o in successes]
+
+
+def _log_backoff(execution: Execution, signal: Backoff, state: BackoffState | None) -> None:
+    if state is None:  # the job's fence is stale: nothing was written
+        log.warning("job %d (%s): its backoff was not recorded: its lease had been lost",
+                    execution.job_id, execution.job.task)
+        return
+    target = f"{state.scope} {state.name!r}" + (f" key {state.key!r}" if state.key else "")
+    log.warning("job %d (%s) backed off %s until %s (retry_after %gs)", execution.job_id,
+                execution.job.task, target, state.until.isoformat(timespec="seconds"),
+                signal.retry_after)

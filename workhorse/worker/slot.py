@@ -42,6 +42,7 @@ import anyio
 import psycopg
 
 from .. import _ops, telemetry
+from ..context import Backoff
 from ..errors import StaleLeaseError, first_line
 from ..types import ClaimedJob, JobStatus
 from . import _shared, hooks
@@ -197,6 +198,7 @@ class Slot:
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             threads=hooks.handler_threads(self.config.concurrency, f"workhorse-slot{self.index}"),
             retention=_ops.retention_json(self.app.retention), renew=self._renew_now,
+            back_off=self._back_off_from_handler,
         )
         self.recorder = OutcomeRecorder(
             lambda: self._connect("outcomes"), self._recorded,
@@ -505,6 +507,17 @@ class Slot:
         if execution.lost:
             raise StaleLeaseError(f"job {execution.job_id}: its lease was lost; stop now, "
                                   "another claim may own the job")
+
+    def _back_off_from_handler(self, execution: Execution, backoff: Backoff) -> None:
+        """JobContext.backoff(): the recorder writes it at its next flush (from a sync handler's
+        thread, handed to the loop first)."""
+        if threading.get_ident() == self._loop_thread:
+            self.recorder.add_backoff(execution, backoff)
+            return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self.recorder.add_backoff, execution, backoff)
 
     def _lost_from_thread(self, lost: list[tuple[int, int]]) -> None:
         for job_id, fence in lost:  # at once, for a handler's thread waiting on a heartbeat

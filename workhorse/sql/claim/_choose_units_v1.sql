@@ -9,7 +9,10 @@
 -- out waits), `p_fair` (fairness = 'key'), `p_heads` (the queue keeps key heads, refreshed by the
 -- caller), `p_expired` (there are active jobs whose lease expired: claimable again), `p_tasks`
 -- (NULL, or the tasks the claiming worker's app declares: another app's jobs are never taken)
--- and `p_filter` (the queue holds another app's ready jobs).
+-- and `p_filter` (the queue holds another app's ready jobs), and `p_off_keys`, the keys backed
+-- off now (docs/design.md "Back-pressure"): passed over from the start, as saturated keys are.
+-- A budget backed off is passed over for the whole call, as a full one is, and
+-- `backed_off_until` says when the first such backoff ends (NULL: none).
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
 -- counts `rate_cost` starts against both rate limits, and against their bursts (`p_burst` B in
@@ -67,11 +70,12 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_filter boolean, p_budgeted boolean,
     p_burst integer, p_burst_window double precision,
     p_burst_key integer, p_burst_window_key double precision,
-    p_policy_burst integer, p_policy_burst_key integer,
+    p_policy_burst integer, p_policy_burst_key integer, p_off_keys text[],
     OUT ids bigint[], OUT rate_blocked boolean,
     OUT budget_names text[], OUT budget_periods double precision[],
     OUT budget_windows double precision[], OUT budget_rates integer[],
-    OUT budget_bursts integer[], OUT budget_stopped boolean[])
+    OUT budget_bursts integer[], OUT budget_stopped boolean[],
+    OUT backed_off_until timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -121,7 +125,7 @@ DECLARE
     c_look CONSTANT integer := 256;  -- rows looked at past the jobs of budgets passed over
     v_b integer;
     v_bname text;
-    v_passed text[] := '{}';
+    v_passed text[] := p_off_keys;  -- keys passed over: backed off, then saturated
     v_taken bigint[] := '{}';
     v_held bigint[] := '{}';
     v_i integer;
@@ -186,17 +190,21 @@ BEGIN
                             ELSE bd.rate_period END AS period,
                        COALESCE(o.rate_burst, bd.rate_burst) AS burst,
                        bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
-                       bd.rate_burst AS decl_burst
+                       bd.rate_burst AS decl_burst, bo.until AS off_until
                 FROM workhorse.budget_queues bq
                 LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
                 LEFT JOIN workhorse.budget_controls o
                     ON o.name = bq.budget
                    AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
+                LEFT JOIN workhorse.backoffs bo
+                    ON bo.scope = 'budget' AND bo.name = bq.budget AND bo.ckey = ''
+                   AND bo.until > p_now
                 WHERE bq.queue = p_queue
-                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL)  -- a budget nobody declared
-                ORDER BY bq.queue, bq.budget                       -- limits nothing
+                  -- A budget nobody declared limits nothing, unless a handler backed it off.
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.name IS NOT NULL)
+                ORDER BY bq.queue, bq.budget
             ) AS l
-            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL
+            WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL OR l.off_until IS NOT NULL
         LOOP
             b_name := b_name || v_row.budget;
             b_decl_max := b_decl_max || v_row.decl_max;
@@ -225,6 +233,15 @@ BEGIN
                 budget_periods := COALESCE(budget_periods, '{}') || v_row.period;
                 budget_windows := COALESCE(budget_windows, '{}')
                                   || v_row.burst_window::double precision;
+            END IF;
+            IF v_row.off_until IS NOT NULL THEN
+                -- Backed off (docs/design.md "Back-pressure"): passed over for the whole call,
+                -- as a full budget is; no turn is given or taken (no other queue may start
+                -- one of its jobs either), and the caller sleeps until the first such ends.
+                v_blocked := v_blocked || v_row.budget;
+                b_waiter := b_waiter || NULL::text;
+                backed_off_until := LEAST(backed_off_until, v_row.off_until);
+                CONTINUE;
             END IF;
             -- Turns: the other queue of the budget that waits for it with the oldest turn (a
             -- claim of it met a job of the budget it could not take in the last 10 s, and it
@@ -355,6 +372,7 @@ BEGIN
                 FROM workhorse.jobs j
                 WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
                   AND (j.rank, j.id) > (v_all_rank, v_all_id)
+                  AND NOT (j.ckey = ANY(p_off_keys))
                 ORDER BY j.budget, j.queue, j.rank, j.id
                 LIMIT 1) AS c
             WHERE NOT (b.budget = ANY(v_blocked))
@@ -366,6 +384,7 @@ BEGIN
             FROM workhorse.jobs j
             WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
               AND (j.rank, j.id) > (v_all_rank, v_all_id)
+              AND NOT (j.ckey = ANY(p_off_keys))
             ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
             IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
@@ -379,6 +398,7 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active'
                   AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                  AND NOT (j.ckey = ANY(p_off_keys))
                 ORDER BY j.rank, j.id
                 LIMIT 1;
                 IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
@@ -400,6 +420,7 @@ BEGIN
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                   AND NOT (j.ckey = ANY(p_off_keys))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
@@ -411,6 +432,7 @@ BEGIN
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
                        AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                       AND NOT (j.ckey = ANY(p_off_keys))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
@@ -422,6 +444,7 @@ BEGIN
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
+                   AND NOT (j.ckey = ANY(p_off_keys))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c

@@ -150,6 +150,12 @@ DECLARE
     v_burst_key integer;
     v_burst_window double precision;
     v_burst_window_key double precision;
+    -- Back-pressure (docs/design.md "Back-pressure"): the queue's control row's stamp, the
+    -- queue's own backoff, and its keys backed off now (passed over like saturated keys).
+    v_backoff_stamp timestamptz;
+    v_queue_off timestamptz;
+    v_off_keys text[] := '{}';
+    v_budget_off timestamptz;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -337,7 +343,10 @@ BEGIN
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
          v_period_key, v_expired, v_due, v_hinted, v_past_deadline
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
-    v_budgeted := EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue);
+    -- (One statement for both probes: each statement's start-up costs more than its probe.)
+    SELECT EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue),
+           (SELECT c.backed_off_until FROM workhorse.queue_controls c WHERE c.queue = p_queue)
+    INTO v_budgeted, v_backoff_stamp;
     v_governed := v_governed OR v_budgeted;
     IF v_level > c_level THEN
         -- The queue uses a feature this claim does not know: admitting here could break a rule
@@ -357,6 +366,29 @@ BEGIN
             PERFORM workhorse._wake_v1(p_queue);
         END IF;
         RETURN;
+    END IF;
+    IF v_backoff_stamp > v_now THEN
+        -- A backoff of the queue or of some of its keys is in force: the queue's admits
+        -- nothing until it ends (the worker sleeps until then: the marker says when), its
+        -- keys' are passed over by every path below.
+        SELECT max(b.until) FILTER (WHERE b.scope = 'queue'),
+               COALESCE(array_agg(b.ckey) FILTER (WHERE b.scope = 'key'), '{}')
+        INTO v_queue_off, v_off_keys
+        FROM workhorse.backoffs b
+        WHERE b.scope IN ('queue', 'key') AND b.name = p_queue AND b.until > v_now;
+        IF v_queue_off IS NOT NULL THEN
+            RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text,
+                NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                NULL::timestamptz, NULL::integer,
+                GREATEST(EXTRACT(epoch FROM v_queue_off - clock_timestamp())::double precision,
+                         0.001),
+                NULL::text, NULL::timestamptz;
+            IF v_freed > 0 THEN
+                PERFORM workhorse._wake_v1(p_queue);
+            END IF;
+            RETURN;
+        END IF;
     END IF;
 
     IF v_past_deadline AND workhorse._expire_jobs_v1(p_queue, v_now) > 0 THEN
@@ -408,16 +440,16 @@ BEGIN
             PERFORM workhorse._refresh_heads_v1(p_queue, v_examined);
         END IF;
         SELECT c.ids, c.rate_blocked, c.budget_names, c.budget_periods, c.budget_windows,
-               c.budget_rates, c.budget_bursts, c.budget_stopped
+               c.budget_rates, c.budget_bursts, c.budget_stopped, c.backed_off_until
         INTO v_ids, v_rate_blocked, v_budget_names, v_budget_periods, v_budget_windows,
-             v_budget_rates, v_budget_bursts, v_budget_stopped
+             v_budget_rates, v_budget_bursts, v_budget_stopped, v_budget_off
         FROM workhorse._choose_units_v1(
             p_queue, v_limit, v_now, v_max, NULLIF(v_per_key, 2147483647),
             v_rate, v_period, v_rate_key, v_period_key,
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
             v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
-            v_policy.rate_burst, v_policy.rate_burst_per_key) AS c;
+            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -432,6 +464,7 @@ BEGIN
             WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > v_now
             GROUP BY j.ckey
         ) AS a;
+        v_saturated := v_saturated || v_off_keys;  -- a backed-off key is passed over alike
 
         v_room := CASE WHEN v_max IS NULL THEN v_limit ELSE LEAST(v_limit, v_max - v_active) END;
         IF v_room <= 0 THEN
@@ -471,6 +504,9 @@ BEGIN
         WITH ready AS (
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE NOT v_filter AND j.queue = p_queue AND j.status = 'ready'
+              -- A backed-off key's ready rows are read past (this queue keeps no heads to
+              -- skip a key by): that costs its ready jobs ahead, only while the backoff lasts.
+              AND NOT (j.ckey = ANY(v_off_keys))
             ORDER BY j.queue, j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
@@ -481,6 +517,7 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT j.id, j.rank FROM workhorse.jobs j
                 WHERE v_filter AND j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
+                  AND NOT (j.ckey = ANY(v_off_keys))
                 ORDER BY j.queue, j.task, j.rank, j.id
                 LIMIT v_room
                 FOR UPDATE SKIP LOCKED
@@ -489,6 +526,7 @@ BEGIN
             SELECT j.id, j.rank FROM workhorse.jobs j
             WHERE v_expired AND j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND NOT (j.ckey = ANY(v_off_keys))
             ORDER BY j.rank, j.id
             LIMIT v_room
             FOR UPDATE SKIP LOCKED
@@ -569,6 +607,7 @@ BEGIN
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
                       AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                      AND NOT (j.ckey = ANY(v_off_keys))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = '' OR e.nth <= v_per_key - COALESCE(a.n, 0)
@@ -688,6 +727,7 @@ BEGIN
                     FROM workhorse.jobs j
                     WHERE v_expired AND j.queue = p_queue AND j.status = 'active'
                       AND j.lease_until <= v_now AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+                      AND NOT (j.ckey = ANY(v_off_keys))
                 ) AS e
                 LEFT JOIN active_keys a ON a.ckey = e.ckey
                 WHERE e.ckey = ''
@@ -805,6 +845,7 @@ BEGIN
               AND (j.start_by IS NULL OR j.start_by > v_start)
               AND j.feature_level <= c_level
               AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
+              AND NOT (j.ckey = ANY(v_off_keys))  -- (no path above chooses one: a safety net)
               AND (v_budgeted OR j.budget IS NULL)
               -- A governed queue admitted by counting jobs (not in units) activates only jobs
               -- of one unit and one start: a job of another cost raised the queue's level in
@@ -930,6 +971,13 @@ BEGIN
         FROM (SELECT kh.ckey FROM workhorse.key_heads kh WHERE kh.queue = p_queue
               ORDER BY kh.queue, kh.head_rank, kh.head_id LIMIT v_room) AS h
         WHERE workhorse._rate_used_v1(p_queue, h.ckey, v_period_key, v_now) >= v_rate_key;
+    END IF;
+    IF v_budget_off IS NOT NULL AND v_admitted < v_limit THEN
+        -- A budget of the queue is backed off: claim again when the first such backoff ends
+        -- (or sooner, for a rate), not at every wake-up meanwhile.
+        v_next := LEAST(COALESCE(v_next, 'Infinity'::double precision),
+                        GREATEST(EXTRACT(epoch FROM v_budget_off - clock_timestamp())::double precision,
+                                 0.001));
     END IF;
     IF v_next > 0 THEN
         RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::smallint,

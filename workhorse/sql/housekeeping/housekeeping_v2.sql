@@ -5,8 +5,9 @@
 -- buckets older than the longest window in force are pruned, so that rate_starts, burst_starts
 -- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
 -- window is shorter) stay bounded; result waiters' registrations whose sessions are gone are
--- dropped (once the last waiter left, outcomes stop sending results notices), and jobs past their
--- start_by end `expired` (_expire_jobs_v1) in every queue. Returns the totals.
+-- dropped (once the last waiter left, outcomes stop sending results notices), jobs past their
+-- start_by end `expired` (_expire_jobs_v1) in every queue, and backoffs that ended are deleted.
+-- Returns the totals.
 CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -85,6 +86,14 @@ BEGIN
     WHERE s.queue = l.queue AND s.bucket_end <= now() - make_interval(secs => l.period);
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
+
+    -- Backoffs that ended (docs/design.md "Back-pressure") go, and their stamps on the queues'
+    -- control rows; a control row that held only such a stamp goes too.
+    DELETE FROM workhorse.backoffs b WHERE b.until <= now();
+    DELETE FROM workhorse.queue_controls c
+    WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
+    UPDATE workhorse.queue_controls c SET backed_off_until = NULL
+    WHERE c.backed_off_until <= now();
 
     DELETE FROM workhorse.result_listeners r
     WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);

@@ -548,6 +548,29 @@ CREATE VIEW workhorse.all_jobs AS
     UNION ALL
     SELECT * FROM workhorse.job_history;
 
+-- ==== back-pressure =============================================================================
+-- Back-pressure from a handler (issue #41, docs/design.md "Back-pressure"): `raise Backoff(...)`
+-- stops new starts of a queue, of one key of a queue, or of a named budget, fleet-wide, until
+-- `until`. One row per scope and target, replaced by a later backoff of the same target (which
+-- keeps the later `until`); cleared by an operator or dropped by housekeeping once past.
+-- `by_job` is the job that raised it (no foreign key: the job may be pruned before the row).
+CREATE TABLE workhorse.backoffs (
+    scope       text             NOT NULL CHECK (scope IN ('queue', 'key', 'budget')),
+    name        text             NOT NULL,  -- the queue (scopes queue and key), or the budget
+    ckey        text             NOT NULL DEFAULT '' CHECK ((scope = 'key') = (ckey <> '')),
+    until       timestamptz      NOT NULL,
+    by_job      bigint,
+    set_at      timestamptz      NOT NULL,
+    retry_after double precision NOT NULL CHECK (retry_after > 0 AND retry_after <= 86400),
+    PRIMARY KEY (scope, name, ckey)
+);
+-- A queue or key backoff also stamps the queue's control row with the latest `until` of the
+-- queue's own and its keys' backoffs: the claim already reads that row (a queue with one is
+-- governed, so its claims serialize and each sees a backoff once it commits), and reads
+-- `backoffs` only while the stamp is ahead. A control row that holds only a past stamp is
+-- dropped by the next operator change or by housekeeping.
+ALTER TABLE workhorse.queue_controls ADD COLUMN backed_off_until timestamptz;
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql
@@ -589,6 +612,8 @@ CREATE VIEW workhorse.all_jobs AS
 \ir ../budgets/sync_budgets_v1.sql
 \ir ../budgets/set_budget_control_v1.sql
 \ir ../budgets/_key_head_budget_v1.sql
+\ir ../budgets/backoff_v1.sql
+\ir ../budgets/clear_backoff_v1.sql
 -- Schedules.
 \ir ../schedules/sync_schedules_v2.sql
 \ir ../schedules/fire_schedules_v2.sql

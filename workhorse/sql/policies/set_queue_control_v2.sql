@@ -104,7 +104,8 @@ BEGIN
         WHERE c.queue = p_queue;
     END IF;
     DELETE FROM workhorse.queue_controls c
-    WHERE c.queue = p_queue AND NOT c.paused AND c.override_set_at IS NULL;
+    WHERE c.queue = p_queue AND NOT c.paused AND c.override_set_at IS NULL
+      AND (c.backed_off_until IS NULL OR c.backed_off_until <= now());  -- a backoff's stamp
 
     v_keyed := workhorse._keyed_v2(p_queue);
     IF v_keyed AND NOT v_was_keyed THEN

@@ -1,0 +1,3 @@
+SELECT status, scope, name, ckey, until
+FROM workhorse.backoff_v1(%s::bigint, %s::bigint, %s::double precision, %s::text, %s::text,
+                          %s::boolean, %s::text)
