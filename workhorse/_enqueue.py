@@ -18,8 +18,8 @@ import contextvars
 import os
 import threading
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import psycopg
@@ -208,6 +208,18 @@ class AppEnqueuer(Enqueuer):
         {'ready': 3}
         """
         with self.pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def async_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled async connection; its transaction commits when the block exits cleanly.
+
+        >>> async with app.async_connection() as conn:                # doctest: +SKIP
+        ...     (await AsyncQueue(conn).health()).depth
+        {'ready': 3}
+        """
+        pool = await self._get_async_pool()
+        async with pool.connection() as conn:
             yield conn
 
     def close(self) -> None:

@@ -1,12 +1,13 @@
-"""The back-pressure methods of `Queue` and `AsyncQueue` (docs/design.md "Back-pressure"): the
-backoffs handlers raised that are in force, and an operator's early end of them."""
+"""The back-pressure and hold methods of `Queue` and `AsyncQueue` (docs/design.md "Back-pressure",
+"Holds"): the backoffs handlers raised that are in force, an operator's early end of them, and
+the budget holds taken outside tasks."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from . import _ops
-from .types import BackoffState
+from .types import BackoffState, Hold
 
 
 class BackoffMethods:
@@ -42,6 +43,16 @@ class BackoffMethods:
         return list(self._run(_ops.clear_backoff("budget", name), transaction=True))
 
 
+    def list_holds(self, budget: str | None = None) -> list[Hold]:
+        """The budget holds whose lease runs (every budget's, or `budget`'s), oldest first,
+        with their holder.
+
+        >>> [(h.budget, h.units, h.holder, h.pid) for h in q.list_holds()]  # doctest: +SKIP
+        [('openai', 1, 'workhorse-hold:web', 4182)]
+        """
+        return list(self._run(_ops.list_holds(budget)))
+
+
 class AsyncBackoffMethods:
     """`AsyncQueue`'s back-pressure methods."""
 
@@ -70,3 +81,11 @@ class AsyncBackoffMethods:
         [BackoffState(scope='budget', ...)]
         """
         return list(await self._run(_ops.clear_backoff("budget", name), transaction=True))
+
+    async def list_holds(self, budget: str | None = None) -> list[Hold]:
+        """`Queue.list_holds`, awaitable.
+
+        >>> [h.units for h in await aq.list_holds("openai")]        # doctest: +SKIP
+        [1]
+        """
+        return list(await self._run(_ops.list_holds(budget)))

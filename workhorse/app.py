@@ -23,6 +23,7 @@ from . import _ops
 from ._calls import Call, check_call_options
 from ._durations import parse_lease
 from ._enqueue import AppEnqueuer, Plan
+from ._holds import AppBudget
 from .canvas import Signature
 from .errors import (
     AppLoadError,
@@ -221,19 +222,31 @@ class App(AppEnqueuer):
         max_active: int | None = None,
         rate_limit: str | None = None,
         rate_burst: int | None = None,
-    ) -> BudgetSpec:
+    ) -> AppBudget:
         """Declare a named budget: one limit shared by every queue whose jobs name it
         (`@app.task(budget=...)`, or `budget=` at the call site). `max_active` counts cost
         units, `rate_limit` ("N/P") rate_cost units, `rate_burst` B (1..N) at most B units in
         any window of P*B/N. This app's namespace owns it: `app.sync()` syncs and prunes it.
-        Declaring one name twice with different limits is an InvalidPolicyError.
+        Declaring one name twice with different limits is an InvalidPolicyError. With no
+        limits it declares nothing: it names a budget (this app's, or one another app
+        declares), to pass as `budget=` or to take a hold of (`.hold(...)`, docs/design.md
+        "Holds").
 
         >>> openai = App("docs").budget("openai", max_active=50, rate_limit="3000/m",
         ...                             rate_burst=100)
         >>> openai.name, openai.rate_limit, openai.rate_burst
         ('openai', '3000/m', 100)
         """
-        return self._declare_budget(BudgetSpec(name, max_active, rate_limit, rate_burst))
+        if max_active is None and rate_limit is None and rate_burst is None:
+            check_name("budget", name)
+            declared = self.budgets.get(name)
+            return declared if isinstance(declared, AppBudget) else AppBudget(name, app=self)
+        spec = self._declare_budget(
+            AppBudget(name, max_active, rate_limit, rate_burst, app=self))
+        if isinstance(spec, AppBudget):
+            return spec
+        # Declared first by a task's budget=BudgetSpec(...): the same limits, bound to the app.
+        return AppBudget(spec.name, spec.max_active, spec.rate_limit, spec.rate_burst, app=self)
 
     def _declare_budget(self, spec: BudgetSpec) -> BudgetSpec:
         existing = self.budgets.get(spec.name)

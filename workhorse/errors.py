@@ -162,6 +162,15 @@ class JobTimeoutError(WorkhorseError, TimeoutError):
     """
 
 
+class HoldTimeoutError(WorkhorseError, TimeoutError):
+    """A budget hold (`app.budget(name).hold(...)`) was not granted within its `timeout`:
+    nothing is held (docs/design.md "Holds").
+
+    >>> issubclass(HoldTimeoutError, TimeoutError)
+    True
+    """
+
+
 class CostExceedsLimitError(WorkhorseError):
     """Recorded: on a job the claim held because its `cost` (or `rate_cost`) can never fit its
     queue's synced policy (docs/design.md "Fair share and job cost"). An enqueue that knows the

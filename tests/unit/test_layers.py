@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("canvas and queue", ["workhorse.canvas", "workhorse.queue", "workhorse._queue_dead",
                           "workhorse._queue_history", "workhorse._queue_backoffs"]),
     ("enqueuer", ["workhorse._enqueue"]),
-    ("handles and calls", ["workhorse.handle", "workhorse._calls"]),
+    ("handles and calls", ["workhorse.handle", "workhorse._calls", "workhorse._holds"]),
     ("connections", ["workhorse.database", "workhorse._results", "workhorse._listen"]),
     ("operations", ["workhorse._ops", "workhorse._incident", "workhorse._reasons"]),
     ("driver", ["workhorse._driver", "workhorse._sql", "workhorse.embedded",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .. import _sql
@@ -19,6 +21,7 @@ from ..types import (
     BudgetDefinition,
     BudgetHealth,
     BudgetOverride,
+    Hold,
     RateLimit,
     SyncReport,
     check_name,
@@ -183,3 +186,62 @@ def clear_backoff(
         check_name("key", key)
     rows = yield _sql.statement("clear_backoff"), (scope, name, key)
     return _backoff_states(rows)
+
+
+# ---- holds (docs/design.md "Holds") ---------------------------------------------------------
+
+MAX_HOLD_UNITS = 1_000_000
+MAX_HOLD_LEASE = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class HoldReply:
+    """What one try to take a hold said: the hold's id and lease end when granted; else
+    `retry_in`, the seconds until a clock allows it (None: only a release of units can)."""
+
+    hold_id: int | None
+    lease_until: datetime | None
+    retry_in: float | None
+
+
+def check_hold(budget: object, units: object, lease: object, key: object) -> None:
+    """A hold's arguments, checked before anything is sent (InvalidOptionsError)."""
+    check_name("budget", budget)
+    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= MAX_HOLD_UNITS:
+        raise InvalidOptionsError(
+            f"a hold takes 1 to {MAX_HOLD_UNITS} units (an int), got {shown(units)}")
+    if (isinstance(lease, bool) or not isinstance(lease, int | float)
+            or not 0 < lease <= MAX_HOLD_LEASE):
+        raise InvalidOptionsError(
+            f"a hold's lease must be more than 0 and at most a day, got {shown(lease)}")
+    check_optional_name("key", key)
+
+
+def hold_budget(
+    budget: str, units: int, lease: float, key: str | None, holder: str, pid: int
+) -> Operation[HoldReply]:
+    """One try to take `units` of `budget` now (sql/budgets/hold_budget)."""
+    check_hold(budget, units, lease, key)
+    rows = yield _sql.statement("hold_budget"), (budget, units, float(lease), key, holder, pid)
+    hold_id, lease_until, retry_in = rows[0]
+    return HoldReply(hold_id, lease_until, retry_in)
+
+
+def renew_holds(ids: Sequence[int], leases: Sequence[float]) -> Operation[dict[int, datetime]]:
+    """Renew holds' leases; returns the renewed ones' new lease ends (a missing id is lost)."""
+    rows = yield _sql.statement("renew_holds"), (list(ids), [float(x) for x in leases])
+    return {row[0]: row[1] for row in rows}
+
+
+def release_hold(hold_id: int) -> Operation[bool]:
+    """End a hold; whether it was still held (its lease running)."""
+    rows = yield _sql.statement("release_hold"), (hold_id,)
+    return bool(rows[0][0])
+
+
+def list_holds(budget: str | None = None) -> Operation[list[Hold]]:
+    """The holds whose lease runs, every budget's or one's, oldest first."""
+    check_optional_name("budget", budget)
+    rows = yield _sql.statement("list_holds"), (budget, budget)
+    return [Hold(id=row[0], budget=row[1], units=row[2], key=row[3], lease_until=row[4],
+                 acquired_at=row[5], holder=row[6], pid=row[7]) for row in rows]

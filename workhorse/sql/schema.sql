@@ -55,6 +55,23 @@ CREATE TABLE workhorse.budget_controls (
     CONSTRAINT budget_controls_some_field CHECK (((max_active IS NOT NULL) OR (rate_limit IS NOT NULL) OR (rate_burst IS NOT NULL)))
 );
 
+CREATE TABLE workhorse.budget_holds (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    budget text NOT NULL,
+    units integer NOT NULL,
+    hold_key text,
+    lease_until timestamp with time zone NOT NULL,
+    acquired_at timestamp with time zone NOT NULL,
+    holder text NOT NULL,
+    pid integer NOT NULL,
+    CONSTRAINT budget_holds_budget_check CHECK (((length(budget) >= 1) AND (length(budget) <= 255))),
+    CONSTRAINT budget_holds_hold_key_check CHECK (((length(hold_key) >= 1) AND (length(hold_key) <= 255))),
+    CONSTRAINT budget_holds_pkey PRIMARY KEY (id),
+    CONSTRAINT budget_holds_units_check CHECK (((units >= 1) AND (units <= 1000000)))
+);
+
+ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
+
 CREATE TABLE workhorse.budget_queues (
     budget text NOT NULL,
     queue text NOT NULL,
@@ -543,6 +560,8 @@ UNION ALL
     job_history.redrive_count
    FROM workhorse.job_history;
 
+CREATE INDEX budget_holds_budget_idx ON workhorse.budget_holds USING btree (budget, lease_until) INCLUDE (units);
+
 CREATE INDEX budget_queues_queue_idx ON workhorse.budget_queues USING btree (queue, budget);
 
 CREATE INDEX budget_queues_wanting_idx ON workhorse.budget_queues USING btree (budget, last_turn) WHERE (wanted_at IS NOT NULL);
@@ -867,11 +886,15 @@ BEGIN
             b_period := b_period || v_row.period;
             b_burst := b_burst || LEAST(v_row.burst, v_row.rate);
             b_window := b_window || v_row.burst_window::double precision;
+            -- Free units: less its unexpired active jobs' cost and its unexpired holds' units
+            -- (docs/design.md "Holds": taken outside tasks, under this same lock).
             b_free := b_free || CASE WHEN v_row.max_active IS NULL THEN c_big
                 ELSE v_row.max_active - (
                     SELECT COALESCE(sum(j.cost), 0) FROM workhorse.jobs j
                     WHERE j.budget = v_row.budget AND j.status = 'active'
-                      AND j.lease_until > p_now) END;
+                      AND j.lease_until > p_now) - (
+                    SELECT COALESCE(sum(h.units), 0) FROM workhorse.budget_holds h
+                    WHERE h.budget = v_row.budget AND h.lease_until > p_now) END;
             b_rate_left := b_rate_left || CASE WHEN v_row.rate IS NULL THEN c_big
                 ELSE v_row.rate - workhorse._budget_starts_used_v1(
                     v_row.budget, 0::smallint, v_row.period, p_now) END;
@@ -5110,6 +5133,104 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.hold_budget_v1(p_budget text, p_units integer, p_lease double precision, p_key text, p_holder text, p_pid integer)
+ RETURNS TABLE(hold_id bigint, lease_until timestamp with time zone, retry_in double precision)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz;
+    v_limits record;
+    v_off timestamptz;
+    v_used bigint;
+    v_window double precision;
+    v_wait double precision := 0;
+    v_id bigint;
+    v_until timestamptz;
+BEGIN
+    IF p_units IS NULL OR p_units < 1 OR p_units > 1000000 THEN
+        RAISE EXCEPTION 'a hold takes 1 to 1000000 units, got %', p_units USING ERRCODE = 'WH005';
+    END IF;
+    IF p_lease IS NULL OR NOT (p_lease > 0 AND p_lease <= 86400) THEN
+        RAISE EXCEPTION 'a hold''s lease must be more than 0 and at most 86400 seconds, got %',
+            p_lease USING ERRCODE = 'WH005';
+    END IF;
+    PERFORM pg_advisory_xact_lock(workhorse._budget_lock_id_v1(p_budget));
+    v_now := clock_timestamp();
+
+    SELECT b.until INTO v_off FROM workhorse.backoffs b
+    WHERE b.scope = 'budget' AND b.name = p_budget AND b.ckey = '' AND b.until > v_now;
+    IF FOUND THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::timestamptz,
+            GREATEST(EXTRACT(epoch FROM v_off - v_now)::double precision, 0.001);
+        RETURN;
+    END IF;
+
+    SELECT COALESCE(o.max_active, bd.max_active) AS max_active,
+           COALESCE(o.rate_limit, bd.rate_limit) AS rate,
+           CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period ELSE bd.rate_period END AS period,
+           COALESCE(o.rate_burst, bd.rate_burst) AS burst,
+           bd.max_active AS decl_max
+    INTO v_limits
+    FROM (SELECT p_budget AS name) AS n
+    LEFT JOIN workhorse.budgets bd ON bd.name = n.name
+    LEFT JOIN workhorse.budget_controls o
+        ON o.name = n.name AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+    IF v_limits.decl_max IS NOT NULL AND p_units > v_limits.decl_max THEN
+        RAISE EXCEPTION 'a hold of % units can never fit budget %, whose max_active is %',
+            p_units, p_budget, v_limits.decl_max USING ERRCODE = 'WH005';
+    END IF;
+
+    IF v_limits.max_active IS NOT NULL AND v_limits.max_active
+           - (SELECT COALESCE(sum(j.cost), 0) FROM workhorse.jobs j
+              WHERE j.budget = p_budget AND j.status = 'active' AND j.lease_until > v_now)
+           - (SELECT COALESCE(sum(h.units), 0) FROM workhorse.budget_holds h
+              WHERE h.budget = p_budget AND h.lease_until > v_now) < p_units THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, NULL::double precision;
+        RETURN;
+    END IF;
+    IF v_limits.rate IS NOT NULL THEN
+        v_used := workhorse._budget_starts_used_v1(p_budget, 0::smallint, v_limits.period, v_now);
+        IF v_used + 1 > v_limits.rate THEN
+            v_wait := workhorse._budget_next_start_v1(p_budget, 0::smallint, v_limits.period,
+                                                      v_limits.rate, 1, v_now);
+        END IF;
+        IF v_limits.burst IS NOT NULL THEN
+            v_window := floor(v_limits.period * LEAST(v_limits.burst, v_limits.rate)
+                              / v_limits.rate * 1000) / 1000;
+            IF workhorse._budget_starts_used_v1(p_budget, 1::smallint, v_window, v_now) + 1
+               > LEAST(v_limits.burst, v_limits.rate) THEN
+                v_wait := GREATEST(v_wait, workhorse._budget_next_start_v1(
+                    p_budget, 1::smallint, v_window, LEAST(v_limits.burst, v_limits.rate), 1,
+                    v_now));
+            END IF;
+        END IF;
+        IF v_wait > 0 THEN
+            RETURN QUERY SELECT NULL::bigint, NULL::timestamptz, v_wait;
+            RETURN;
+        END IF;
+    END IF;
+
+    v_until := clock_timestamp() + make_interval(secs => p_lease);
+    INSERT INTO workhorse.budget_holds (budget, units, hold_key, lease_until, acquired_at,
+                                        holder, pid)
+    VALUES (p_budget, p_units, p_key, v_until, v_now, p_holder, p_pid)
+    RETURNING id INTO v_id;
+    IF v_limits.rate IS NOT NULL THEN
+        -- The start, filed as the claim files its jobs' (buckets of 1/100 of each window).
+        INSERT INTO workhorse.budget_starts AS r (budget, span, bucket_end, n)
+        SELECT p_budget, w.span,
+               to_timestamp(ceil(EXTRACT(epoch FROM v_now)::double precision / (w.len / 100))
+                            * (w.len / 100)),
+               1
+        FROM (VALUES (0::smallint, v_limits.period), (1::smallint, v_window)) AS w(span, len)
+        WHERE w.len IS NOT NULL
+        ON CONFLICT (budget, span, bucket_end) DO UPDATE SET n = r.n + excluded.n;
+    END IF;
+    RETURN QUERY SELECT v_id, v_until, NULL::double precision;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.housekeeping_v1(OUT expired_overrides integer, OUT pruned_starts integer)
  RETURNS record
  LANGUAGE plpgsql
@@ -5230,6 +5351,10 @@ BEGIN
     WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
     UPDATE workhorse.queue_controls c SET backed_off_until = NULL
     WHERE c.backed_off_until <= now();
+
+    -- Holds whose lease ended (docs/design.md "Holds": a dead holder's) no longer count; their
+    -- rows go.
+    DELETE FROM workhorse.budget_holds h WHERE h.lease_until <= now();
 
     DELETE FROM workhorse.result_listeners r
     WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);
@@ -5575,6 +5700,24 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.release_hold_v1(p_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_budget text;
+    v_held boolean;
+BEGIN
+    DELETE FROM workhorse.budget_holds h WHERE h.id = p_id
+    RETURNING h.budget, h.lease_until > clock_timestamp() INTO v_budget, v_held;
+    IF v_held THEN
+        PERFORM workhorse._wake_v1(bq.queue)
+        FROM workhorse.budget_queues bq WHERE bq.budget = v_budget;
+    END IF;
+    RETURN COALESCE(v_held, false);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.release_v1(p_ids bigint[], p_fences bigint[], p_retention text)
  RETURNS TABLE(id bigint, status text)
  LANGUAGE plpgsql
@@ -5659,6 +5802,18 @@ BEGIN
         WHERE u.status = 'canceled'));
     RETURN QUERY SELECT u.id, u.status FROM unnest(v_released, v_statuses) AS u(id, status);
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.renew_holds_v1(p_ids bigint[], p_leases double precision[])
+ RETURNS TABLE(hold_id bigint, lease_until timestamp with time zone)
+ LANGUAGE sql
+AS $function$
+    UPDATE workhorse.budget_holds h
+    SET lease_until = clock_timestamp() + make_interval(secs => r.lease)
+    FROM unnest(p_ids, p_leases) AS r(id, lease)
+    WHERE h.id = r.id AND h.lease_until > clock_timestamp()
+      AND r.lease > 0 AND r.lease <= 86400
+    RETURNING h.id, h.lease_until
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse.results_channel_v1()

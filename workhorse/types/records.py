@@ -92,6 +92,26 @@ class BudgetOverride:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """A budget hold outside tasks (docs/design.md "Holds"), as stored: `units` of `budget` held
+    until `lease_until` (renewed while its holder lives), by `holder` (application_name) in OS
+    process `pid`, with the holder's `key` label.
+
+    >>> [(h.budget, h.units, h.holder) for h in q.list_holds("openai")]  # doctest: +SKIP
+    [('openai', 1, 'workhorse-web')]
+    """
+
+    id: int
+    budget: str
+    units: int
+    key: str | None
+    lease_until: datetime
+    acquired_at: datetime
+    holder: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
 class Budget:
     """A named budget as stored: its definition, the namespace that owns it, and its override.
 

@@ -214,11 +214,15 @@ BEGIN
             b_period := b_period || v_row.period;
             b_burst := b_burst || LEAST(v_row.burst, v_row.rate);
             b_window := b_window || v_row.burst_window::double precision;
+            -- Free units: less its unexpired active jobs' cost and its unexpired holds' units
+            -- (docs/design.md "Holds": taken outside tasks, under this same lock).
             b_free := b_free || CASE WHEN v_row.max_active IS NULL THEN c_big
                 ELSE v_row.max_active - (
                     SELECT COALESCE(sum(j.cost), 0) FROM workhorse.jobs j
                     WHERE j.budget = v_row.budget AND j.status = 'active'
-                      AND j.lease_until > p_now) END;
+                      AND j.lease_until > p_now) - (
+                    SELECT COALESCE(sum(h.units), 0) FROM workhorse.budget_holds h
+                    WHERE h.budget = v_row.budget AND h.lease_until > p_now) END;
             b_rate_left := b_rate_left || CASE WHEN v_row.rate IS NULL THEN c_big
                 ELSE v_row.rate - workhorse._budget_starts_used_v1(
                     v_row.budget, 0::smallint, v_row.period, p_now) END;

@@ -6,7 +6,8 @@
 -- (by their queue's longest period) and budget_starts (by the budget's rate period; the burst's
 -- window is shorter) stay bounded; result waiters' registrations whose sessions are gone are
 -- dropped (once the last waiter left, outcomes stop sending results notices), jobs past their
--- start_by end `expired` (_expire_jobs_v1) in every queue, and backoffs that ended are deleted.
+-- start_by end `expired` (_expire_jobs_v1) in every queue, and backoffs and holds that ended are
+-- deleted.
 -- Returns the totals.
 CREATE FUNCTION workhorse.housekeeping_v2(OUT expired_overrides integer, OUT pruned_starts integer)
 LANGUAGE plpgsql VOLATILE
@@ -94,6 +95,10 @@ BEGIN
     WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
     UPDATE workhorse.queue_controls c SET backed_off_until = NULL
     WHERE c.backed_off_until <= now();
+
+    -- Holds whose lease ended (docs/design.md "Holds": a dead holder's) no longer count; their
+    -- rows go.
+    DELETE FROM workhorse.budget_holds h WHERE h.lease_until <= now();
 
     DELETE FROM workhorse.result_listeners r
     WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.backend_pid);

@@ -571,6 +571,29 @@ CREATE TABLE workhorse.backoffs (
 -- dropped by the next operator change or by housekeeping.
 ALTER TABLE workhorse.queue_controls ADD COLUMN backed_off_until timestamptz;
 
+-- ==== holds =====================================================================================
+-- Holds outside tasks (issue #41 item 3, docs/design.md "Holds"): a process that is not a task (a
+-- web request, another framework's activity) takes units of a named budget through the same
+-- admission as a claim and keeps them while its lease is renewed. The claim counts a budget's
+-- unexpired holds beside its active jobs; a dead holder's units come back when its lease ends,
+-- and housekeeping deletes the row. `holder` is the holder's application_name, `pid` its OS
+-- process id, `hold_key` a label of the holder's choice (a tenant), shown in listings.
+CREATE TABLE workhorse.budget_holds (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    budget      text        NOT NULL CHECK (length(budget) BETWEEN 1 AND 255),
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    hold_key    text        CHECK (length(hold_key) BETWEEN 1 AND 255),
+    lease_until timestamptz NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    holder      text        NOT NULL,
+    pid         integer     NOT NULL
+);
+-- A budget's unexpired holds, summed by every claim of its queues: an index-only range.
+CREATE INDEX budget_holds_budget_idx ON workhorse.budget_holds (budget, lease_until)
+    INCLUDE (units);
+ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql
@@ -614,6 +637,9 @@ ALTER TABLE workhorse.queue_controls ADD COLUMN backed_off_until timestamptz;
 \ir ../budgets/_key_head_budget_v1.sql
 \ir ../budgets/backoff_v1.sql
 \ir ../budgets/clear_backoff_v1.sql
+\ir ../budgets/hold_budget_v1.sql
+\ir ../budgets/renew_holds_v1.sql
+\ir ../budgets/release_hold_v1.sql
 -- Schedules.
 \ir ../schedules/sync_schedules_v2.sql
 \ir ../schedules/fire_schedules_v2.sql

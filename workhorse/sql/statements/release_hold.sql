@@ -1,0 +1,1 @@
+SELECT workhorse.release_hold_v1(%s::bigint)
