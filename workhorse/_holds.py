@@ -53,7 +53,8 @@ class AppBudget(BudgetSpec):
     app: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_active is None and self.rate_limit is None and self.rate_burst is None:
+        if (self.max_active is None and self.rate_limit is None and self.rate_burst is None
+                and not self.adaptive):
             return  # a reference: validated as a name where it is used
         BudgetSpec.__post_init__(self)
 

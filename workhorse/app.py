@@ -222,12 +222,15 @@ class App(AppEnqueuer):
         max_active: int | None = None,
         rate_limit: str | None = None,
         rate_burst: int | None = None,
+        adaptive: bool = False,
     ) -> AppBudget:
         """Declare a named budget: one limit shared by every queue whose jobs name it
         (`@app.task(budget=...)`, or `budget=` at the call site). `max_active` counts cost
         units, `rate_limit` ("N/P") rate_cost units, `rate_burst` B (1..N) at most B units in
-        any window of P*B/N. This app's namespace owns it: `app.sync()` syncs and prunes it.
-        Declaring one name twice with different limits is an InvalidPolicyError. With no
+        any window of P*B/N. `adaptive=True` (with max_active): each Backoff of the budget
+        halves its effective max_active, which then grows back by one unit per quiet period
+        (docs/design.md "Back-pressure"). This app's namespace owns it: `app.sync()` syncs and
+        prunes it. Declaring one name twice with different limits is an InvalidPolicyError. With no
         limits it declares nothing: it names a budget (this app's, or one another app
         declares), to pass as `budget=` or to take a hold of (`.hold(...)`, docs/design.md
         "Holds").
@@ -237,27 +240,28 @@ class App(AppEnqueuer):
         >>> openai.name, openai.rate_limit, openai.rate_burst
         ('openai', '3000/m', 100)
         """
-        if max_active is None and rate_limit is None and rate_burst is None:
+        if max_active is None and rate_limit is None and rate_burst is None and not adaptive:
             check_name("budget", name)
             declared = self.budgets.get(name)
             return declared if isinstance(declared, AppBudget) else AppBudget(name, app=self)
         spec = self._declare_budget(
-            AppBudget(name, max_active, rate_limit, rate_burst, app=self))
+            AppBudget(name, max_active, rate_limit, rate_burst, adaptive, app=self))
         if isinstance(spec, AppBudget):
             return spec
         # Declared first by a task's budget=BudgetSpec(...): the same limits, bound to the app.
-        return AppBudget(spec.name, spec.max_active, spec.rate_limit, spec.rate_burst, app=self)
+        return AppBudget(spec.name, spec.max_active, spec.rate_limit, spec.rate_burst,
+                         spec.adaptive, app=self)
 
     def _declare_budget(self, spec: BudgetSpec) -> BudgetSpec:
         existing = self.budgets.get(spec.name)
         if existing is None:
             self.budgets[spec.name] = spec
             return spec
-        if existing.definition().limits != spec.definition().limits:
+        if existing.definition() != spec.definition():
             def described(budget: BudgetSpec) -> str:
                 return ", ".join(f"{n}={v}" for n, v in zip(
-                    ("max_active", "rate_limit", "rate_burst"), budget.definition().limits,
-                    strict=True))
+                    ("max_active", "rate_limit", "rate_burst", "adaptive"),
+                    (*budget.definition().limits, budget.adaptive), strict=True))
 
             raise InvalidPolicyError(
                 f"budget {spec.name!r} is declared twice with different limits: "
@@ -269,8 +273,8 @@ class App(AppEnqueuer):
 
         >>> app = App("docs")
         >>> _ = app.budget("db", max_active=8)
-        >>> app.budget_definitions()
-        [BudgetDefinition(name='db', max_active=8, rate_limit=None, rate_burst=None)]
+        >>> [d.limits for d in app.budget_definitions()]
+        [(8, None, None)]
         """
         return [spec.definition() for spec in self.budgets.values()]
 

@@ -80,12 +80,18 @@ def test_bad_budget_definitions_are_typed_and_write_nothing(
     before = _stored(conn)
     with pytest.raises(InvalidPolicyError):
         queue.sync_budgets("ns", [B(**fields)])
-    with pytest.raises(InvalidPolicyError):
-        App("ns").budget(**fields)
-    # An app's sync never reaches the database with it either.
-    app = App("ns", database_url="postgresql://invalid.invalid/none")
-    with pytest.raises(InvalidPolicyError):
-        app.budget(**fields)
+    if case == "no limit":
+        # app.budget(name) with no limits declares nothing: it names a budget (docs/design.md
+        # "Holds"), so there is nothing to refuse and nothing to sync.
+        assert App("ns").budget(**fields).definition is not None
+        assert App("ns").budget_definitions() == []
+    else:
+        with pytest.raises(InvalidPolicyError):
+            App("ns").budget(**fields)
+        # An app's sync never reaches the database with it either.
+        app = App("ns", database_url="postgresql://invalid.invalid/none")
+        with pytest.raises(InvalidPolicyError):
+            app.budget(**fields)
     assert _stored(conn) == before
 
 

@@ -6,7 +6,7 @@ refused before anything is written. The fleet (8 supervisors and 4 holders) and 
 a holder are in test_holds_fleet.py.
 
 Shown failing on broken variants: the claim's free units without the holds (two tests fail), and
-hold_budget_v1 without the active jobs, the rate or the backoff (four fail)."""
+the hold's admission without the active jobs, the rate or the backoff (four fail)."""
 
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def test_a_hold_and_a_claim_share_the_budget(app: App, queue: Queue) -> None:
         assert first.id is not None and held_units(queue) == 1
         assert len(claim(queue)) == 1  # one of the two units is held
         # The budget is full now (a job and a hold): a second hold waits and times out.
-        with pytest.raises(HoldTimeoutError, match="not granted within 0.1s"):
-            with app.budget("api").hold(timeout=0.1):
-                pass
+        with (pytest.raises(HoldTimeoutError, match=r"not granted within 0\.1s"),
+              app.budget("api").hold(timeout=0.1)):
+            pass
     assert held_units(queue) == 0
     assert len(claim(queue)) == 1  # the released unit goes to a claim
 
@@ -151,9 +151,9 @@ def test_a_hold_counts_one_start_against_the_rate(database_url: str, queue: Queu
         for _ in range(2):
             with app.budget("rated-api").hold(timeout=0.1):
                 pass
-        with pytest.raises(HoldTimeoutError):  # the third start of the second is refused
-            with app.budget("rated-api").hold(timeout=0.1):
-                pass
+        # The third start in the second is refused.
+        with pytest.raises(HoldTimeoutError), app.budget("rated-api").hold(timeout=0.1):
+            pass
         began = time.monotonic()
         with app.budget("rated-api").hold(timeout=3):  # waits for the rate's next start
             assert time.monotonic() - began > 0.3
@@ -171,9 +171,8 @@ def test_an_undeclared_budget_limits_nothing(app: App, queue: Queue) -> None:
 
 
 def test_a_hold_that_can_never_fit_is_refused(app: App, queue: Queue) -> None:
-    with pytest.raises(InvalidOptionsError, match="can never fit"):
-        with app.budget("api").hold(units=3):
-            pass
+    with pytest.raises(InvalidOptionsError, match="can never fit"), app.budget("api").hold(units=3):
+        pass
     assert queue.list_holds() == []
 
 

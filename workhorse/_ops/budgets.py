@@ -46,7 +46,7 @@ def list_budgets(namespace: str | None = None) -> Operation[list[Budget]]:
         Budget(namespace=row[0], name=row[1], max_active=row[2],
                rate_limit=rate_text(row[3], row[4]), rate_burst=row[5], created_at=row[6],
                updated_at=row[7],
-               override=_budget_override(row[9:15]) if row[8] else None)
+               override=_budget_override(row[9:15]) if row[8] else None, adaptive=row[15])
         for row in rows
     ]
 
@@ -87,6 +87,7 @@ def sync_budgets(
         [r.period if r else None for r in rates],
         [d.rate_burst for d in definitions],
         bool(prune),
+        [d.adaptive for d in definitions],
     )
     report = SyncReport()
     for action, name in rows:

@@ -483,12 +483,22 @@ def _budget_limits(owner: str, max_active: object, rate_limit: object,
     return None if rate is None else str(rate)
 
 
+def _check_adaptive(owner: str, adaptive: object, max_active: object) -> None:
+    if not isinstance(adaptive, bool):
+        raise InvalidPolicyError(f"{owner}: adaptive must be True or False, got {adaptive!r}")
+    if adaptive and max_active is None:
+        raise InvalidPolicyError(
+            f"{owner}: adaptive needs max_active (a Backoff halves its effective max_active)")
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetDefinition:
     """A named budget as declared (docs/design.md "Named budgets"): one limit shared by every queue
     whose jobs name it. `max_active` counts the cost units of its active jobs, `rate_limit`
     ("N/P") their rate_cost units per window, `rate_burst` B (1 <= B <= N, only with a rate)
-    at most B units in any window of P*B/N. Validated when constructed (InvalidPolicyError).
+    at most B units in any window of P*B/N. `adaptive` (with max_active): each Backoff of the
+    budget halves its effective max_active, which grows back by one unit per quiet period
+    (docs/design.md "Back-pressure"). Validated when constructed (InvalidPolicyError).
 
     >>> BudgetDefinition(name="openai", max_active=50, rate_limit="3000/m", rate_burst=100).rate
     RateLimit(n=3000, period=60.0)
@@ -498,11 +508,13 @@ class BudgetDefinition:
     max_active: int | None = None
     rate_limit: str | None = None
     rate_burst: int | None = None
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         check_name("budget name", self.name, InvalidPolicyError)
         rate = _budget_limits(f"budget {self.name!r}", self.max_active, self.rate_limit,
                               self.rate_burst)
+        _check_adaptive(f"budget {self.name!r}", self.adaptive, self.max_active)
         object.__setattr__(self, "rate_limit", rate)
 
     @property
@@ -529,14 +541,15 @@ class BudgetSpec:
     """What `app.budget(...)` returns: a declared budget, to pass as `budget=` to tasks (or to
     name by its string). Validated when constructed, as its `BudgetDefinition` is.
 
-    >>> BudgetSpec("openai", max_active=50).definition()
-    BudgetDefinition(name='openai', max_active=50, rate_limit=None, rate_burst=None)
+    >>> BudgetSpec("openai", max_active=50).definition().limits
+    (50, None, None)
     """
 
     name: str
     max_active: int | None = None
     rate_limit: str | None = None
     rate_burst: int | None = None
+    adaptive: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate_limit", self.definition().rate_limit)
@@ -547,7 +560,8 @@ class BudgetSpec:
         >>> BudgetSpec("db", max_active=8).definition().max_active
         8
         """
-        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst)
+        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst,
+                                self.adaptive)
 
 
 @dataclass(frozen=True, slots=True)

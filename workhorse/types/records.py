@@ -127,15 +127,18 @@ class Budget:
     created_at: datetime
     updated_at: datetime
     override: BudgetOverride | None = None
+    adaptive: bool = False
 
     @property
     def definition(self) -> BudgetDefinition:
         """The stored budget as a `BudgetDefinition` (what a sync compares).
 
         >>> q.list_budgets()[0].definition  # doctest: +SKIP
-        BudgetDefinition(name='openai', max_active=50, rate_limit='3000/m', rate_burst=100)
+        BudgetDefinition(name='openai', max_active=50, rate_limit='3000/m', rate_burst=100,
+                         adaptive=False)
         """
-        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst)
+        return BudgetDefinition(self.name, self.max_active, self.rate_limit, self.rate_burst,
+                                self.adaptive)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@
 --  * 'queue': the job's queue;
 --  * NULL: the job's budget (or `p_budget`) when it has one, else its queue.
 -- A later backoff of the same target keeps the later end (and names its own job when it is the
--- later one). With `p_release` (the handler raised Backoff) the job itself goes back to `ready`
+-- later one). An adaptive budget's effective max_active is halved (at least 1) by a backoff
+-- that finds none in force (_adaptive_max_v1 says how it grows back). With `p_release` (the handler raised Backoff) the job itself goes back to `ready`
 -- with its attempt given back (release_v2: canceled instead when a cancel was requested);
 -- without (current_job().backoff()) it runs on. Running jobs are never touched.
 --
@@ -32,6 +33,7 @@ DECLARE
     v_key text := '';
     v_until timestamptz;
     v_status text := 'active';
+    v_halved integer;  -- an adaptive budget's effective max_active after this backoff
 BEGIN
     IF p_seconds IS NULL OR NOT (p_seconds > 0 AND p_seconds <= 86400) THEN
         RAISE EXCEPTION 'Backoff retry_after must be more than 0 and at most 86400 seconds, got %',
@@ -84,11 +86,29 @@ BEGIN
     END IF;
 
     v_until := clock_timestamp() + make_interval(secs => p_seconds);
-    INSERT INTO workhorse.backoffs AS b (scope, name, ckey, until, by_job, set_at, retry_after)
-    VALUES (v_scope, v_name, v_key, v_until, p_id, clock_timestamp(), p_seconds)
+    IF v_scope = 'budget' THEN
+        -- An adaptive budget's effective max_active is halved (at least 1) once per backoff:
+        -- one raised while another is in force only extends it (a burst of 429s is one signal).
+        SELECT CASE WHEN NOT bd.adaptive THEN NULL
+                    WHEN bo.until > clock_timestamp() THEN bo.adaptive_max
+                    ELSE GREATEST(1, workhorse._adaptive_max_v1(
+                        COALESCE(o.max_active, bd.max_active), bo.adaptive_max, bo.until,
+                        bo.retry_after, clock_timestamp()) / 2) END
+        INTO v_halved
+        FROM (SELECT v_name AS name) AS n
+        JOIN workhorse.budgets bd ON bd.name = n.name
+        LEFT JOIN workhorse.budget_controls o
+            ON o.name = n.name
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > clock_timestamp())
+        LEFT JOIN workhorse.backoffs bo
+            ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = '';
+    END IF;
+    INSERT INTO workhorse.backoffs AS b (scope, name, ckey, until, by_job, set_at, retry_after,
+                                         adaptive_max)
+    VALUES (v_scope, v_name, v_key, v_until, p_id, clock_timestamp(), p_seconds, v_halved)
     ON CONFLICT ON CONSTRAINT backoffs_pkey DO UPDATE
         SET until = excluded.until, by_job = excluded.by_job, set_at = excluded.set_at,
-            retry_after = excluded.retry_after
+            retry_after = excluded.retry_after, adaptive_max = excluded.adaptive_max
         WHERE b.until < excluded.until;
     SELECT b.until INTO v_until FROM workhorse.backoffs b
     WHERE b.scope = v_scope AND b.name = v_name AND b.ckey = v_key;

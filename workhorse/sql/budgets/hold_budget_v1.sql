@@ -3,8 +3,9 @@
 -- claim that counts the budget takes, after its queue's), with the limits in force (an
 -- unexpired override's fields over the declared ones): granted only when the budget is not
 -- backed off, its free units (max_active less its unexpired active jobs' cost and its unexpired
--- holds' units) cover `p_units`, and its rate and burst allow one more start (a hold counts one
--- start, as a job of rate cost 1). A budget nobody declared or overrode limits nothing: granted.
+-- holds' units; an adaptive budget's effective max_active) cover `p_units`, and its rate and
+-- burst allow one more start (a hold counts one start, as a job of rate cost 1). A budget nobody
+-- declared or overrode limits nothing: granted.
 --
 -- Returns one row: the hold's id and lease end when granted; else NULLs and `retry_in`, the
 -- seconds until a clock lets it (a backoff's end, a rate's next start), NULL when only a release
@@ -45,7 +46,10 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT COALESCE(o.max_active, bd.max_active) AS max_active,
+    SELECT workhorse._adaptive_max_v1(
+               COALESCE(o.max_active, bd.max_active),
+               CASE WHEN bd.adaptive THEN bo.adaptive_max END, bo.until, bo.retry_after, v_now)
+               AS max_active,
            COALESCE(o.rate_limit, bd.rate_limit) AS rate,
            CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period ELSE bd.rate_period END AS period,
            COALESCE(o.rate_burst, bd.rate_burst) AS burst,
@@ -54,7 +58,8 @@ BEGIN
     FROM (SELECT p_budget AS name) AS n
     LEFT JOIN workhorse.budgets bd ON bd.name = n.name
     LEFT JOIN workhorse.budget_controls o
-        ON o.name = n.name AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        ON o.name = n.name AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now)
+    LEFT JOIN workhorse.backoffs bo ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = '';
     IF v_limits.decl_max IS NOT NULL AND p_units > v_limits.decl_max THEN
         RAISE EXCEPTION 'a hold of % units can never fit budget %, whose max_active is %',
             p_units, p_budget, v_limits.decl_max USING ERRCODE = 'WH005';

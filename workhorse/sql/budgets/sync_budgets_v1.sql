@@ -16,7 +16,8 @@ CREATE FUNCTION workhorse.sync_budgets_v1(
     p_rate_limits integer[],
     p_rate_periods double precision[],
     p_rate_bursts integer[],
-    p_prune boolean
+    p_prune boolean,
+    p_adaptive boolean[] DEFAULT NULL
 ) RETURNS TABLE (sync_action text, sync_name text)
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -28,6 +29,7 @@ DECLARE
     v_rate integer;
     v_period double precision;
     v_burst integer;
+    v_adaptive boolean;
 BEGIN
     FOR v_name IN
         SELECT n FROM unnest(p_names) AS n
@@ -48,26 +50,28 @@ BEGIN
             USING ERRCODE = 'WH001';
     END IF;
 
-    FOR v_name, v_max, v_rate, v_period, v_burst IN
-        SELECT u.n, u.m, u.r, u.p, u.b
-        FROM unnest(p_names, p_max_active, p_rate_limits, p_rate_periods, p_rate_bursts)
-             AS u(n, m, r, p, b)
+    FOR v_name, v_max, v_rate, v_period, v_burst, v_adaptive IN
+        SELECT u.n, u.m, u.r, u.p, u.b, COALESCE(u.a, false)
+        FROM unnest(p_names, p_max_active, p_rate_limits, p_rate_periods, p_rate_bursts,
+                    COALESCE(p_adaptive, '{}'::boolean[]))
+             AS u(n, m, r, p, b, a)
         WHERE u.n IS NOT NULL
         ORDER BY 1
     LOOP
         SELECT * INTO v_old FROM workhorse.budgets b WHERE b.name = v_name;
         IF v_old.name IS NULL THEN
             INSERT INTO workhorse.budgets (name, namespace, max_active, rate_limit, rate_period,
-                                           rate_burst)
-            VALUES (v_name, p_namespace, v_max, v_rate, v_period, v_burst);
+                                           rate_burst, adaptive)
+            VALUES (v_name, p_namespace, v_max, v_rate, v_period, v_burst, v_adaptive);
             sync_action := 'created';
-        ELSIF (v_old.max_active, v_old.rate_limit, v_old.rate_period, v_old.rate_burst)
-              IS NOT DISTINCT FROM (v_max, v_rate, v_period, v_burst) THEN
+        ELSIF (v_old.max_active, v_old.rate_limit, v_old.rate_period, v_old.rate_burst,
+               v_old.adaptive)
+              IS NOT DISTINCT FROM (v_max, v_rate, v_period, v_burst, v_adaptive) THEN
             sync_action := 'unchanged';
         ELSE
             UPDATE workhorse.budgets b
             SET max_active = v_max, rate_limit = v_rate, rate_period = v_period,
-                rate_burst = v_burst, updated_at = now()
+                rate_burst = v_burst, adaptive = v_adaptive, updated_at = now()
             WHERE b.name = v_name;
             sync_action := 'updated';
         END IF;

@@ -184,13 +184,18 @@ BEGIN
                    END AS burst_window
             FROM (
                 SELECT bq.budget, bq.last_turn,
-                       COALESCE(o.max_active, bd.max_active) AS max_active,
+                       -- An adaptive budget's, halved by its last backoff (growing back).
+                       workhorse._adaptive_max_v1(
+                           COALESCE(o.max_active, bd.max_active),
+                           CASE WHEN bd.adaptive THEN bo.adaptive_max END, bo.until,
+                           bo.retry_after, p_now) AS max_active,
                        COALESCE(o.rate_limit, bd.rate_limit) AS rate,
                        CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period
                             ELSE bd.rate_period END AS period,
                        COALESCE(o.rate_burst, bd.rate_burst) AS burst,
                        bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
-                       bd.rate_burst AS decl_burst, bo.until AS off_until
+                       bd.rate_burst AS decl_burst,
+                       CASE WHEN bo.until > p_now THEN bo.until END AS off_until
                 FROM workhorse.budget_queues bq
                 LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
                 LEFT JOIN workhorse.budget_controls o
@@ -198,10 +203,9 @@ BEGIN
                    AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
                 LEFT JOIN workhorse.backoffs bo
                     ON bo.scope = 'budget' AND bo.name = bq.budget AND bo.ckey = ''
-                   AND bo.until > p_now
                 WHERE bq.queue = p_queue
                   -- A budget nobody declared limits nothing, unless a handler backed it off.
-                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.name IS NOT NULL)
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.until > p_now)
                 ORDER BY bq.queue, bq.budget
             ) AS l
             WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL OR l.off_until IS NOT NULL

@@ -88,9 +88,21 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
 
-    -- Backoffs that ended (docs/design.md "Back-pressure") go, and their stamps on the queues'
+    -- Backoffs that ended (docs/design.md "Back-pressure") go, but an adaptive budget's only
+    -- once its effective max_active is back at the limit; and their stamps on the queues'
     -- control rows; a control row that held only such a stamp goes too.
-    DELETE FROM workhorse.backoffs b WHERE b.until <= now();
+    DELETE FROM workhorse.backoffs b
+    WHERE b.until <= now()
+      AND NOT EXISTS (
+          SELECT 1 FROM workhorse.budgets bd
+          LEFT JOIN workhorse.budget_controls o
+              ON o.name = bd.name
+             AND (o.override_expires_at IS NULL OR o.override_expires_at > now())
+          WHERE b.scope = 'budget' AND b.adaptive_max IS NOT NULL
+            AND bd.name = b.name AND bd.adaptive
+            AND workhorse._adaptive_max_v1(COALESCE(o.max_active, bd.max_active),
+                                           b.adaptive_max, b.until, b.retry_after, now())
+                < COALESCE(o.max_active, bd.max_active));
     DELETE FROM workhorse.queue_controls c
     WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
     UPDATE workhorse.queue_controls c SET backed_off_until = NULL

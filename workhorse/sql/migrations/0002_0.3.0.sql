@@ -337,6 +337,8 @@ CREATE TABLE workhorse.budgets (
     rate_burst    integer,
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- Back-pressure halves its effective max_active (docs/design.md "Back-pressure").
+    adaptive      boolean     NOT NULL DEFAULT false CHECK (NOT adaptive OR max_active IS NOT NULL),
     CONSTRAINT budgets_some_limit CHECK (max_active IS NOT NULL OR rate_limit IS NOT NULL),
     CONSTRAINT budgets_rate_pair CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
     CONSTRAINT budgets_rate_burst_check CHECK (rate_burst IS NULL
@@ -562,6 +564,10 @@ CREATE TABLE workhorse.backoffs (
     by_job      bigint,
     set_at      timestamptz      NOT NULL,
     retry_after double precision NOT NULL CHECK (retry_after > 0 AND retry_after <= 86400),
+    -- An adaptive budget's effective max_active as its last backoff halved it; it grows back by
+    -- one unit per `retry_after` once a quiet `retry_after` has passed since `until` (the row is
+    -- kept until it is back at the limit).
+    adaptive_max integer CHECK (adaptive_max >= 1),
     PRIMARY KEY (scope, name, ckey)
 );
 -- A queue or key backoff also stamps the queue's control row with the latest `until` of the
@@ -608,6 +614,7 @@ ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor = 0.0,
 \ir ../claim/_hint_keys_v2.sql
 \ir ../claim/_prepare_queue_v2.sql
 \ir ../claim/_budget_lock_id_v1.sql
+\ir ../claim/_adaptive_max_v1.sql
 \ir ../claim/_budget_starts_used_v1.sql
 \ir ../claim/_budget_next_start_v1.sql
 \ir ../claim/_burst_used_v1.sql

@@ -5,7 +5,7 @@ SELECT b.namespace, b.name, b.max_active, b.rate_limit, b.rate_period, b.rate_bu
            AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
            AS overridden,
        c.max_active, c.rate_limit, c.rate_period, c.rate_burst, c.override_set_at,
-       c.override_expires_at
+       c.override_expires_at, b.adaptive
 FROM workhorse.budgets b
 LEFT JOIN workhorse.budget_controls c ON c.name = b.name
 WHERE (%s::text IS NULL OR b.namespace = %s::text)
