@@ -54,3 +54,50 @@ def test_banner_prints_markup_names_literally(
     assert QUEUE in out
     assert "ns[/]evil\\x1b[31m" in out
     assert "mine[bold]" in out
+
+
+def test_banner_names_the_budget_of_a_queue_it_alone_governs(
+    database_url: str, queue: Queue, tmp_path: Path
+) -> None:
+    """A queue with no policy whose jobs name a budget is governed by it: the banner says so,
+    where it used to say "ungoverned" (a queue with neither still says that)."""
+    (tmp_path / "budgetapp.py").write_text(textwrap.dedent("""
+        import workhorse
+        app = workhorse.App("budgeted")
+        openai = app.budget("openai", max_active=3)
+
+        @app.task(name="b.embed", queue="embeddings", budget=openai)
+        def embed() -> None: ...
+
+        @app.task(name="b.free", queue="free")
+        def free() -> None: ...
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["COLUMNS"] = "200"
+    subprocess.run([sys.executable, "-m", "workhorse", "--database-url", database_url, "sync",
+                    "budgetapp:app"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    # The budget's queues are the ones its enqueues recorded: one job makes `embeddings` one.
+    subprocess.run([sys.executable, "-c", "from budgetapp import embed; embed.delay()"],
+                   cwd=tmp_path, env={**env, "WORKHORSE_DATABASE_URL": database_url},
+                   check=True, capture_output=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "workhorse", "--database-url", database_url, "worker",
+         "budgetapp:app", "--slots", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.2)
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, err
+    [embeddings] = [line for line in out.splitlines() if line.strip().startswith("embeddings")]
+    [free] = [line for line in out.splitlines() if line.strip().startswith("free")]
+    assert "budget openai (max_active=3)" in embeddings, out
+    assert "ungoverned" in free and "budget" not in free

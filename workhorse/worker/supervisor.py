@@ -50,6 +50,7 @@ from ..app import App
 from ..errors import InvalidOptionsError
 from ..queue import Queue
 from ..types import (
+    BudgetHealth,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     PolicyHealth,
@@ -206,7 +207,8 @@ def run_worker(
         health = Queue(conn).health()
         in_force = {p.queue: p for p in health.policies}
         stored_schedules = Queue(conn).list_schedules(app.name)
-    _print_banner(console, app, settings, url, stored, report, app_reference, in_force)
+    _print_banner(console, app, settings, url, stored, report, app_reference, in_force,
+                  health.budgets)
     for line in schedules_banner(app, stored_schedules):
         console.print(line, highlight=False)
     supervisor = Supervisor(app, settings, url, console=console, app_reference=app_reference,
@@ -284,8 +286,16 @@ def _print_banner(
     report: SyncReport | None,
     app_reference: str,
     in_force: dict[str, PolicyHealth] | None = None,
+    budgets: list[BudgetHealth] | None = None,
 ) -> None:
     by_queue = {p.queue: p for p in stored}
+    # A queue governed only by the named budgets its jobs name is not "ungoverned".
+    budgeted: dict[str, list[str]] = {}
+    for b in budgets or []:
+        limits = _limits(b.max_active, None, b.rate_limit)
+        for queue in sorted(set(b.used_by) | set(b.queues)):
+            budgeted.setdefault(queue, []).append(
+                f"budget {b.name}" + (f" ({limits})" if b.namespace is not None else ""))
     in_force = in_force or {}
     title = Text.assemble(("workhorse worker", "bold"), "  ", (app_reference or app.name, "cyan"))
     console.print(title)
@@ -314,7 +324,9 @@ def _print_banner(
         health = in_force.get(name)
         controls = _in_force(health) if health is not None else ""
         if policy is None:
-            queues.add_row(literal(name), "ungoverned", "", controls)
+            governing = "; ".join(budgeted.get(name, []))
+            queues.add_row(literal(name), literal(governing) if governing else "ungoverned", "",
+                           controls)
         else:
             queues.add_row(literal(name), _stored_limits(policy), literal(policy.namespace),
                            controls)
