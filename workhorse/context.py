@@ -329,6 +329,10 @@ class Backoff(WorkhorseError):
                 else "its budget, else its queue")
         super().__init__(reason or f"backed off {what} for {seconds:g}s")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copied or pickled whole (the default would call Backoff(message)).
+        return (Backoff, (self.retry_after, self.scope, self.budget, self.reason))
+
 
 class Snooze(Exception):
     """Raised by a handler: the job comes back after `delay` without using an attempt (for a

@@ -530,6 +530,10 @@ def test_backoff_with_retry_policy_keywords_is_the_old_spelling() -> None:
         assert Backoff() == ExponentialBackoff()
     signal = Backoff(30, scope="key")
     assert isinstance(signal, Exception) and (signal.retry_after, signal.scope) == (30.0, "key")
+    import pickle
+    copied = pickle.loads(pickle.dumps(Backoff("2s", budget="api", reason="429")))
+    assert (copied.retry_after, copied.scope, copied.budget, str(copied)) == (2.0, None, "api",
+                                                                               "429")
 
 
 def test_task_keeps_its_backoff() -> None:
