@@ -47,11 +47,41 @@ def _from_backlog(b: Backlog, workers: Sequence[WorkerInfo],
         yield Reason("at_limit", b.ready, "a limit in force is 0: nothing can start", b.queue)
 
 
+def _backoff_detail(until: datetime, by_job: int | None, scope: str, now: datetime) -> str:
+    """"backed off until 15:02:09 UTC by job 4812 (scope queue; 29.5 s left)": the end as the
+    server's session zone gave it (a backoff lasts a day at most, so the time of day says it)."""
+    by = "" if by_job is None else f" by job {by_job}"
+    left = max((until - now).total_seconds(), 0.0)
+    clock = f"{until:%H:%M:%S %Z}".rstrip()
+    return f"backed off until {clock}{by} ({scope}; {left:.1f} s left)"
+
+
+def _backed_off(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
+    """`backed_off` while the queue's own backoff or some of its keys' is in force and holds
+    ready work back; the count is those ready jobs (within the sample), the detail the queue's
+    own backoff, else the key whose backoff ends first."""
+    keys = [k for k in p.backed_off_keys if k.until > now]
+    own = p.backed_off_until is not None and p.backed_off_until > now
+    if not p.backed_off_ready or not (own or keys):
+        return
+    if own:
+        assert p.backed_off_until is not None
+        detail = _backoff_detail(p.backed_off_until, p.backed_off_by, "scope queue", now)
+    else:
+        more = f", and {len(keys) - 1} more keys" if len(keys) > 1 else ""
+        detail = _backoff_detail(keys[0].until, keys[0].by_job,
+                                 f"scope key {keys[0].key}{more}", now)
+    yield Reason("backed_off", p.backed_off_ready, detail, p.queue)
+
+
 def _from_policy(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
+    yield from _backed_off(p, now)
     if p.paused:
         yield Reason("paused", p.blocked_ready, "paused: nothing starts until it is resumed",
                      p.queue)
         return  # while paused, the limits hold nothing back themselves
+    if p.backed_off_until is not None and p.backed_off_until > now:
+        return  # nor while the queue is backed off: nothing starts before it ends either
     if not p.blocked_ready:
         return
     if p.max_active is not None and p.active >= p.max_active:
@@ -72,11 +102,16 @@ def _from_policy(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
 
 
 def budget_reasons(budget: BudgetHealth, now: datetime) -> list[Reason]:
-    """`BudgetHealth.reasons`: `budget_full` while its units are all in use and it holds ready
-    work back, else `rate_limited` while it is out of starts; the count is its ready jobs held
-    back (across its queues)."""
+    """`BudgetHealth.reasons`: `backed_off` while its backoff is in force and it has ready
+    work (then only that: nothing of it starts before the backoff ends, whatever its limits),
+    else `budget_full` while its units are all in use and it holds ready work back, else
+    `rate_limited` while it is out of starts; the count is its ready jobs held back (across its
+    queues)."""
     if not budget.blocked_ready:
         return []
+    if budget.backed_off_until is not None and budget.backed_off_until > now:
+        return [Reason("backed_off", budget.blocked_ready, _backoff_detail(
+            budget.backed_off_until, budget.backed_off_by, f"scope budget {budget.name}", now))]
     if budget.max_active is not None and budget.active_units >= budget.max_active:
         return [Reason("budget_full", budget.blocked_ready,
                        f"budget {budget.name}: {budget.active_units} of "

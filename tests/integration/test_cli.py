@@ -155,6 +155,7 @@ def test_health_json_is_queue_health_field_by_field(
         "rate_limited_keys", "paused", "override", "fairness", "active_units", "on_key_full",
         "rate_burst", "rate_burst_per_key",
         "active_jobs", "next_start_at", "next_key_start_at", "budgets",
+        "backed_off_until", "backed_off_by", "backed_off_keys", "backed_off_ready",
     }
     assert by_queue["active"] == {
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
@@ -163,6 +164,8 @@ def test_health_json_is_queue_health_field_by_field(
         "override": None, "fairness": "fifo", "active_units": 1, "on_key_full": "queue",
         "rate_burst": None, "rate_burst_per_key": None,
         "active_jobs": 1, "next_start_at": None, "next_key_start_at": None, "budgets": [],
+        "backed_off_until": None, "backed_off_by": None, "backed_off_keys": [],
+        "backed_off_ready": 0,
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 

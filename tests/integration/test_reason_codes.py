@@ -1,7 +1,7 @@
 """Reason codes (docs/design.md "Reason codes"): every code health reports is produced here by a
 real cause on a real database, with the number behind it, and is gone at the first health read
-after its cause ends. The codes still reserved (`backed_off`, `suspended`) name features not
-built yet; the test of the set says so.
+after its cause ends (`backed_off`'s causes are in tests/integration/test_backoff_health.py).
+The code still reserved (`suspended`) names a feature not built yet; the test of the set says so.
 
 The CLI's `health --fail-on` is driven as a probe would: exit 1 with the code present, 0 when it
 is gone, 2 for a code outside the set.
@@ -28,7 +28,7 @@ from workhorse import (
 )
 from workhorse.types import REASON_CODES
 
-RESERVED = {"backed_off", "suspended"}
+RESERVED = {"suspended"}
 
 
 def _codes(q: Queue, queue: str) -> dict[str, int]:

@@ -16,6 +16,7 @@ from ..errors import (
 from ..types import (
     MAX_DELAY_SECONDS,
     MAX_POLICY_DEFINITIONS,
+    BackoffState,
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     JobStatus,
@@ -115,6 +116,11 @@ def health() -> Operation[QueueHealth]:
             fairness=row[25], active_units=row[26], on_key_full=row[27], rate_burst=row[28],
             rate_burst_per_key=row[29], active_jobs=row[32], next_start_at=row[33],
             next_key_start_at=row[34], budgets=list(row[35] or []),
+            backed_off_until=row[36], backed_off_by=row[37],
+            backed_off_keys=[BackoffState("key", row[1], key, until, by_job)
+                             for key, until, by_job in zip(row[38], row[39], row[40],
+                                                           strict=True)],
+            backed_off_ready=row[41],
         )
         for row in rows
     ]

@@ -17,6 +17,7 @@ from ..errors import WorkhorseError
 from ..queue import Queue
 from ..types import REASON_CODES, JobStatus, QueueHealth
 from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
+from ._health import backoffs_table
 from ._render import (
     DataTable,
     budgets_table,
@@ -60,6 +61,9 @@ def health(ctx: click.Context, as_json: bool, fail_on: frozenset[str]) -> None:
         console.print(depth_table(result))
         if result.budgets:
             console.print(budgets_table(result.budgets))
+        backoffs = backoffs_table(result)
+        if backoffs is not None:
+            console.print(backoffs)
         if result.reasons or any(b.reasons for b in result.budgets):
             console.print(reasons_table(result))
     present = {r.code for r in result.reasons} | {

@@ -8,9 +8,8 @@ from datetime import datetime
 
 from .records import BudgetOverride, PolicyOverride
 
-# docs/design.md "Reason codes": the stable set, in the order health lists them. `backed_off` and
-# `suspended` name causes of features still to come (back-pressure, suspended jobs); no health
-# reports them yet.
+# docs/design.md "Reason codes": the stable set, in the order health lists them. `suspended`
+# names the cause of a feature still to come (suspended jobs); no health reports it yet.
 REASON_CODES = (
     "no_worker", "unknown_task", "feature_level", "paused", "at_limit", "key_saturated",
     "rate_limited", "budget_full", "backed_off", "suspended", "expired", "stalled",
@@ -63,11 +62,16 @@ class BudgetHealth:
     unit start (now, or later while it is out of starts; None without a rate); `used_by` every
     queue whose jobs have named it, live or not (the queues its enqueues recorded, with
     `queues`): the queues it governs, also while none of their jobs is ready or active.
+    `backed_off_until` and `backed_off_by`: its backoff in force (docs/design.md
+    "Back-pressure"), when it ends and the job that raised it (None when none is in force);
+    while it lasts, `blocked_ready` is all of its ready jobs.
 
     >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
     [('openai', 12, ['embeddings', 'summaries'])]
     >>> [(b.name, b.queues, b.used_by) for b in q.health().budgets]  # doctest: +SKIP
     [('openai', [], ['embeddings', 'summaries'])]
+    >>> [(b.name, b.backed_off_by) for b in q.health().budgets if b.backed_off_by]  # doctest: +SKIP
+    [('openai', 4812)]
     """
 
     name: str
@@ -86,6 +90,9 @@ class BudgetHealth:
     reasons: list[Reason] = field(default_factory=list)
     # Every queue whose jobs have named it (at most the health sample), sorted.
     used_by: list[str] = field(default_factory=list)
+    # docs/design.md "Back-pressure": its backoff in force (None: none), and the job that raised it.
+    backed_off_until: datetime | None = None
+    backed_off_by: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +101,22 @@ class PolicyHealth:
     has one), what is active, and what the limits hold back. `namespace` is None for a queue
     that no policy governs: only an operator control, or only the named budgets its jobs have
     named (`budgets`; each one's limits and units are its `BudgetHealth`). `blocked_ready`
-    counts what the queue's own limits and controls hold back; a budget's reasons say what it
-    holds back.
+    counts what the queue's own limits, controls and backoffs hold back; a budget's reasons say
+    what it holds back.
+
+    Back-pressure (docs/design.md "Back-pressure"): `backed_off_until` and `backed_off_by` are
+    the queue's own backoff in force (its end and the job that raised it; None when none is),
+    `backed_off_keys` its keys' backoffs in force (`BackoffState`s, soonest end first, at most
+    the health sample), and `backed_off_ready` the ready jobs (within the sample) those hold
+    back, which `blocked_ready` counts too.
 
     >>> [(p.queue, p.active, p.available) for p in q.health().policies]  # doctest: +SKIP
     [('mail', 3, 17)]
+    >>> [(p.queue, p.backed_off_by) for p in q.health().policies  # doctest: +SKIP
+    ...  if p.backed_off_by]
+    [('partner-api', 4812)]
+    >>> [(k.key, k.by_job) for k in q.health().policies[0].backed_off_keys]  # doctest: +SKIP
+    [('acme', 4813)]
     """
 
     namespace: str | None
@@ -135,6 +153,12 @@ class PolicyHealth:
     # docs/design.md "Named budgets": the budgets its jobs have named, sorted (a queue with none
     # of its own limits and a budget is governed by the budget).
     budgets: list[str] = field(default_factory=list)
+    # docs/design.md "Back-pressure": the queue's own backoff in force (None: none) and the job
+    # that raised it; its keys' backoffs in force; the ready jobs these hold back.
+    backed_off_until: datetime | None = None
+    backed_off_by: int | None = None
+    backed_off_keys: list[BackoffState] = field(default_factory=list)
+    backed_off_ready: int = 0
 
 
 @dataclass(frozen=True, slots=True)

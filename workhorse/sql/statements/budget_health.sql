@@ -7,7 +7,9 @@
 -- %(sample)s, through the table's primary key). Bounded: the names of undeclared budgets and
 -- each budget's queues are found by skip-scans of the partial budget indexes (one probe per
 -- distinct value, at most %(sample)s), the active jobs through jobs_budget_active_idx; no read
--- grows with a backlog.
+-- grows with a backlog. A budget backed off now (docs/design.md "Back-pressure") has a row too,
+-- declared or not, with its backoff's end and job; while it lasts, every ready job of it is
+-- held back, as while it is full.
 WITH RECURSIVE ready_names AS (
     (SELECT j.budget, 1 AS n FROM workhorse.jobs j
      WHERE j.status = 'ready' AND j.budget IS NOT NULL
@@ -27,7 +29,9 @@ WITH RECURSIVE ready_names AS (
         UNION SELECT c.name FROM workhorse.budget_controls c
         UNION SELECT r.budget FROM ready_names r WHERE r.budget IS NOT NULL
         UNION SELECT DISTINCT j.budget FROM workhorse.jobs j
-              WHERE j.status = 'active' AND j.budget IS NOT NULL)) AS u(name)
+              WHERE j.status = 'active' AND j.budget IS NOT NULL
+        UNION SELECT bo.name FROM workhorse.backoffs bo
+              WHERE bo.scope = 'budget' AND bo.until > clock_timestamp())) AS u(name)
 )
 SELECT n.name, b.namespace,
        CASE WHEN o.live AND c.max_active IS NOT NULL THEN c.max_active ELSE b.max_active END
@@ -47,17 +51,22 @@ SELECT n.name, b.namespace,
        ARRAY(SELECT DISTINCT u.q
              FROM unnest(COALESCE(a.queues, '{}') || COALESCE(rw.queues, '{}')) AS u(q)
              WHERE u.q IS NOT NULL ORDER BY u.q) AS queues,
-       -- Held back now: every ready job of a budget that is full, or out of starts in its
-       -- rate's window or its burst's (what the claim passes over).
+       -- Held back now: every ready job of a budget that is full, out of starts in its
+       -- rate's window or its burst's, or backed off (what the claim passes over).
        CASE WHEN (lim.max_active IS NOT NULL AND a.units >= lim.max_active)
-                 OR nx.next_in > 0 THEN LEAST(rd.ready, %(sample)s) ELSE 0 END AS blocked_ready,
+                 OR nx.next_in > 0 OR bo.until IS NOT NULL
+            THEN LEAST(rd.ready, %(sample)s) ELSE 0 END AS blocked_ready,
        clock_timestamp() + make_interval(secs => nx.next_in) AS next_start_at,
        ARRAY(SELECT bq.queue FROM workhorse.budget_queues bq
              WHERE bq.budget = n.name ORDER BY bq.budget, bq.queue
-             LIMIT %(sample)s) AS used_by
+             LIMIT %(sample)s) AS used_by,
+       bo.until AS backed_off_until, bo.by_job AS backed_off_by
 FROM names n
 LEFT JOIN workhorse.budgets b ON b.name = n.name
 LEFT JOIN workhorse.budget_controls c ON c.name = n.name
+LEFT JOIN workhorse.backoffs bo
+    ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = ''
+   AND bo.until > clock_timestamp()
 CROSS JOIN LATERAL (
     SELECT c.name IS NOT NULL
            AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())

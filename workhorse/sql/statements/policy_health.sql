@@ -8,6 +8,11 @@
 -- A queue whose jobs have named a budget (a budget_queues row) is governed by it, with or
 -- without a policy (docs/design.md "Named budgets"): it has a row, and `budgets` names them
 -- (through budget_queues_queue_idx); what a budget holds back is the budget's own row.
+-- Back-pressure (docs/design.md "Back-pressure"): the queue's own backoff in force and its keys'
+-- (at most %(sample)s, by key), read only while the control row's stamp is ahead, as the claim
+-- reads them (a backoff stamps that row, so a backed-off queue has a row here). What they hold
+-- back is in `blocked_ready`, as a pause's and a saturated key's are, and `backed_off_ready`
+-- counts it alone (the reason code `backed_off`).
 WITH queues AS (
     SELECT p.queue FROM workhorse.policies p
     UNION
@@ -58,7 +63,11 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
                    clock_timestamp())))
         FROM unnest(r.limited) AS k(ckey)) AS next_key_start_at,
        ARRAY(SELECT bq.budget FROM workhorse.budget_queues bq
-             WHERE bq.queue = q.queue ORDER BY bq.queue, bq.budget) AS budgets
+             WHERE bq.queue = q.queue ORDER BY bq.queue, bq.budget) AS budgets,
+       qo.until AS backed_off_until, qo.by_job AS backed_off_by,
+       ko.keys AS backed_off_keys, ko.untils AS backed_off_key_untils,
+       ko.by_jobs AS backed_off_key_by_jobs,
+       b.backed_off_ready
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
@@ -103,6 +112,24 @@ CROSS JOIN LATERAL (
                 LIMIT %(sample)s * 101) AS r
           GROUP BY r.ckey) AS u
 ) AS r
+LEFT JOIN LATERAL (
+    SELECT bo.until, bo.by_job FROM workhorse.backoffs bo
+    WHERE c.backed_off_until > clock_timestamp()
+      AND bo.scope = 'queue' AND bo.name = q.queue AND bo.ckey = ''
+      AND bo.until > clock_timestamp()
+) AS qo ON true
+CROSS JOIN LATERAL (
+    -- Soonest end first; which keys are read (when more than the sample are backed off) goes
+    -- by the primary key's order, so that the read stays bounded.
+    SELECT COALESCE(array_agg(k.ckey ORDER BY k.until, k.ckey), '{}') AS keys,
+           COALESCE(array_agg(k.until ORDER BY k.until, k.ckey), '{}') AS untils,
+           COALESCE(array_agg(k.by_job ORDER BY k.until, k.ckey), '{}') AS by_jobs
+    FROM (SELECT bo.ckey, bo.until, bo.by_job FROM workhorse.backoffs bo
+          WHERE c.backed_off_until > clock_timestamp()
+            AND bo.scope = 'key' AND bo.name = q.queue AND bo.until > clock_timestamp()
+          ORDER BY bo.scope, bo.name, bo.ckey
+          LIMIT %(sample)s) AS k
+) AS ko
 CROSS JOIN LATERAL (
     SELECT count(*)::integer AS sampled,
            (count(*) FILTER (WHERE s2.nth <= %(sample)s AND (
@@ -110,7 +137,11 @@ CROSS JOIN LATERAL (
                 OR (l.max_active IS NOT NULL AND a.active >= l.max_active)
                 OR (l.rate_limit IS NOT NULL AND s.queue_used >= l.rate_limit)
                 OR s2.ckey = ANY(a.saturated)
-                OR s2.ckey = ANY(r.limited))))::integer AS blocked_ready
+                OR s2.ckey = ANY(r.limited)
+                OR qo.until IS NOT NULL
+                OR s2.ckey = ANY(ko.keys))))::integer AS blocked_ready,
+           (count(*) FILTER (WHERE s2.nth <= %(sample)s AND (
+                qo.until IS NOT NULL OR s2.ckey = ANY(ko.keys))))::integer AS backed_off_ready
     FROM (SELECT j.ckey, row_number() OVER (ORDER BY j.rank, j.id) AS nth
           FROM (SELECT j.ckey, j.rank, j.id FROM workhorse.jobs j
                 WHERE j.queue = q.queue AND j.status = 'ready'
