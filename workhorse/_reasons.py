@@ -112,10 +112,15 @@ def budget_reasons(budget: BudgetHealth, now: datetime) -> list[Reason]:
     if budget.backed_off_until is not None and budget.backed_off_until > now:
         return [Reason("backed_off", budget.blocked_ready, _backoff_detail(
             budget.backed_off_until, budget.backed_off_by, f"scope budget {budget.name}", now))]
-    if budget.max_active is not None and budget.active_units >= budget.max_active:
+    limit = (budget.effective_max_active if budget.effective_max_active is not None
+             else budget.max_active)
+    if limit is not None and budget.active_units >= limit:
+        held = f" ({budget.held_units} held outside tasks)" if budget.held_units else ""
+        halved = (f", halved from {budget.max_active} by back-pressure"
+                  if limit != budget.max_active else "")
         return [Reason("budget_full", budget.blocked_ready,
                        f"budget {budget.name}: {budget.active_units} of "
-                       f"max_active={budget.max_active} units in use")]
+                       f"max_active={limit}{halved} units in use{held}")]
     if budget.next_start_at is not None and budget.next_start_at > now:
         wait = (budget.next_start_at - now).total_seconds()
         return [Reason("rate_limited", budget.blocked_ready,

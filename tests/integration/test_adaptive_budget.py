@@ -192,3 +192,15 @@ def test_the_halving_check_fails_on_a_claim_that_ignores_it(app: App, queue: Que
     back_off(queue, 0.2)
     wait_until_over(queue)
     assert admitted_now(queue) == 8  # not halved: the first test's check would fail
+
+
+def test_health_reports_the_effective_limit(app: App, queue: Queue) -> None:
+    back_off(queue, 0.2)
+    wait_until_over(queue)
+    [api] = [b for b in queue.health().budgets if b.name == "api"]
+    assert (api.max_active, api.effective_max_active) == (8, 4)
+    queue.claim("calls", 50, 30)
+    [api] = [b for b in queue.health().budgets if b.name == "api"]
+    assert api.active_units == 4 and api.blocked_ready > 0
+    [reason] = [r for r in api.reasons if r.code == "budget_full"]
+    assert "max_active=4, halved from 8" in reason.detail

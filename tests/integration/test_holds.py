@@ -205,3 +205,17 @@ def test_the_declared_budget_is_the_one_held(app: App) -> None:
     declared = app.budget("api")
     assert declared.max_active == 2  # the declaration, bound to the app
     assert isinstance(declared.hold(), Holding)
+
+
+def test_health_counts_holds_in_the_budgets_units(app: App, queue: Queue) -> None:
+    enqueue(app, 3)
+    with app.budget("api").hold():
+        claim(queue, 1)
+        [api] = [b for b in queue.health().budgets if b.name == "api"]
+        assert (api.active_units, api.held_units, api.effective_max_active) == (2, 1, 2)
+        assert api.blocked_ready == 2  # full: the two left ready are held back
+        [reason] = [r for r in api.reasons if r.code == "budget_full"]
+        assert "1 held outside tasks" in reason.detail
+    with app.budget("undeclared-elsewhere").hold(units=3):
+        [other] = [b for b in queue.health().budgets if b.name == "undeclared-elsewhere"]
+        assert (other.namespace, other.active_units, other.held_units) == (None, 3, 3)

@@ -145,7 +145,8 @@ def budget_health() -> Operation[list[BudgetHealth]]:
             active_units=int(row[13]), blocked_ready=int(row[17]), queues=list(row[16] or []),
             next_start_at=row[18], ready=min(int(row[14]), HEALTH_SAMPLE), capped=bool(row[15]),
             used_by=sorted({*(row[16] or []), *(row[19] or [])}),
-            backed_off_until=row[20], backed_off_by=row[21],
+            backed_off_until=row[20], backed_off_by=row[21], held_units=int(row[22]),
+            effective_max_active=row[23],
         )
         for row in rows
     ]

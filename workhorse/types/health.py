@@ -52,19 +52,19 @@ class BackoffState:
 
 @dataclass(frozen=True, slots=True)
 class BudgetHealth:
-    """One budget in `QueueHealth.budgets`: declared (`namespace` set), overridden, or only named
-    by ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are
-    those in force (a live override's fields over the declared ones); `active_units` is the cost
-    of its unexpired active jobs; `queues` the queues with ready or active jobs naming it;
-    `ready` its ready jobs, counted up to the health sample (`capped` beyond); `blocked_ready`
-    those the budget holds back now (all of its ready jobs while it is full or out of starts,
-    else 0); `next_start_at`, for a budget with a rate, when its rate (and burst) lets the next
-    unit start (now, or later while it is out of starts; None without a rate); `used_by` every
-    queue whose jobs have named it, live or not (the queues its enqueues recorded, with
-    `queues`): the queues it governs, also while none of their jobs is ready or active.
-    `backed_off_until` and `backed_off_by`: its backoff in force (docs/design.md
-    "Back-pressure"), when it ends and the job that raised it (None when none is in force);
-    while it lasts, `blocked_ready` is all of its ready jobs.
+    """One budget in `QueueHealth.budgets`: declared (`namespace` set), overridden, or only named by
+    ready or active jobs (`namespace` None and no limits: it limits nothing). The limits are those
+    in force (a live override's fields over the declared ones); `active_units` is the cost of its
+    unexpired active jobs and the units of its unexpired holds; `queues` the queues with ready or
+    active jobs naming it; `ready` its ready jobs, counted up to the health sample (`capped`
+    beyond); `blocked_ready` those the budget holds back now (all of its ready jobs while it is full
+    or out of starts, else 0); `next_start_at`, for a budget with a rate, when its rate (and burst)
+    lets the next unit start (now, or later while it is out of starts; None without a rate);
+    `used_by` every queue whose jobs have named it, live or not (the queues its enqueues recorded,
+    with `queues`): the queues it governs, also while none of their jobs is ready or active.
+    `backed_off_until` and `backed_off_by`: its backoff in force (docs/design.md "Back-pressure"),
+    when it ends and the job that raised it (None when none is in force); while it lasts,
+    `blocked_ready` is all of its ready jobs.
 
     >>> [(b.name, b.active_units, b.queues) for b in q.health().budgets]  # doctest: +SKIP
     [('openai', 12, ['embeddings', 'summaries'])]
@@ -93,6 +93,11 @@ class BudgetHealth:
     # docs/design.md "Back-pressure": its backoff in force (None: none), and the job that raised it.
     backed_off_until: datetime | None = None
     backed_off_by: int | None = None
+    # docs/design.md "Holds": the units of its unexpired holds (counted in `active_units` too).
+    held_units: int = 0
+    # The max_active the claim admits within now: an adaptive budget's, halved by its last
+    # backoff and growing back (docs/design.md "Back-pressure"); else `max_active`.
+    effective_max_active: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

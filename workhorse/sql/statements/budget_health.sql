@@ -9,7 +9,10 @@
 -- distinct value, at most %(sample)s), the active jobs through jobs_budget_active_idx; no read
 -- grows with a backlog. A budget backed off now (docs/design.md "Back-pressure") has a row too,
 -- declared or not, with its backoff's end and job; while it lasts, every ready job of it is
--- held back, as while it is full.
+-- held back, as while it is full. Its active units include its unexpired holds' (docs/design.md
+-- "Holds", invariant 13; `held_units` says how many), and a budget held now has a row too;
+-- `effective_max_active` is the max_active the claim admits within now (an adaptive budget's,
+-- halved by its last backoff).
 WITH RECURSIVE ready_names AS (
     (SELECT j.budget, 1 AS n FROM workhorse.jobs j
      WHERE j.status = 'ready' AND j.budget IS NOT NULL
@@ -31,7 +34,9 @@ WITH RECURSIVE ready_names AS (
         UNION SELECT DISTINCT j.budget FROM workhorse.jobs j
               WHERE j.status = 'active' AND j.budget IS NOT NULL
         UNION SELECT bo.name FROM workhorse.backoffs bo
-              WHERE bo.scope = 'budget' AND bo.until > clock_timestamp())) AS u(name)
+              WHERE bo.scope = 'budget' AND bo.until > clock_timestamp()
+        UNION SELECT DISTINCT h.budget FROM workhorse.budget_holds h
+              WHERE h.lease_until > clock_timestamp())) AS u(name)
 )
 SELECT n.name, b.namespace,
        CASE WHEN o.live AND c.max_active IS NOT NULL THEN c.max_active ELSE b.max_active END
@@ -45,7 +50,7 @@ SELECT n.name, b.namespace,
        o.live AS overridden,
        c.max_active, c.rate_limit, c.rate_period, c.rate_burst, c.override_set_at,
        c.override_expires_at,
-       a.units AS active_units,
+       a.units + hd.units AS active_units,
        rd.ready,
        rd.ready > %(sample)s AS capped,
        ARRAY(SELECT DISTINCT u.q
@@ -53,20 +58,24 @@ SELECT n.name, b.namespace,
              WHERE u.q IS NOT NULL ORDER BY u.q) AS queues,
        -- Held back now: every ready job of a budget that is full, out of starts in its
        -- rate's window or its burst's, or backed off (what the claim passes over).
-       CASE WHEN (lim.max_active IS NOT NULL AND a.units >= lim.max_active)
+       CASE WHEN (eff.max_active IS NOT NULL AND a.units + hd.units >= eff.max_active)
                  OR nx.next_in > 0 OR bo.until IS NOT NULL
             THEN LEAST(rd.ready, %(sample)s) ELSE 0 END AS blocked_ready,
        clock_timestamp() + make_interval(secs => nx.next_in) AS next_start_at,
        ARRAY(SELECT bq.queue FROM workhorse.budget_queues bq
              WHERE bq.budget = n.name ORDER BY bq.budget, bq.queue
              LIMIT %(sample)s) AS used_by,
-       bo.until AS backed_off_until, bo.by_job AS backed_off_by
+       bo.until AS backed_off_until, bo.by_job AS backed_off_by,
+       hd.units AS held_units, eff.max_active AS effective_max_active
 FROM names n
 LEFT JOIN workhorse.budgets b ON b.name = n.name
 LEFT JOIN workhorse.budget_controls c ON c.name = n.name
 LEFT JOIN workhorse.backoffs bo
     ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = ''
    AND bo.until > clock_timestamp()
+-- The same row, ended or not: an adaptive budget's halving outlives its backoff.
+LEFT JOIN workhorse.backoffs ba
+    ON ba.scope = 'budget' AND ba.name = n.name AND ba.ckey = ''
 CROSS JOIN LATERAL (
     SELECT c.name IS NOT NULL
            AND (c.override_expires_at IS NULL OR c.override_expires_at > clock_timestamp())
@@ -79,6 +88,11 @@ CROSS JOIN LATERAL (
     WHERE j.budget = n.name AND j.status = 'active' AND j.budget IS NOT NULL
       AND j.lease_until > clock_timestamp()
 ) AS a
+CROSS JOIN LATERAL (
+    SELECT COALESCE(sum(h.units), 0)::bigint AS units
+    FROM workhorse.budget_holds h
+    WHERE h.budget = n.name AND h.lease_until > clock_timestamp()
+) AS hd
 CROSS JOIN LATERAL (
     SELECT count(*)::integer AS ready
     FROM (SELECT 1 FROM workhorse.jobs j
@@ -113,6 +127,11 @@ CROSS JOIN LATERAL (
            CASE WHEN o.live AND c.rate_burst IS NOT NULL THEN c.rate_burst
                 ELSE b.rate_burst END AS burst
 ) AS lim
+CROSS JOIN LATERAL (
+    SELECT workhorse._adaptive_max_v1(lim.max_active,
+                                      CASE WHEN b.adaptive THEN ba.adaptive_max END, ba.until,
+                                      ba.retry_after, clock_timestamp()) AS max_active
+) AS eff
 CROSS JOIN LATERAL (
     -- In how many seconds the budget's rate lets one more unit start (0: now; NULL: no rate),
     -- both windows counted as the claim counts them.
