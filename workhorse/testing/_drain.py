@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -49,7 +50,8 @@ def drain(
     seconds pass first (the job running then finishes).
 
     Limits, pauses and rate limits apply as in a worker: a job a limit holds back stays (a rate
-    limit's next start is waited for, within the timeout).
+    limit's next start, and the end of a backoff that holds jobs back, is waited for, within
+    the timeout).
 
     Sync handlers run in this thread with no event loop, as under `eager()` (Django's ORM works
     there, on this thread's connection); async ones on a loop of their own. Under
@@ -187,8 +189,13 @@ async def _drain(
             if ran:
                 continue
             if not next_starts:
-                break
-            # Only a rate limit holds work back: wait for its next allowed start.
+                # A backed-off key is passed over and the claim does not say until when: wait
+                # for the first key backoff that holds ready jobs back, as workers poll for it.
+                held = await _key_backoff_ends(conn, served)
+                if held is None:
+                    break
+                next_starts.append(held)
+            # Only a rate limit or a backoff holds work back: wait for the next allowed start.
             wait = min(next_starts)
             if time.monotonic() + wait >= deadline:
                 raise TimeoutError(_timed_out(timeout, counts) + " (a rate limit held jobs back)")
@@ -203,6 +210,21 @@ async def _drain(
         heartbeats.close()
         await conn.close()  # the recorder's too: it flushed each outcome as it came
     return DrainReport(**counts)
+
+
+async def _key_backoff_ends(conn: Any, served: Sequence[str]) -> float | None:
+    """Seconds until the first backoff in force of a key of `served` that has ready jobs ends
+    (None: no such backoff), so that a drain waits it out as workers do."""
+    soonest: float | None = None
+    for state in await _ops.execute_async(conn, _ops.list_backoffs()):
+        if state.scope != "key" or state.name not in served:
+            continue
+        if not await _ops.execute_async(conn, _ops.list_jobs(
+                queue=state.name, status="ready", key=state.key, limit=1)):
+            continue
+        left = max((state.until - datetime.now(UTC)).total_seconds(), 0.05)
+        soonest = left if soonest is None else min(soonest, left)
+    return soonest
 
 
 class _AwaitableConnection:

@@ -330,7 +330,9 @@ def _log_backoff(execution: Execution, signal: Backoff, state: BackoffState | No
         log.warning("job %d (%s): its backoff was not recorded: its lease had been lost",
                     execution.job_id, execution.job.task)
         return
-    target = f"{state.scope} {state.name!r}" + (f" key {state.key!r}" if state.key else "")
+    # A key's backoff names its queue, then the key: "queue 'q' key 'k'".
+    target = (f"{'queue' if state.scope == 'key' else state.scope} {state.name!r}"
+              + (f" key {state.key!r}" if state.key else ""))
     log.warning("job %d (%s) backed off %s until %s (retry_after %gs)", execution.job_id,
                 execution.job.task, target, state.until.isoformat(timespec="seconds"),
                 signal.retry_after)

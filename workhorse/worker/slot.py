@@ -99,6 +99,7 @@ def governed_chunk(
 
 _RECORDED_STAT = {
     JobStatus.SUCCEEDED: _shared.SUCCEEDED,
+    JobStatus.READY: _shared.RELEASED,  # it raised Backoff: ready again, its attempt given back
     JobStatus.SCHEDULED: _shared.RETRIED,
     JobStatus.HELD: _shared.HELD,
     JobStatus.FAILED: _shared.FAILED,
