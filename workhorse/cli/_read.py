@@ -15,11 +15,12 @@ from .. import _incident, _ops, telemetry
 from .._text import literal
 from ..errors import WorkhorseError
 from ..queue import Queue
-from ..types import REASON_CODES, JobStatus, QueueHealth
+from ..types import REASON_CODES, BackoffState, JobStatus, QueueHealth
 from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
 from ._health import backoffs_table
 from ._render import (
     DataTable,
+    backoff_until_text,
     budgets_table,
     budgets_text,
     depth_table,
@@ -27,9 +28,14 @@ from ._render import (
     job_row,
     limit_text,
     override_text,
+    queue_backoff_texts,
     queue_limits_text,
     reasons_table,
+    top_backoff_line,
 )
+
+# `workhorse top` shows at most this many backoffs, one line each (then how many more).
+TOP_BACKOFF_LINES = 20
 
 
 def _reason_codes(ctx: click.Context, param: click.Parameter, value: str | None
@@ -106,13 +112,21 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
 @handle_errors
 def queues(ctx: click.Context, as_json: bool) -> None:
     """Every queue: live depth by status, limits in force, rate limits, the named budgets its
-    jobs name (with their units in use), paused, override."""
+    jobs name (with their units in use), paused, override, backoffs in force; `pause`,
+    `resume` and `clear-backoff` act on one."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(ctx) as conn:
-        rows = Queue(conn).list_queues()
+        q = Queue(conn)
+        rows = q.list_queues()
+        backoffs = q.backoffs()
         if as_json:
-            print_json(rows)
+            # Each QueueSummary, with the backoffs in force that hold the queue back: its own,
+            # its keys', and those of the budgets its jobs name (docs/design.md "Back-pressure").
+            print_json([{**dataclasses.asdict(row),
+                         "backoffs": [dataclasses.asdict(b) for b in backoffs
+                                      if _holds_queue(b, row.queue, row.budgets)]}
+                        for row in rows])
             return
         unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
         stalled = _ops.execute(conn, _incident.stalled(unknown))
@@ -134,6 +148,7 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         controls = ["paused"] if row.paused else []
         if row.override is not None:
             controls.append(f"override {override_text(row.override)}")
+        controls += queue_backoff_texts(row.queue, row.budgets, backoffs)
         table.add_row(
             row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
             limits, *((budgets_text(row.budgets, in_force),) if budgeted else ()),
@@ -148,6 +163,14 @@ def queues(ctx: click.Context, as_json: bool) -> None:
                               "bold red"), soft_wrap=True)
     for queue, reason in sorted(stalled.items()):
         console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
+
+
+def _holds_queue(backoff: BackoffState, queue: str, budgets: list[str]) -> bool:
+    """Whether `backoff` holds (some of) `queue`'s work back: the queue's own or one of its
+    keys', or that of a budget its jobs name."""
+    if backoff.scope == "budget":
+        return backoff.name in budgets
+    return backoff.name == queue
 
 
 @main.group()
@@ -302,16 +325,28 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def budgets(ctx: click.Context, as_json: bool) -> None:
-    """Named budgets: declared, overridden or named by jobs, with their limits in force and
-    active units; `override` and `clear-override` change the limits in force."""
+    """Named budgets: declared, overridden or named by jobs, with their limits in force,
+    active units and backoff in force; `override` and `clear-override` change the limits in
+    force, `clear-backoff` ends a backoff."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(ctx) as conn:
         rows = _ops.execute(conn, _ops.budget_health())
+        backoffs = {b.name: b for b in Queue(conn).backoffs() if b.scope == "budget"}
     if as_json:
-        print_json(rows)
+        # Each BudgetHealth, with its backoff in force (a BackoffState, or null).
+        print_json([{**dataclasses.asdict(row),
+                     "backoff": dataclasses.asdict(backoffs[row.name])
+                     if row.name in backoffs else None} for row in rows])
         return
-    console.print(budgets_table(rows))
+    console.print(budgets_table(rows, backoffs))
+    # A backoff of a budget that no declaration, override or live job names (a handler's
+    # Backoff(budget=...)) still holds that budget's holds back: said below the table.
+    listed = {row.name for row in rows}
+    for name, backoff in sorted(backoffs.items()):
+        if name not in listed:
+            console.print(literal(f"budget {name}: {backoff_until_text(backoff)}",
+                                  "bold yellow"), soft_wrap=True)
     if not rows:
         console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
 
@@ -361,11 +396,12 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
         previous: tuple[float, tuple[int, int, int]] | None = None
         count = 0
 
-        def snapshot() -> tuple[QueueHealth, dict[str, float | None]]:
+        def snapshot() -> tuple[QueueHealth, dict[str, float | None], list[BackoffState]]:
             nonlocal previous
             result = queue.health()
             telemetry.publish_health(result)
             totals = _ops.execute(conn, _ops.top_counters())
+            backoffs = _ops.execute(conn, _ops.list_backoffs())
             now = time.monotonic()
             rates: dict[str, float | None] = {
                 "claims_per_s": None, "completions_per_s": None, "failures_per_s": None}
@@ -374,21 +410,32 @@ def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bo
                 for name, new, old in zip(rates, totals, previous[1], strict=True):
                     rates[name] = max(new - old, 0) / elapsed
             previous = (now, totals)
-            return result, rates
+            return result, rates, backoffs
 
-        def render(result: QueueHealth, rates: dict[str, float | None]) -> Group:
+        def render(result: QueueHealth, rates: dict[str, float | None],
+                   backoffs: list[BackoffState]) -> Group:
             rate_text = "   ".join(
                 f"{name.replace('_per_s', '')}/s: {'-' if v is None else f'{v:,.1f}'}"
                 for name, v in rates.items()
             )
+            # A line per backoff in force, soonest end first; a flood of key backoffs is cut
+            # short so that the tables stay on the screen.
+            lines = [literal(top_backoff_line(b), "bold yellow")
+                     for b in backoffs[:TOP_BACKOFF_LINES]]
+            if len(backoffs) > TOP_BACKOFF_LINES:
+                lines.append(literal(f"... and {len(backoffs) - TOP_BACKOFF_LINES} more "
+                                     "backoffs in force (workhorse queues, workhorse budgets)",
+                                     "bold yellow"))
             return Group(health_table(result, units=True), depth_table(result),
-                         Text(rate_text, style="bold"))
+                         Text(rate_text, style="bold"), *lines)
 
         try:
             if as_json:
                 while iterations is None or count < iterations:
-                    result, rates = snapshot()
-                    click.echo(json.dumps({"health": dataclasses.asdict(result), **rates},
+                    result, rates, backoffs = snapshot()
+                    click.echo(json.dumps({"health": dataclasses.asdict(result), **rates,
+                                           "backoffs": [dataclasses.asdict(b)
+                                                        for b in backoffs]},
                                           default=json_default))
                     count += 1
                     if iterations is None or count < iterations:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from rich.table import Table
@@ -9,6 +11,7 @@ from rich.text import Text
 
 from .._text import literal
 from ..types import (
+    BackoffState,
     BudgetHealth,
     BudgetOverride,
     Job,
@@ -159,19 +162,79 @@ def job_row(job: Job) -> list[str]:
     ]
 
 
-def budgets_table(rows: list[BudgetHealth]) -> Table:
+def budgets_table(rows: list[BudgetHealth],
+                  backoffs: Mapping[str, BackoffState] | None = None) -> Table:
+    """The budgets; with `backoffs` (budget name -> its backoff in force; `workhorse budgets`),
+    a `backoff` column when some budget of `rows` has one."""
     table = DataTable(title="budgets")
+    backed_off = backoffs is not None and any(b.name in backoffs for b in rows)
     for column in ("budget", "namespace", "max_active", "rate_limit", "rate_burst",
-                   "active_units", "ready", "queues"):
+                   "active_units", "ready", "queues", *(("backoff",) if backed_off else ())):
         table.add_column(column, justify="right" if column in (
             "max_active", "rate_burst", "active_units", "ready") else "left")
     for b in rows:
         name = b.name + (" (override)" if b.override else "")
+        backoff = (backoffs or {}).get(b.name)
         table.add_row(name, b.namespace or "- (not declared)", limit_text(b.max_active),
                       b.rate_limit or "-", limit_text(b.rate_burst), str(b.active_units),
                       f"{b.ready}{'+' if b.capped else ''}",
-                      ", ".join(sorted({*b.queues, *b.used_by})) or "-")
+                      ", ".join(sorted({*b.queues, *b.used_by})) or "-",
+                      *((backoff_until_text(backoff) if backoff else "-",) if backed_off else ()),
+                      style="bold yellow" if backoff else None)
     return table
+
+
+# ---- back-pressure (docs/design.md "Back-pressure") -----------------------------------------
+
+
+def clock_text(moment: datetime, now: datetime | None = None) -> str:
+    """`moment` on this machine's clock: HH:MM:SS on today's date, with the date on another
+    (a backoff lasts up to a day, so its end may be tomorrow)."""
+    local = moment.astimezone()
+    today = (now if now is not None else datetime.now(local.tzinfo)).astimezone().date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+
+
+def backoff_until_text(backoff: BackoffState) -> str:
+    """"backed off until 15:02:03 by job 4812" (no job when the backoff names none)."""
+    by = f" by job {backoff.by_job}" if backoff.by_job is not None else ""
+    return f"backed off until {clock_text(backoff.until)}{by}"
+
+
+def backoff_target(backoff: BackoffState) -> str:
+    """What a backoff holds, named as the operator's verbs name it: "budget 'openai'",
+    "queue 'partner-api'", "key 'acme' of queue 'partner-api'"."""
+    if backoff.scope == "budget":
+        return f"budget {backoff.name!r}"
+    if backoff.scope == "key":
+        return f"key {backoff.key!r} of queue {backoff.name!r}"
+    return f"queue {backoff.name!r}"
+
+
+def top_backoff_line(backoff: BackoffState) -> str:
+    """One line of `workhorse top`: "backed off: budget openai until 15:02:03 by job 4812"."""
+    target = (f"queue {backoff.name} key {backoff.key}" if backoff.scope == "key"
+              else f"{backoff.scope} {backoff.name}")
+    by = f" by job {backoff.by_job}" if backoff.by_job is not None else ""
+    return f"backed off: {target} until {clock_text(backoff.until)}{by}"
+
+
+def queue_backoff_texts(queue: str, budgets: list[str],
+                        backoffs: list[BackoffState]) -> list[str]:
+    """What back-pressure holds `queue` now, for `workhorse queues`' controls column: its own
+    backoff, how many of its keys are backed off (and until when, at the latest), and the
+    backoffs of the budgets its jobs name."""
+    own = [b for b in backoffs if b.scope == "queue" and b.name == queue]
+    keys = [b for b in backoffs if b.scope == "key" and b.name == queue]
+    texts = [backoff_until_text(b) for b in own]
+    if len(keys) == 1:
+        texts.append(f"key {keys[0].key!r} {backoff_until_text(keys[0])}")
+    elif keys:
+        latest = clock_text(max(b.until for b in keys))
+        texts.append(f"{len(keys)} keys backed off (until {latest} at the latest)")
+    texts += [f"budget {b.name} {backoff_until_text(b)}" for b in backoffs
+              if b.scope == "budget" and b.name in budgets]
+    return texts
 
 
 def reasons_table(health: QueueHealth) -> Table:

@@ -1,9 +1,11 @@
-"""The operator's write verbs: overrides of policies and budgets, pause and resume, retry,
-cancel and prune. Each says which namespace owns what it touched."""
+"""The operator's write verbs: overrides of policies and budgets, pause and resume, the early
+end of a backoff, retry, cancel and prune. Each says which namespace owns what it touched."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -13,10 +15,10 @@ from .. import _incident, _ops
 from .._text import literal
 from ..errors import InvalidPolicyError, WorkhorseError
 from ..queue import Queue
-from ..types import QueueControl, RateLimit
+from ..types import BackoffState, QueueControl, RateLimit
 from ._base import DURATION, connect, console, error_console, fail, handle_errors, print_json
 from ._read import budgets, jobs, policies, queues
-from ._render import budget_line, control_line
+from ._render import backoff_target, backoff_until_text, budget_line, control_line
 
 
 def _owner_line(queue: str, namespace: str | None) -> str:
@@ -145,6 +147,55 @@ def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
         control = Queue(conn).resume(queue)
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)
+
+
+def _show_cleared(cleared: list[BackoffState], nothing: str, as_json: bool) -> None:
+    """What an operator's clear-backoff ended, one line each ("cleared: queue 'q' backed off
+    until 15:02:03 by job 4812"), or that no backoff was in force on `nothing` (not an error:
+    the backoff may have just ended by itself). With --json: {"cleared": [BackoffState]}."""
+    if as_json:
+        print_json({"cleared": [dataclasses.asdict(b) for b in cleared]})
+        return
+    now = datetime.now(UTC)
+    for backoff in cleared:
+        # The statement also deletes a backoff that had ended and that housekeeping had not
+        # yet deleted: said so, not passed off as an early end.
+        over = " (it had already ended)" if backoff.until <= now else ""
+        console.print(literal(f"cleared: {backoff_target(backoff)} "
+                              f"{backoff_until_text(backoff)}{over}"), soft_wrap=True)
+    if not cleared:
+        console.print(literal(f"no backoff in force on {nothing}"), soft_wrap=True)
+
+
+@queues.command("clear-backoff")
+@click.argument("queue")
+@click.option("--key", default=None, help="Only this concurrency key's backoff.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def queues_clear_backoff(ctx: click.Context, queue: str, key: str | None,
+                         as_json: bool) -> None:
+    """End QUEUE's backoff and its keys' now (only key K's with --key); its workers wake at
+    once. Prints what was cleared (exit 0 also when none was in force)."""
+    with connect(ctx) as conn:
+        cleared = Queue(conn).clear_backoff(queue, key=key)
+        owner = _queue_owner(conn, queue)
+    nothing = f"queue {queue!r}" if key is None else f"key {key!r} of queue {queue!r}"
+    _show_cleared(cleared, nothing, as_json)
+    _say_owners([_owner_line(queue, owner)], as_json)
+
+
+@budgets.command("clear-backoff")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handle_errors
+def budgets_clear_backoff(ctx: click.Context, name: str, as_json: bool) -> None:
+    """End budget NAME's backoff now; the workers of its queues wake at once. Prints what was
+    cleared (exit 0 also when none was in force)."""
+    with connect(ctx) as conn:
+        cleared = Queue(conn).clear_budget_backoff(name)
+    _show_cleared(cleared, f"budget {name!r}", as_json)
 
 
 @jobs.command("retry")

@@ -16,6 +16,7 @@ from .._occurrences import MISSED_AFTER
 from ..errors import InvalidPolicyError
 from ..types import (
     Attempt,
+    BackoffState,
     BudgetHealth,
     ConcurrencyPolicy,
     Job,
@@ -38,6 +39,8 @@ CHART_WIDTH = 600
 CHART_HEIGHT = 140
 JOBS_PAGE = 100
 RUNNING_SHOWN = 20
+# A queue page lists at most this many of its keys' backoffs (and says how many there are).
+KEY_BACKOFFS_SHOWN = 50
 # The three throughput series the chart draws, with the counter each one reads.
 SERIES = (("claims", "claimed"), ("completions", "succeeded"), ("failures", "failed"))
 
@@ -148,10 +151,60 @@ class Governance:
 
 
 @dataclass(frozen=True)
+class QueueBackoffs:
+    """The backoffs in force on one queue (docs/design.md "Back-pressure"): its own, and its
+    keys' (soonest end first)."""
+
+    queue: str
+    own: BackoffState | None = None
+    keys: list[BackoffState] = field(default_factory=list)
+
+    @property
+    def keys_until(self) -> datetime | None:
+        """When the last of its keys' backoffs ends (None: no key is backed off)."""
+        return max((b.until for b in self.keys), default=None)
+
+
+@dataclass(frozen=True)
+class Backoffs:
+    """The backoffs in force, read once per page (`Queue.backoffs()`): each budget's by name,
+    and each queue's (its own and its keys') by queue."""
+
+    budgets: dict[str, BackoffState] = field(default_factory=dict)
+    queues: dict[str, QueueBackoffs] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.budgets or self.queues)
+
+    def holding(self, queue: str, budgets: list[str]) -> bool:
+        """Whether any of these holds `queue` back: its own, a key's, or a budget's of
+        `budgets` (those its jobs name)."""
+        return queue in self.queues or any(name in self.budgets for name in budgets)
+
+
+def backoffs(conn: psycopg.Connection[Any]) -> Backoffs:
+    """The backoffs in force (one statement), grouped for the pages."""
+    found = Backoffs()
+    own: dict[str, BackoffState] = {}
+    keys: dict[str, list[BackoffState]] = {}
+    for b in _ops.execute(conn, _ops.list_backoffs()):
+        if b.scope == "budget":
+            found.budgets[b.name] = b
+        elif b.scope == "queue":
+            own[b.name] = b
+        else:
+            keys.setdefault(b.name, []).append(b)
+    for queue in sorted({*own, *keys}):
+        found.queues[queue] = QueueBackoffs(queue, own.get(queue), keys.get(queue, []))
+    return found
+
+
+@dataclass(frozen=True)
 class BudgetsPage:
     budgets: list[BudgetRow]
     sample: int = _ops.HEALTH_SAMPLE
     pair_sample: int = _queries.PAIR_SAMPLE   # a queue's ready jobs of a budget: "100+"
+    backoffs: Backoffs = field(default_factory=Backoffs)
 
 
 @dataclass(frozen=True)
@@ -169,6 +222,7 @@ class Overview:
     # name -> BudgetRow: the budgets the governed queues' jobs name (PolicyHealth.budgets), for
     # their units against their limits on each queue's row.
     budgets: dict[str, BudgetRow] = field(default_factory=dict)
+    backoffs: Backoffs = field(default_factory=Backoffs)
 
 
 @dataclass(frozen=True)
@@ -188,6 +242,11 @@ class QueuePage:
     # The budgets the queue's jobs have named, with the queue's ready jobs of each.
     budgets: list[tuple[BudgetRow, _queries.BudgetUse]] = field(default_factory=list)
     reasons: list[Reason] = field(default_factory=list)  # docs/design.md "Reason codes"
+    # Back-pressure in force on it: its own backoff and its keys' (the first
+    # KEY_BACKOFFS_SHOWN of them), and the backoffs of the budgets its jobs name.
+    backoffs: QueueBackoffs | None = None
+    budget_backoffs: dict[str, BackoffState] = field(default_factory=dict)
+    key_backoffs_shown: int = KEY_BACKOFFS_SHOWN
 
 
 @dataclass(frozen=True)
@@ -427,7 +486,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         chart=chart(minutes, now), workers_alive=sum(1 for w in workers if w.alive),
         stalled=health.stalled, holds=governed.holds,
         unknown_task_ready=health.unknown_task_ready, reasons=_by_queue(health.reasons),
-        budgets={b.name: b for b in governed.budgets},
+        budgets={b.name: b for b in governed.budgets}, backoffs=backoffs(conn),
     )
 
 
@@ -435,7 +494,7 @@ def budgets(conn: psycopg.Connection[Any]) -> BudgetsPage:
     """The budgets page: every declared, overridden or named budget, as health() has it, with
     its rate windows and what it holds back."""
     health = _ops.execute(conn, _ops.health())
-    return BudgetsPage(budgets=budget_rows(conn, health))
+    return BudgetsPage(budgets=budget_rows(conn, health), backoffs=backoffs(conn))
 
 
 def queue_known(conn: psycopg.Connection[Any], queue: str) -> bool:
@@ -461,10 +520,14 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         rate = _ops.execute(conn, _queries.rate_windows([queue])).get(queue)
     minutes, now = _ops.execute(conn, _queries.queue_minutes(queue, CHART_MINUTES))
     by_name = {b.name: b for b in governed.budgets}
+    summary = next((s for s in summaries if s.queue == queue), None)
+    named = {*(summary.budgets if summary else []), *(row.budgets if row else []),
+             *(u.budget for u in governed.uses.get(queue, []))}
+    held = backoffs(conn)
     return QueuePage(
         queue=queue,
         health=row,
-        summary=next((s for s in summaries if s.queue == queue), None),
+        summary=summary,
         policy=next((p for p in policies if p.queue == queue), None),
         saturated=_ops.execute(conn, _ops.saturated_keys(queue)),
         rate_limited=_ops.execute(conn, _ops.rate_limited_keys(queue)),
@@ -479,6 +542,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
                 if row is not None and row.fairness == "key" else []),
         budgets=[(by_name[u.budget], u) for u in governed.uses.get(queue, [])
                  if u.budget in by_name],
+        backoffs=held.queues.get(queue),
+        budget_backoffs={name: b for name, b in sorted(held.budgets.items()) if name in named},
     )
 
 

@@ -39,7 +39,7 @@ from .. import _ops, database
 from .._durations import parse_duration
 from ..errors import WorkhorseError
 from ..queue import Queue
-from ..types import BIGINT_MAX, JobStatus, check_name, check_tags, shown
+from ..types import BIGINT_MAX, BackoffState, JobStatus, check_name, check_tags, shown
 from . import _data, _queries, _security
 from ._security import (
     BROWSER_ID,
@@ -207,7 +207,7 @@ def _int(form: FormData, name: str) -> int | None:
 
 
 _DONE = {"pause": "paused", "resume": "resumed", "override": "override set",
-         "clear-override": "override cleared"}
+         "clear-override": "override cleared", "clear-backoff": "backoff cleared"}
 OVERRIDE_FIELDS = ("max_active", "max_active_per_key", "rate_limit", "rate_limit_per_key", "for")
 
 
@@ -462,6 +462,8 @@ def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
     back = f"/queue?{urlencode({'name': name})}"
     _known_or_404(conn, name)  # a typo must not create a governed queue
     q = Queue(conn)
+    if verb == "clear-backoff":
+        return _clear_queue_backoff(request, form, q, name, back)
     was = next((s for s in q.list_queues() if s.queue == name), None)
     unchanged = {"pause": was is not None and was.paused,
                  "resume": was is None or not was.paused,
@@ -495,6 +497,66 @@ def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
                                 entered=entered, failure=str(exc))
     return dashboard.flash(request, RedirectResponse(back, 303), "notice",
                            f"{_DONE[verb]}: queue {name!r}")
+
+
+def _backoff_text(backoff: BackoffState) -> str:
+    """A cleared backoff in a notice: "key 'acme' of queue 'api' (until 2026-12-04 15:02:03
+    UTC, by job 4812)"."""
+    target = {"budget": f"budget {backoff.name!r}", "queue": f"queue {backoff.name!r}",
+              "key": f"key {backoff.key!r} of queue {backoff.name!r}"}[backoff.scope]
+    by = f", by job {backoff.by_job}" if backoff.by_job is not None else ""
+    return f"{target} (until {_stamp(backoff.until)}{by})"
+
+
+def _cleared_notice(cleared: list[BackoffState]) -> str:
+    """What a clear ended, each backoff named (past three keys, the keys counted)."""
+    keys = [b for b in cleared if b.scope == "key"]
+    named = [b for b in cleared if b.scope != "key"] + (keys if len(keys) <= 3 else [])
+    said = [_backoff_text(b) for b in named]
+    if len(keys) > 3:
+        said.append(f"{len(keys)} keys of queue {keys[0].name!r}")
+    return f"{_DONE['clear-backoff']}: " + "; ".join(said)
+
+
+def _clear_queue_backoff(request: Request, form: FormData, q: Queue, name: str,
+                         back: str) -> Response:
+    """End queue `name`'s backoff and its keys' (only the form's `key`'s, when it sends one:
+    a blank key is refused, as the CLI refuses `--key ''`); the notice says what ended."""
+    dashboard = _dashboard(request)
+    sent = form.get("key")
+    try:
+        key = None if sent is None else _name(sent if isinstance(sent, str) else None, "key")
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    back = local_path(_text(form, "back"), back)
+    cleared = q.clear_backoff(name, key=key)
+    if not cleared:
+        what = f"queue {name!r}" if key is None else f"key {key!r} of queue {name!r}"
+        return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                               f"nothing changed: {what} had no backoff in force")
+    return dashboard.flash(request, RedirectResponse(back, 303), "notice",
+                           _cleared_notice(cleared))
+
+
+def budget_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+    """An action on a named budget: `clear-backoff` ends its backoff (the ready jobs of its
+    queues may start at once)."""
+    dashboard = _dashboard(request)
+    verb = request.path_params["verb"]
+    if verb != "clear-backoff":
+        return PlainTextResponse(f"no action {verb!r}", 404)
+    sent = form.get("budget")
+    try:
+        name = _name(sent if isinstance(sent, str) else None, "budget")
+    except Refused as refused:
+        return PlainTextResponse(refused.message, refused.status)
+    back = local_path(_text(form, "back"), "/budgets")
+    cleared = Queue(conn).clear_budget_backoff(name)
+    if not cleared:
+        return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                               f"nothing changed: budget {name!r} had no backoff in force")
+    return dashboard.flash(request, RedirectResponse(back, 303), "notice",
+                           _cleared_notice(cleared))
 
 
 def jobs_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
@@ -650,6 +712,7 @@ def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
         Route("/workers", page("workers", read_workers)),
         Route("/schedules", page("schedules", read_schedules)),
         Route("/budgets", page("budgets", read_budgets)),
+        Route("/budgets/{verb}", action(budget_action), methods=["POST"]),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
