@@ -290,11 +290,13 @@ def test_a_handler_raising_backoff_under_drain_shows_in_health(
         for tenant in ("acme", "acme", "zeta"):
             call.delay(tenant)
         _serve(conn, ["partner"])
-        # drain runs what may start and returns: acme's jobs stay, held back by the backoff.
-        report = drain(app, timeout=10)
+        # drain runs what may start, then waits out the backoff that holds acme's jobs back (as
+        # workers do), past its own timeout here: acme's jobs stay ready.
+        with pytest.raises(TimeoutError):
+            drain(app, timeout=3)
     finally:
         app.close()
-    assert calls == ["acme", "zeta"] and report.succeeded == 1
+    assert calls == ["acme", "zeta"]
     health = queue.health()
     p = _policy(health, "partner")
     assert p is not None and [(k.key, k.scope) for k in p.backed_off_keys] == [("acme", "key")]
