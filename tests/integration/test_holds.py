@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_cli import cli, ok_json
 
 from workhorse import (
     App,
@@ -219,3 +220,20 @@ def test_health_counts_holds_in_the_budgets_units(app: App, queue: Queue) -> Non
     with app.budget("undeclared-elsewhere").hold(units=3):
         [other] = [b for b in queue.health().budgets if b.name == "undeclared-elsewhere"]
         assert (other.namespace, other.active_units, other.held_units) == (None, 3, 3)
+
+
+def test_budgets_show_lists_the_holds_with_their_holder(app: App, database_url: str) -> None:
+    with app.budget("api").hold(key="acme") as held:
+        shown = ok_json(database_url, "budgets", "show", "api")
+        assert shown["budget"]["held_units"] == 1 and shown["budget"]["active_units"] == 1
+        [hold] = shown["holds"]
+        assert (hold["id"], hold["units"], hold["key"], hold["holder"]) == (
+            held.id, 1, "acme", "workhorse-hold:holders")
+        assert hold["pid"] > 0
+        text = cli(database_url, "budgets", "show", "api")
+        # (A table's cells may wrap at the runner's width: the JSON above has them whole.)
+        assert text.exit_code == 0 and "holds" in text.output and "acme" in text.output
+    assert ok_json(database_url, "budgets", "show", "api")["holds"] == []
+    nobody = cli(database_url, "budgets", "show", "nobody")
+    assert nobody.exit_code == 0 and "limits nothing" in nobody.output
+    assert cli(database_url, "budgets", "show", "").exit_code == 1

@@ -326,8 +326,8 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def budgets(ctx: click.Context, as_json: bool) -> None:
     """Named budgets: declared, overridden or named by jobs, with their limits in force,
-    active units and backoff in force; `override` and `clear-override` change the limits in
-    force, `clear-backoff` ends a backoff."""
+    active units and backoff in force; `show NAME` adds its holds; `override` and
+    `clear-override` change the limits in force, `clear-backoff` ends a backoff."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(ctx) as conn:
@@ -349,6 +349,47 @@ def budgets(ctx: click.Context, as_json: bool) -> None:
                                   "bold yellow"), soft_wrap=True)
     if not rows:
         console.print("no budgets (declare them with app.budget(...) and run `workhorse sync`)")
+
+
+@budgets.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {budget: BudgetHealth or null, holds: [Hold]} as JSON.")
+@click.pass_context
+@handle_errors
+def budgets_show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """One budget: its limits in force, active and held units, backoff, and the holds taken
+    outside tasks with their holder (application_name and pid; docs/design.md "Holds")."""
+    with connect(ctx) as conn:
+        holds = Queue(conn).list_holds(name)
+        rows = [b for b in _ops.execute(conn, _ops.budget_health()) if b.name == name]
+        backoffs = {b.name: b for b in Queue(conn).backoffs()
+                    if b.scope == "budget" and b.name == name}
+    if as_json:
+        print_json({"budget": dataclasses.asdict(rows[0]) if rows else None,
+                    "holds": [dataclasses.asdict(h) for h in holds]})
+        return
+    if rows:
+        console.print(budgets_table(rows, backoffs))
+        [row] = rows
+        if row.effective_max_active is not None and row.effective_max_active != row.max_active:
+            console.print(literal(
+                f"adaptive: max_active {row.effective_max_active} of {row.max_active} in force "
+                "(halved by back-pressure, growing back)"), soft_wrap=True)
+    else:
+        console.print(literal(f"budget {name}: not declared, overridden or named by a live "
+                              "job (it limits nothing)"), soft_wrap=True)
+    if not holds:
+        console.print("no holds")
+        return
+    table = DataTable(title="holds")
+    for column in ("id", "units", "key", "holder", "pid", "acquired", "lease until"):
+        table.add_column(column)
+    for h in holds:
+        table.add_row(str(h.id), str(h.units), literal(h.key or "-"), literal(h.holder),
+                      str(h.pid), h.acquired_at.isoformat(timespec="seconds"),
+                      h.lease_until.isoformat(timespec="seconds"))
+    console.print(table)
 
 
 @main.command()
