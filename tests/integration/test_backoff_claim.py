@@ -838,7 +838,8 @@ BROKEN: dict[str, tuple[str, str, str]] = {
         CLAIM, "COALESCE(array_agg(b.ckey) FILTER (WHERE b.scope = 'key'), '{}')",
         "'{}'::text[]"),
     # The choice in units never joins the budget's backoff.
-    "budget backoff ignored": (CHOOSE, "AND bo.until > p_now", "AND false"),
+    "budget backoff ignored": (CHOOSE, "CASE WHEN bo.until > p_now THEN bo.until END AS off_until",
+                               "NULL::timestamptz AS off_until"),
 }
 
 # Which scenario each broken claim must fail, on which paths.

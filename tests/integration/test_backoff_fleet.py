@@ -154,7 +154,9 @@ def fleet_tables(conn: psycopg.Connection[Any]) -> None:
 def test_a_429_behind_a_budget_stops_its_starts_fleet_wide(
         database_url: str, conn: psycopg.Connection[Any], tmp_path: Path, claim: str) -> None:
     if claim != "intact":  # the choice in units never joins the budget's backoff
-        _install_broken(conn, "_choose_units", "AND bo.until > p_now", "AND false")
+        _install_broken(conn, "_choose_units",
+                        "CASE WHEN bo.until > p_now THEN bo.until END AS off_until",
+                        "NULL::timestamptz AS off_until")
     with bo.fleet_app.using(conn):
         bo.fleet_app.enqueue_many(bo.call_api.call((n,)) for n in range(400))
         bo.fleet_app.enqueue_many(bo.call_other.call((n,)) for n in range(600))

@@ -31,6 +31,8 @@ CREATE TABLE workhorse.backoffs (
     by_job bigint,
     set_at timestamp with time zone NOT NULL,
     retry_after double precision NOT NULL,
+    adaptive_max integer,
+    CONSTRAINT backoffs_adaptive_max_check CHECK ((adaptive_max >= 1)),
     CONSTRAINT backoffs_check CHECK (((scope = 'key'::text) = (ckey <> ''::text))),
     CONSTRAINT backoffs_pkey PRIMARY KEY (scope, name, ckey),
     CONSTRAINT backoffs_retry_after_check CHECK (((retry_after > (0)::double precision) AND (retry_after <= (86400)::double precision))),
@@ -102,6 +104,8 @@ CREATE TABLE workhorse.budgets (
     rate_burst integer,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    adaptive boolean DEFAULT false NOT NULL,
+    CONSTRAINT budgets_check CHECK (((NOT adaptive) OR (max_active IS NOT NULL))),
     CONSTRAINT budgets_max_active_check CHECK (((max_active >= 1) AND (max_active <= 1000000))),
     CONSTRAINT budgets_name_check CHECK (((length(name) >= 1) AND (length(name) <= 255))),
     CONSTRAINT budgets_namespace_check CHECK (((length(namespace) >= 1) AND (length(namespace) <= 255))),
@@ -636,6 +640,17 @@ CREATE INDEX schedules_due_idx ON workhorse.schedules USING btree (namespace, ne
 
 CREATE INDEX workflow_members_workflow_idx ON workhorse.workflow_members USING btree (workflow_id);
 
+CREATE OR REPLACE FUNCTION workhorse._adaptive_max_v1(p_max integer, p_halved integer, p_until timestamp with time zone, p_quiet double precision, p_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN p_halved IS NULL OR p_max IS NULL THEN p_max
+                ELSE LEAST(p_max, p_halved + GREATEST(
+                    0, floor(EXTRACT(epoch FROM p_now - p_until) / p_quiet))::integer)
+           END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._admission_lock_id_v1(p_queue text)
  RETURNS bigint
  LANGUAGE sql
@@ -856,13 +871,18 @@ BEGIN
                    END AS burst_window
             FROM (
                 SELECT bq.budget, bq.last_turn,
-                       COALESCE(o.max_active, bd.max_active) AS max_active,
+                       -- An adaptive budget's, halved by its last backoff (growing back).
+                       workhorse._adaptive_max_v1(
+                           COALESCE(o.max_active, bd.max_active),
+                           CASE WHEN bd.adaptive THEN bo.adaptive_max END, bo.until,
+                           bo.retry_after, p_now) AS max_active,
                        COALESCE(o.rate_limit, bd.rate_limit) AS rate,
                        CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period
                             ELSE bd.rate_period END AS period,
                        COALESCE(o.rate_burst, bd.rate_burst) AS burst,
                        bd.max_active AS decl_max, bd.rate_limit AS decl_rate,
-                       bd.rate_burst AS decl_burst, bo.until AS off_until
+                       bd.rate_burst AS decl_burst,
+                       CASE WHEN bo.until > p_now THEN bo.until END AS off_until
                 FROM workhorse.budget_queues bq
                 LEFT JOIN workhorse.budgets bd ON bd.name = bq.budget
                 LEFT JOIN workhorse.budget_controls o
@@ -870,10 +890,9 @@ BEGIN
                    AND (o.override_expires_at IS NULL OR o.override_expires_at > p_now)
                 LEFT JOIN workhorse.backoffs bo
                     ON bo.scope = 'budget' AND bo.name = bq.budget AND bo.ckey = ''
-                   AND bo.until > p_now
                 WHERE bq.queue = p_queue
                   -- A budget nobody declared limits nothing, unless a handler backed it off.
-                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.name IS NOT NULL)
+                  AND (bd.name IS NOT NULL OR o.name IS NOT NULL OR bo.until > p_now)
                 ORDER BY bq.queue, bq.budget
             ) AS l
             WHERE l.max_active IS NOT NULL OR l.rate IS NOT NULL OR l.off_until IS NOT NULL
@@ -2455,6 +2474,7 @@ DECLARE
     v_key text := '';
     v_until timestamptz;
     v_status text := 'active';
+    v_halved integer;  -- an adaptive budget's effective max_active after this backoff
 BEGIN
     IF p_seconds IS NULL OR NOT (p_seconds > 0 AND p_seconds <= 86400) THEN
         RAISE EXCEPTION 'Backoff retry_after must be more than 0 and at most 86400 seconds, got %',
@@ -2507,11 +2527,29 @@ BEGIN
     END IF;
 
     v_until := clock_timestamp() + make_interval(secs => p_seconds);
-    INSERT INTO workhorse.backoffs AS b (scope, name, ckey, until, by_job, set_at, retry_after)
-    VALUES (v_scope, v_name, v_key, v_until, p_id, clock_timestamp(), p_seconds)
+    IF v_scope = 'budget' THEN
+        -- An adaptive budget's effective max_active is halved (at least 1) once per backoff:
+        -- one raised while another is in force only extends it (a burst of 429s is one signal).
+        SELECT CASE WHEN NOT bd.adaptive THEN NULL
+                    WHEN bo.until > clock_timestamp() THEN bo.adaptive_max
+                    ELSE GREATEST(1, workhorse._adaptive_max_v1(
+                        COALESCE(o.max_active, bd.max_active), bo.adaptive_max, bo.until,
+                        bo.retry_after, clock_timestamp()) / 2) END
+        INTO v_halved
+        FROM (SELECT v_name AS name) AS n
+        JOIN workhorse.budgets bd ON bd.name = n.name
+        LEFT JOIN workhorse.budget_controls o
+            ON o.name = n.name
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > clock_timestamp())
+        LEFT JOIN workhorse.backoffs bo
+            ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = '';
+    END IF;
+    INSERT INTO workhorse.backoffs AS b (scope, name, ckey, until, by_job, set_at, retry_after,
+                                         adaptive_max)
+    VALUES (v_scope, v_name, v_key, v_until, p_id, clock_timestamp(), p_seconds, v_halved)
     ON CONFLICT ON CONSTRAINT backoffs_pkey DO UPDATE
         SET until = excluded.until, by_job = excluded.by_job, set_at = excluded.set_at,
-            retry_after = excluded.retry_after
+            retry_after = excluded.retry_after, adaptive_max = excluded.adaptive_max
         WHERE b.until < excluded.until;
     SELECT b.until INTO v_until FROM workhorse.backoffs b
     WHERE b.scope = v_scope AND b.name = v_name AND b.ckey = v_key;
@@ -5166,7 +5204,10 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT COALESCE(o.max_active, bd.max_active) AS max_active,
+    SELECT workhorse._adaptive_max_v1(
+               COALESCE(o.max_active, bd.max_active),
+               CASE WHEN bd.adaptive THEN bo.adaptive_max END, bo.until, bo.retry_after, v_now)
+               AS max_active,
            COALESCE(o.rate_limit, bd.rate_limit) AS rate,
            CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period ELSE bd.rate_period END AS period,
            COALESCE(o.rate_burst, bd.rate_burst) AS burst,
@@ -5175,7 +5216,8 @@ BEGIN
     FROM (SELECT p_budget AS name) AS n
     LEFT JOIN workhorse.budgets bd ON bd.name = n.name
     LEFT JOIN workhorse.budget_controls o
-        ON o.name = n.name AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+        ON o.name = n.name AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now)
+    LEFT JOIN workhorse.backoffs bo ON bo.scope = 'budget' AND bo.name = n.name AND bo.ckey = '';
     IF v_limits.decl_max IS NOT NULL AND p_units > v_limits.decl_max THEN
         RAISE EXCEPTION 'a hold of % units can never fit budget %, whose max_active is %',
             p_units, p_budget, v_limits.decl_max USING ERRCODE = 'WH005';
@@ -5344,9 +5386,21 @@ BEGIN
     GET DIAGNOSTICS v_count = ROW_COUNT;
     pruned_starts := pruned_starts + v_count;
 
-    -- Backoffs that ended (docs/design.md "Back-pressure") go, and their stamps on the queues'
+    -- Backoffs that ended (docs/design.md "Back-pressure") go, but an adaptive budget's only
+    -- once its effective max_active is back at the limit; and their stamps on the queues'
     -- control rows; a control row that held only such a stamp goes too.
-    DELETE FROM workhorse.backoffs b WHERE b.until <= now();
+    DELETE FROM workhorse.backoffs b
+    WHERE b.until <= now()
+      AND NOT EXISTS (
+          SELECT 1 FROM workhorse.budgets bd
+          LEFT JOIN workhorse.budget_controls o
+              ON o.name = bd.name
+             AND (o.override_expires_at IS NULL OR o.override_expires_at > now())
+          WHERE b.scope = 'budget' AND b.adaptive_max IS NOT NULL
+            AND bd.name = b.name AND bd.adaptive
+            AND workhorse._adaptive_max_v1(COALESCE(o.max_active, bd.max_active),
+                                           b.adaptive_max, b.until, b.retry_after, now())
+                < COALESCE(o.max_active, bd.max_active));
     DELETE FROM workhorse.queue_controls c
     WHERE c.backed_off_until <= now() AND NOT c.paused AND c.override_set_at IS NULL;
     UPDATE workhorse.queue_controls c SET backed_off_until = NULL
@@ -6166,7 +6220,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.sync_budgets_v1(p_namespace text, p_names text[], p_max_active integer[], p_rate_limits integer[], p_rate_periods double precision[], p_rate_bursts integer[], p_prune boolean)
+CREATE OR REPLACE FUNCTION workhorse.sync_budgets_v1(p_namespace text, p_names text[], p_max_active integer[], p_rate_limits integer[], p_rate_periods double precision[], p_rate_bursts integer[], p_prune boolean, p_adaptive boolean[] DEFAULT NULL::boolean[])
  RETURNS TABLE(sync_action text, sync_name text)
  LANGUAGE plpgsql
 AS $function$
@@ -6178,6 +6232,7 @@ DECLARE
     v_rate integer;
     v_period double precision;
     v_burst integer;
+    v_adaptive boolean;
 BEGIN
     FOR v_name IN
         SELECT n FROM unnest(p_names) AS n
@@ -6198,26 +6253,28 @@ BEGIN
             USING ERRCODE = 'WH001';
     END IF;
 
-    FOR v_name, v_max, v_rate, v_period, v_burst IN
-        SELECT u.n, u.m, u.r, u.p, u.b
-        FROM unnest(p_names, p_max_active, p_rate_limits, p_rate_periods, p_rate_bursts)
-             AS u(n, m, r, p, b)
+    FOR v_name, v_max, v_rate, v_period, v_burst, v_adaptive IN
+        SELECT u.n, u.m, u.r, u.p, u.b, COALESCE(u.a, false)
+        FROM unnest(p_names, p_max_active, p_rate_limits, p_rate_periods, p_rate_bursts,
+                    COALESCE(p_adaptive, '{}'::boolean[]))
+             AS u(n, m, r, p, b, a)
         WHERE u.n IS NOT NULL
         ORDER BY 1
     LOOP
         SELECT * INTO v_old FROM workhorse.budgets b WHERE b.name = v_name;
         IF v_old.name IS NULL THEN
             INSERT INTO workhorse.budgets (name, namespace, max_active, rate_limit, rate_period,
-                                           rate_burst)
-            VALUES (v_name, p_namespace, v_max, v_rate, v_period, v_burst);
+                                           rate_burst, adaptive)
+            VALUES (v_name, p_namespace, v_max, v_rate, v_period, v_burst, v_adaptive);
             sync_action := 'created';
-        ELSIF (v_old.max_active, v_old.rate_limit, v_old.rate_period, v_old.rate_burst)
-              IS NOT DISTINCT FROM (v_max, v_rate, v_period, v_burst) THEN
+        ELSIF (v_old.max_active, v_old.rate_limit, v_old.rate_period, v_old.rate_burst,
+               v_old.adaptive)
+              IS NOT DISTINCT FROM (v_max, v_rate, v_period, v_burst, v_adaptive) THEN
             sync_action := 'unchanged';
         ELSE
             UPDATE workhorse.budgets b
             SET max_active = v_max, rate_limit = v_rate, rate_period = v_period,
-                rate_burst = v_burst, updated_at = now()
+                rate_burst = v_burst, adaptive = v_adaptive, updated_at = now()
             WHERE b.name = v_name;
             sync_action := 'updated';
         END IF;
