@@ -208,12 +208,22 @@ class _Keeper:
                 self._holds.pop(holding.id, None)
 
     def _run(self) -> None:
+        beat = DEFAULT_LEASE / 3
         while True:
             with self._lock:
                 holds = list(self._holds.values())
-                if not holds:
-                    self._thread = None
-                    return
+            if not holds:
+                # Linger a beat for the next hold (its `add` wakes us), and end only after a
+                # beat with none: a process that holds again and again, each hold over before
+                # this thread runs, would otherwise start a thread per hold.
+                if self._changed.wait(beat):
+                    self._changed.clear()
+                    continue
+                with self._lock:
+                    if not self._holds:
+                        self._thread = None
+                        return
+                continue
             beat = min(h.lease for h in holds) / 3
             self._changed.wait(beat)
             self._changed.clear()

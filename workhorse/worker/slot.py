@@ -264,6 +264,11 @@ class Slot:
             # A queue governed now (a policy, a pause, an override) admits in the claim only:
             # what was claimed ahead from it goes back.
             self._give_back(lambda execution: execution.job.queue in names)
+            # And a dry one is polled at the governed pace from now on: a sleep begun at the
+            # ungoverned one (--dequeue-timeout) ends to be timed again. A queue whose first jobs
+            # naming a budget found it full would otherwise wait that long for units that come
+            # back with no NOTIFY (a lapsed hold's).
+            self._wake.set()
 
     def _runs_jobs_in(self, queue: str) -> bool:
         return any(execution.job.queue == queue for execution in self._running.values())
