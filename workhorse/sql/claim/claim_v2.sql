@@ -343,9 +343,12 @@ BEGIN
     INTO v_governed, v_paused, v_level, v_max, v_per_key, v_rate, v_period, v_rate_key,
          v_period_key, v_expired, v_due, v_hinted, v_past_deadline
     FROM workhorse._limits_v1(p_queue, v_now) AS l;
-    -- (One statement for both probes: each statement's start-up costs more than its probe.)
+    -- (One statement for both probes: each statement's start-up costs more than its probe. A
+    -- queue with a backoff has a control row, so only a claim that peeked one reads its stamp:
+    -- an ungoverned claim reads no more than it did.)
     SELECT EXISTS (SELECT 1 FROM workhorse.budget_queues bq WHERE bq.queue = p_queue),
-           (SELECT c.backed_off_until FROM workhorse.queue_controls c WHERE c.queue = p_queue)
+           CASE WHEN v_peek THEN (SELECT c.backed_off_until FROM workhorse.queue_controls c
+                                  WHERE c.queue = p_queue) END
     INTO v_budgeted, v_backoff_stamp;
     v_governed := v_governed OR v_budgeted;
     IF v_level > c_level THEN
