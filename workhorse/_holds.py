@@ -110,41 +110,28 @@ class Holding:
         _keeper(self.app).add(self)
         return True
 
-    def _timed_out(self) -> HoldTimeoutError:
+    def timed_out(self) -> HoldTimeoutError:
+        """The error for a hold not granted within its timeout."""
         return HoldTimeoutError(f"budget {self.budget!r}: {self.units} unit(s) not granted "
                                 f"within {self.timeout or 0:g}s")
 
     def __enter__(self) -> Holding:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        poll = FIRST_POLL
+        tries = _Tries(self)
         while True:
             with self.app.connection() as conn:
                 reply = _ops.execute(conn, self._operation())
             if self._granted(reply):
                 return self
-            wait, poll = _next_wait(reply.retry_in, poll)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timed_out()
-                wait = min(wait, left)
-            time.sleep(wait)
+            time.sleep(tries.wait(reply))
 
     async def __aenter__(self) -> Holding:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        poll = FIRST_POLL
+        tries = _Tries(self)
         while True:
             async with self.app.async_connection() as conn:
                 reply = await _ops.execute_async(conn, self._operation())
             if self._granted(reply):
                 return self
-            wait, poll = _next_wait(reply.retry_in, poll)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timed_out()
-                wait = min(wait, left)
-            await asyncio.sleep(wait)
+            await asyncio.sleep(tries.wait(reply))
 
     def __exit__(self, *exc_info: object) -> None:
         hold_id = self._ending()
@@ -164,11 +151,27 @@ class Holding:
         return None if self.lost else hold_id
 
 
-def _next_wait(retry_in: float | None, poll: float) -> tuple[float, float]:
-    """How long to wait before the next try, and the poll after it."""
-    if retry_in is not None:
-        return retry_in, poll
-    return poll, min(poll * 2, LAST_POLL)
+class _Tries:
+    """The waits between one hold's tries: until the moment the database named, else a poll
+    that doubles from FIRST_POLL to LAST_POLL; never past the timeout (HoldTimeoutError)."""
+
+    def __init__(self, holding: Holding) -> None:
+        self.holding = holding
+        self.deadline = (None if holding.timeout is None
+                         else time.monotonic() + holding.timeout)
+        self.poll = FIRST_POLL
+
+    def wait(self, reply: _ops.HoldReply) -> float:
+        if reply.retry_in is not None:
+            wait = reply.retry_in
+        else:
+            wait, self.poll = self.poll, min(self.poll * 2, LAST_POLL)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise self.holding.timed_out()
+            wait = min(wait, left)
+        return wait
 
 
 def _seconds(what: str, value: object, zero: bool = False) -> float:
