@@ -317,7 +317,7 @@ def test_the_cost_check_catches_a_choice_that_reads_the_full_budgets_jobs(
     choose = _sql.function_files()[CHOOSE]
     stream = """            WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
               AND (j.rank, j.id) > (v_all_rank, v_all_id)
-              AND NOT (j.ckey = ANY(p_off_keys))
+              AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
             ORDER BY j.budget, j.queue, j.rank, j.id"""
     heads = """                 WHERE h.queue = p_queue AND h.budget IS NULL
                    AND NOT (h.ckey = ANY(k_key)) AND NOT (h.ckey = ANY(v_passed))

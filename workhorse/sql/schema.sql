@@ -1067,7 +1067,7 @@ BEGIN
                 FROM workhorse.jobs j
                 WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
                   AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  AND NOT (j.ckey = ANY(p_off_keys))
+                  AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                 ORDER BY j.budget, j.queue, j.rank, j.id
                 LIMIT 1) AS c
             WHERE NOT (b.budget = ANY(v_blocked))
@@ -1079,7 +1079,7 @@ BEGIN
             FROM workhorse.jobs j
             WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
               AND (j.rank, j.id) > (v_all_rank, v_all_id)
-              AND NOT (j.ckey = ANY(p_off_keys))
+              AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
             ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
             IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
@@ -1093,7 +1093,7 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active'
                   AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                  AND NOT (j.ckey = ANY(p_off_keys))
+                  AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                 ORDER BY j.rank, j.id
                 LIMIT 1;
                 IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
@@ -1115,7 +1115,7 @@ BEGIN
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                   AND NOT (j.ckey = ANY(p_off_keys))
+                   AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
@@ -1127,7 +1127,7 @@ BEGIN
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
                        AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                       AND NOT (j.ckey = ANY(p_off_keys))
+                       AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
@@ -1139,7 +1139,7 @@ BEGIN
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                   AND NOT (j.ckey = ANY(p_off_keys))
+                   AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c

@@ -10,7 +10,9 @@
 -- caller), `p_expired` (there are active jobs whose lease expired: claimable again), `p_tasks`
 -- (NULL, or the tasks the claiming worker's app declares: another app's jobs are never taken)
 -- and `p_filter` (the queue holds another app's ready jobs), and `p_off_keys`, the keys backed
--- off now (docs/design.md "Back-pressure"): passed over from the start, as saturated keys are.
+-- off now (docs/design.md "Back-pressure"): passed over from the start, as saturated keys are
+-- (the one-stream walks test them as `cardinality(p_off_keys) = 0 OR ...`: a bare NOT ANY made a
+-- newer planner's generic plan read the budget-ordered walk past a full budget's backlog).
 -- A budget backed off is passed over for the whole call, as a full one is, and
 -- `backed_off_until` says when the first such backoff ends (NULL: none).
 --
@@ -380,7 +382,7 @@ BEGIN
                 FROM workhorse.jobs j
                 WHERE j.budget = b.budget AND j.queue = p_queue AND j.status = 'ready'
                   AND (j.rank, j.id) > (v_all_rank, v_all_id)
-                  AND NOT (j.ckey = ANY(p_off_keys))
+                  AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                 ORDER BY j.budget, j.queue, j.rank, j.id
                 LIMIT 1) AS c
             WHERE NOT (b.budget = ANY(v_blocked))
@@ -392,7 +394,7 @@ BEGIN
             FROM workhorse.jobs j
             WHERE j.budget IS NULL AND j.queue = p_queue AND j.status = 'ready'
               AND (j.rank, j.id) > (v_all_rank, v_all_id)
-              AND NOT (j.ckey = ANY(p_off_keys))
+              AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
             ORDER BY j.budget, j.queue, j.rank, j.id
             LIMIT 1;
             IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id)) THEN
@@ -406,7 +408,7 @@ BEGIN
                 WHERE j.queue = p_queue AND j.status = 'active'
                   AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                   AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                  AND NOT (j.ckey = ANY(p_off_keys))
+                  AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                 ORDER BY j.rank, j.id
                 LIMIT 1;
                 IF FOUND AND (NOT v_found OR (v_row.rank, v_row.id) < (v_head.rank, v_head.id))
@@ -428,7 +430,7 @@ BEGIN
                  WHERE NOT p_filter AND j.queue = p_queue AND j.status = 'ready'
                    AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                   AND NOT (j.ckey = ANY(p_off_keys))
+                   AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                  ORDER BY j.queue, j.rank, j.id
                  LIMIT 1)
                 UNION ALL
@@ -440,7 +442,7 @@ BEGIN
                      WHERE j.queue = p_queue AND j.task = t.task AND j.status = 'ready'
                        AND (j.rank, j.id) > (v_all_rank, v_all_id)
                        AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                       AND NOT (j.ckey = ANY(p_off_keys))
+                       AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                      ORDER BY j.queue, j.task, j.rank, j.id
                      LIMIT 1) AS k
                  ORDER BY k.rank, k.id
@@ -452,7 +454,7 @@ BEGIN
                    AND j.lease_until <= p_now AND (j.rank, j.id) > (v_all_rank, v_all_id)
                    AND (p_tasks IS NULL OR j.task = ANY(p_tasks))
                    AND NOT (COALESCE(j.budget, '') = ANY(v_blocked))
-                   AND NOT (j.ckey = ANY(p_off_keys))
+                   AND (cardinality(p_off_keys) = 0 OR NOT (j.ckey = ANY(p_off_keys)))
                  ORDER BY j.rank, j.id
                  LIMIT 1)
             ) AS c
