@@ -100,9 +100,9 @@ def test_async_hold(app: App, queue: Queue) -> None:
 
 
 def test_the_lease_is_renewed_while_held(app: App, queue: Queue) -> None:
-    with app.budget("api").hold(lease=0.6) as holding:
+    with app.budget("api").hold(lease=1.2) as holding:
         first = holding.lease_until
-        time.sleep(1.5)  # more than twice the lease: only renewals keep it
+        time.sleep(2.6)  # more than twice the lease: only renewals keep it
         assert not holding.lost
         assert holding.lease_until is not None and first is not None
         assert holding.lease_until > first
@@ -146,17 +146,17 @@ def test_a_backoff_stops_holds_until_it_ends(app: App, queue: Queue) -> None:
 
 def test_a_hold_counts_one_start_against_the_rate(database_url: str, queue: Queue) -> None:
     app = App("rated", database_url=database_url)
-    app.budget("rated-api", rate_limit="2/s")
+    app.budget("rated-api", rate_limit="2/3s")
     app.sync()
     try:
         for _ in range(2):
             with app.budget("rated-api").hold(timeout=0.1):
                 pass
-        # The third start in the second is refused.
+        # The third start in the window is refused.
         with pytest.raises(HoldTimeoutError), app.budget("rated-api").hold(timeout=0.1):
             pass
         began = time.monotonic()
-        with app.budget("rated-api").hold(timeout=3):  # waits for the rate's next start
+        with app.budget("rated-api").hold(timeout=6):  # waits for the rate's next start
             assert time.monotonic() - began > 0.3
     finally:
         app.close()
