@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -50,10 +50,12 @@ from .types import (
     BudgetSpec,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
+    KeyLimit,
     QueueSpec,
     ScheduleDefinition,
     SyncReport,
     Unique,
+    check_key_limits,
     check_name,
     retention_seconds,
 )
@@ -183,6 +185,8 @@ class App(AppEnqueuer):
         self.schedules: dict[str, ScheduleDefinition] = {}
         # docs/design.md "Named budgets": the budgets this app declares (owns, syncs, prunes).
         self.budgets: dict[str, BudgetSpec] = {}
+        # docs/design.md "Per-key limits": per queue, the keys' limits and the default.
+        self.declared_key_limits: dict[str, tuple[dict[str, KeyLimit], KeyLimit | None]] = {}
 
     def __repr__(self) -> str:
         return f"<App {self.name} tasks={len(self.tasks)} queues={len(self.queues)}>"
@@ -251,6 +255,44 @@ class App(AppEnqueuer):
         # Declared first by a task's budget=BudgetSpec(...): the same limits, bound to the app.
         return AppBudget(spec.name, spec.max_active, spec.rate_limit, spec.rate_burst,
                          spec.adaptive, app=self)
+
+    def key_limits(
+        self,
+        queue: str | QueueSpec,
+        limits: Mapping[Any, KeyLimit],
+        default: KeyLimit | None = None,
+    ) -> None:
+        """Declare per-key limits on `queue` (docs/design.md "Per-key limits"): `{key:
+        KeyLimit(max_active=, weight=, rate_limit=)}`, and `default` for the keys not listed
+        (None: the queue's `max_active_per_key` and `rate_limit_per_key`). The queue needs limits
+        of its own in this app (`app.queue(...)`). `app.sync()` stores them, as desired state:
+        keys no longer declared lose their limits. Declaring a queue's limits twice replaces them.
+
+        >>> app = App("docs")
+        >>> api = app.queue("api", max_active=50, max_active_per_key=1)
+        >>> app.key_limits(api, {"acme": KeyLimit(max_active=10)})
+        >>> app.key_limit_definitions()["api"][0]["acme"].max_active
+        10
+        """
+        name = queue.name if isinstance(queue, QueueSpec) else queue
+        check_name("queue", name, InvalidPolicyError)
+        self.declared_key_limits[name] = (check_key_limits(name, limits, default), default)
+
+    def key_limit_definitions(self) -> dict[str, tuple[dict[str, KeyLimit], KeyLimit | None]]:
+        """The per-key limits this app declares, by queue; InvalidPolicyError for a queue that
+        has no limits of its own in this app (per-key limits refine a policy).
+
+        >>> App("docs").key_limit_definitions()
+        {}
+        """
+        for name in self.declared_key_limits:
+            spec = self.queues.get(name)
+            if spec is None or spec.definition() is None:
+                raise InvalidPolicyError(
+                    f"app {self.name!r} declares key limits on queue {name!r} but no limits of "
+                    "the queue's own: per-key limits refine a policy, so declare one with "
+                    f"app.queue({name!r}, max_active=..., max_active_per_key=...)")
+        return dict(self.declared_key_limits)
 
     def _declare_budget(self, spec: BudgetSpec) -> BudgetSpec:
         existing = self.budgets.get(spec.name)
@@ -696,16 +738,20 @@ class App(AppEnqueuer):
     def _sync(self, prune: bool) -> Plan[SyncReport]:
         # The declarations are read (and checked) now, before any connection is taken.
         return _sync_plan(self.name, self.policy_definitions(), self.schedule_definitions(),
-                          prune, self.budget_definitions(), self.named_budgets())
+                          prune, self.budget_definitions(), self.named_budgets(),
+                          self.key_limit_definitions())
 
 
 def _sync_plan(
     namespace: str, definitions: list[ConcurrencyPolicyDefinition],
     schedules: list[ScheduleDefinition], prune: bool,
     budgets: list[BudgetDefinition] | None = None, named: list[str] | None = None,
+    key_limits: dict[str, tuple[dict[str, KeyLimit], KeyLimit | None]] | None = None,
 ) -> Plan[SyncReport]:
-    # Queues' locks (policies) before budgets' locks: the order every claim takes them in.
+    # Queues' locks (policies, then their key limits, which need the policies) before budgets'
+    # locks: the order every claim takes them in.
     report, _ = yield _ops.sync_policies(namespace, definitions, prune)
+    keyed = yield _ops.sync_key_limits(namespace, key_limits or {}, prune)
     scheduled, _ = yield _ops.sync_schedules(namespace, schedules, prune)
     budgeted, _ = yield _ops.sync_budgets(namespace, budgets or [], prune)
     if named:
@@ -717,7 +763,8 @@ def _sync_plan(
                 "namespace declares: their jobs are limited by their queues alone until one "
                 "syncs them (app.budget(...) in the owning app)",
                 UndeclaredBudgetWarning, stacklevel=2)
-    return _with_nested(_with_nested(report, "schedules", scheduled), "budgets", budgeted)
+    report = _with_nested(_with_nested(report, "schedules", scheduled), "budgets", budgeted)
+    return _with_nested(report, "key_limits", keyed)
 
 
 class UndeclaredBudgetWarning(UserWarning):
@@ -736,9 +783,8 @@ def _with_nested(report: SyncReport, field: str, nested: SyncReport) -> SyncRepo
     when it touched nothing at all."""
     if not (nested.created or nested.updated or nested.pruned or nested.unchanged):
         return report
-    if field == "budgets":
-        return dataclasses.replace(report, budgets=nested)
-    return dataclasses.replace(report, schedules=nested)
+    nested_reports: dict[str, Any] = {field: nested}
+    return dataclasses.replace(report, **nested_reports)
 
 
 def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:

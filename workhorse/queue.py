@@ -22,6 +22,7 @@ from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
 from ._queue_backoffs import AsyncBackoffMethods, BackoffMethods
 from ._queue_dead import AsyncDeadLetterMethods, DeadLetterMethods
 from ._queue_history import AsyncHistoryMethods, HistoryMethods
+from ._queue_key_limits import AsyncKeyLimitMethods, KeyLimitMethods
 from .errors import StaleLeaseError, WorkhorseError
 from .handle import dependencies
 from .types import (
@@ -69,7 +70,7 @@ def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptio
     return resolved
 
 
-class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods):
+class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods, KeyLimitMethods):
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
@@ -482,7 +483,8 @@ class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods):
         return self._run(_ops.heartbeat(leases))
 
 
-class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods, AsyncBackoffMethods):
+class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods, AsyncBackoffMethods,
+                 AsyncKeyLimitMethods):
     """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
 
     >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP

@@ -119,6 +119,12 @@ from .jobs import (
     unless_one,
     with_progress,
 )
+from .key_limits import (
+    clear_key_limits,
+    key_limits,
+    set_key_limits,
+    sync_key_limits,
+)
 from .policies import (
     health,
     housekeeping,
@@ -212,6 +218,7 @@ __all__ = [
     "claim_as",
     "claim_batch",
     "clear_backoff",
+    "clear_key_limits",
     "complete",
     "complete_and_claim",
     "complete_encoded",
@@ -242,6 +249,7 @@ __all__ = [
     "job_own_error",
     "job_owners",
     "job_progress",
+    "key_limits",
     "key_shares",
     "lease_seconds",
     "list_backoffs",
@@ -283,9 +291,11 @@ __all__ = [
     "schedules_present",
     "schema_version",
     "set_budget_control",
+    "set_key_limits",
     "set_queue_control",
     "snooze",
     "sync_budgets",
+    "sync_key_limits",
     "sync_policies",
     "sync_schedules",
     "tagged_job_ids",

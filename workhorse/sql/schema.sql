@@ -268,6 +268,41 @@ CREATE TABLE workhorse.key_hints (
 
 ALTER TABLE workhorse.key_hints SET (autovacuum_vacuum_scale_factor=0.0, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0);
 
+CREATE TABLE workhorse.key_limit_sets (
+    queue text NOT NULL,
+    default_max_active integer,
+    default_weight smallint,
+    default_rate_limit integer,
+    default_rate_period double precision,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT key_limit_sets_default_max_active_check CHECK (((default_max_active >= 1) AND (default_max_active <= 1000000))),
+    CONSTRAINT key_limit_sets_default_rate_limit_check CHECK (((default_rate_limit >= 1) AND (default_rate_limit <= 1000000))),
+    CONSTRAINT key_limit_sets_default_rate_period_check CHECK (((default_rate_period > (0)::double precision) AND (default_rate_period <= (31622400)::double precision))),
+    CONSTRAINT key_limit_sets_default_weight_check CHECK (((default_weight >= 1) AND (default_weight <= 1000))),
+    CONSTRAINT key_limit_sets_pkey PRIMARY KEY (queue),
+    CONSTRAINT key_limit_sets_queue_fkey FOREIGN KEY (queue) REFERENCES workhorse.policies(queue) ON DELETE CASCADE,
+    CONSTRAINT key_limit_sets_rate_pair CHECK (((default_rate_limit IS NULL) = (default_rate_period IS NULL)))
+);
+
+CREATE TABLE workhorse.key_limits (
+    queue text NOT NULL,
+    ckey text NOT NULL,
+    max_active integer,
+    weight smallint,
+    rate_limit integer,
+    rate_period double precision,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT key_limits_ckey_check CHECK (((length(ckey) >= 1) AND (length(ckey) <= 1000))),
+    CONSTRAINT key_limits_max_active_check CHECK (((max_active >= 1) AND (max_active <= 1000000))),
+    CONSTRAINT key_limits_pkey PRIMARY KEY (queue, ckey),
+    CONSTRAINT key_limits_queue_fkey FOREIGN KEY (queue) REFERENCES workhorse.key_limit_sets(queue) ON DELETE CASCADE,
+    CONSTRAINT key_limits_rate_limit_check CHECK (((rate_limit >= 1) AND (rate_limit <= 1000000))),
+    CONSTRAINT key_limits_rate_pair CHECK (((rate_limit IS NULL) = (rate_period IS NULL))),
+    CONSTRAINT key_limits_rate_period_check CHECK (((rate_period > (0)::double precision) AND (rate_period <= (31622400)::double precision))),
+    CONSTRAINT key_limits_some_limit CHECK (((max_active IS NOT NULL) OR (weight IS NOT NULL) OR (rate_limit IS NOT NULL))),
+    CONSTRAINT key_limits_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
+);
+
 CREATE TABLE workhorse.policies (
     queue text NOT NULL,
     namespace text NOT NULL,
@@ -761,7 +796,7 @@ AS $function$
       AND s.bucket_end > p_now - make_interval(secs => p_window)
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, p_off_keys text[], OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[], OUT backed_off_until timestamp with time zone)
+CREATE OR REPLACE FUNCTION workhorse._choose_units_v1(p_queue text, p_limit integer, p_now timestamp with time zone, p_max integer, p_per_key integer, p_rate integer, p_period double precision, p_rate_key integer, p_period_key double precision, p_policy_max integer, p_policy_per_key integer, p_policy_rate integer, p_policy_rate_key integer, p_fair boolean, p_heads boolean, p_expired boolean, p_tasks text[], p_filter boolean, p_budgeted boolean, p_burst integer, p_burst_window double precision, p_burst_key integer, p_burst_window_key double precision, p_policy_burst integer, p_policy_burst_key integer, p_off_keys text[], p_key_limits boolean, p_default_max integer, p_default_weight integer, p_default_rate integer, p_default_period double precision, OUT ids bigint[], OUT rate_blocked boolean, OUT budget_names text[], OUT budget_periods double precision[], OUT budget_windows double precision[], OUT budget_rates integer[], OUT budget_bursts integer[], OUT budget_stopped boolean[], OUT backed_off_until timestamp with time zone)
  RETURNS record
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -785,6 +820,15 @@ DECLARE
     k_c_weight integer[] := '{}';
     k_c_task text[] := '{}';
     k_c_budget text[] := '{}';
+    -- The key's own row of key_limits (NULL: none, or that field unset), read once per tracked
+    -- key: its limits in force are its own, else the set's default, else the per-key ones.
+    k_own_max integer[] := '{}';
+    k_own_weight integer[] := '{}';
+    k_own_rate integer[] := '{}';
+    k_own_period double precision[] := '{}';
+    v_key_rate integer;
+    v_key_period double precision;
+    v_weight integer;
     -- The queue's budgets that have limits, parallel arrays: name, the declared limits (what
     -- can never fit), units and starts left (rate window, burst window), and this call's
     -- state: blocked (passed over), took a job, met a job it could not take.
@@ -982,18 +1026,28 @@ BEGIN
     IF NOT v_all THEN
         -- The tracked keys: those with active units, those of expired jobs, and the keyless.
         FOR v_row IN
-            SELECT t.ckey, sum(t.units)::bigint AS units
-            FROM (SELECT j.ckey, j.cost AS units FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now
-                  UNION ALL
-                  SELECT j.ckey, 0 FROM workhorse.jobs j
-                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
-                    AND j.lease_until <= p_now
-                  UNION ALL
-                  SELECT '', 0) AS t
-            GROUP BY t.ckey
-            ORDER BY t.ckey
+            SELECT g.ckey, g.units, kl.max_active, kl.weight, kl.rate_limit, kl.rate_period
+            FROM (SELECT t.ckey, sum(t.units)::bigint AS units
+                  FROM (SELECT j.ckey, j.cost AS units FROM workhorse.jobs j
+                        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now
+                        UNION ALL
+                        SELECT j.ckey, 0 FROM workhorse.jobs j
+                        WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
+                          AND j.lease_until <= p_now
+                        UNION ALL
+                        SELECT '', 0) AS t
+                  GROUP BY t.ckey) AS g
+            -- (LATERAL: one probe of key_limits' primary key per key, never a scan of it.)
+            LEFT JOIN LATERAL (
+                SELECT k.max_active, k.weight, k.rate_limit, k.rate_period
+                FROM workhorse.key_limits k
+                WHERE p_key_limits AND k.queue = p_queue AND k.ckey = g.ckey) AS kl ON true
+            ORDER BY g.ckey
         LOOP
+            k_own_max := k_own_max || v_row.max_active;
+            k_own_weight := k_own_weight || v_row.weight::integer;
+            k_own_rate := k_own_rate || v_row.rate_limit;
+            k_own_period := k_own_period || v_row.rate_period;
             k_key := k_key || v_row.ckey;
             k_units := k_units || v_row.units;
             k_rate_left := k_rate_left || NULL::bigint;
@@ -1193,7 +1247,10 @@ BEGIN
             END IF;
             FOR v_i IN 1 .. cardinality(k_key) LOOP
                 CONTINUE WHEN k_c_id[v_i] IS NULL OR k_key[v_i] = ANY(v_passed);
-                v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / k_c_weight[v_i]
+                -- A job's own weight other than 1 wins; else its key's (its row's, the default).
+                v_weight := CASE WHEN k_c_weight[v_i] <> 1 THEN k_c_weight[v_i]
+                                 ELSE COALESCE(k_own_weight[v_i], p_default_weight, 1) END;
+                v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / v_weight
                                 ELSE 0 END;
                 IF v_best_rank IS NULL
                    OR k_c_rank[v_i] < v_best_rank
@@ -1212,6 +1269,13 @@ BEGIN
                 -- Start tracking the head's key (no active units), its candidate read from its
                 -- ready rows, and choose again.
                 k_key := k_key || v_key;
+                SELECT k.max_active, k.weight, k.rate_limit, k.rate_period INTO v_row
+                FROM workhorse.key_limits k
+                WHERE p_key_limits AND k.queue = p_queue AND k.ckey = v_key;
+                k_own_max := k_own_max || v_row.max_active;
+                k_own_weight := k_own_weight || v_row.weight::integer;
+                k_own_rate := k_own_rate || v_row.rate_limit;
+                k_own_period := k_own_period || v_row.rate_period;
                 k_units := k_units || 0::bigint;
                 k_rate_left := k_rate_left || NULL::bigint;
                 k_pos_rank := k_pos_rank || (-2147483648);
@@ -1254,12 +1318,23 @@ BEGIN
 
         v_b := array_position(b_name, v_head.budget);
         -- Never fits the synced policy, or the declared budget: held, and the choice goes on.
+        -- (A key's own limits, or the set's default, in place of the policy's per-key ones; a key
+        -- with a rate of its own has no burst. One stream has no per-key limits of its own.)
+        IF NOT v_all THEN
+            v_key_rate := COALESCE(k_own_rate[v_best], p_default_rate);
+        END IF;
         IF v_head.cost > COALESCE(p_policy_max, c_big)
-           OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
+           OR (v_key <> '' AND v_head.cost > COALESCE(
+                   CASE WHEN v_all THEN p_policy_per_key
+                        ELSE COALESCE(k_own_max[v_best], p_default_max, p_policy_per_key) END,
+                   c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(
+                   CASE WHEN v_all THEN p_policy_rate_key
+                        ELSE COALESCE(v_key_rate, p_policy_rate_key) END, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
+           OR (v_key <> '' AND (v_all OR v_key_rate IS NULL)
+               AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -1269,16 +1344,24 @@ BEGIN
         ELSE
             IF v_key <> '' AND NOT v_all THEN
                 IF k_rate_left[v_best] IS NULL THEN
-                    k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
-                        ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
-                                                                   p_now) END;
-                    IF p_burst_key IS NOT NULL THEN
+                    IF v_key_rate IS NOT NULL THEN  -- its own rate, or the set's default
+                        v_key_period := CASE WHEN k_own_rate[v_best] IS NOT NULL
+                                             THEN k_own_period[v_best] ELSE p_default_period END;
+                        k_rate_left[v_best] := v_key_rate - workhorse._rate_used_v1(
+                            p_queue, v_key, v_key_period, p_now);
+                    ELSE
+                        k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
+                            ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key,
+                                                                       p_period_key, p_now) END;
+                    END IF;
+                    IF p_burst_key IS NOT NULL AND v_key_rate IS NULL THEN
                         k_rate_left[v_best] := LEAST(k_rate_left[v_best],
                             p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
                                                                    p_burst_window_key, p_now));
                     END IF;
                 END IF;
-                IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
+                IF k_units[v_best] + v_head.cost
+                       > COALESCE(k_own_max[v_best], p_default_max, p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
                     -- The key's head does not fit the key's units or starts left: passed over.
                     v_passed := v_passed || v_key;
@@ -1387,7 +1470,8 @@ BEGIN
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
                                   'rate_limit_per_key N=%s, rate_burst=%s, '
-                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_burst_per_key=%s) or its key''s own limits',
+                                  j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
                                   p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)
@@ -1661,6 +1745,7 @@ AS $function$
         OR EXISTS (SELECT 1 FROM workhorse.queue_controls c
                    WHERE c.queue = p_queue
                      AND (c.max_active_per_key IS NOT NULL OR c.rate_limit_per_key IS NOT NULL))
+        OR EXISTS (SELECT 1 FROM workhorse.key_limit_sets s WHERE s.queue = p_queue)
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._limits_v1(p_queue text, p_now timestamp with time zone, OUT governed boolean, OUT paused boolean, OUT max_active integer, OUT max_active_per_key integer, OUT rate_limit integer, OUT rate_period double precision, OUT rate_limit_per_key integer, OUT rate_period_per_key double precision, OUT feature_level integer)
@@ -3200,6 +3285,10 @@ DECLARE
     v_queue_off timestamptz;
     v_off_keys text[] := '{}';
     v_budget_off timestamptz;
+    -- Per-key limits as data (docs/design.md "Per-key limits"): the queue has a set, and its
+    -- default rate's period (the starts of a key are filed in buckets of its own period).
+    v_key_limited boolean := false;
+    v_key_default_period double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -3466,19 +3555,24 @@ BEGIN
                CASE WHEN v_rate_key IS NOT NULL
                          AND COALESCE(o.rate_burst_per_key, p.rate_burst_per_key) IS NOT NULL
                     THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
-               END AS burst_key
+               END AS burst_key,
+               ks.queue IS NOT NULL AS key_limited, ks.default_max_active,
+               ks.default_weight, ks.default_rate_limit, ks.default_rate_period
         INTO v_policy
         FROM (SELECT p_queue AS queue) AS q
         LEFT JOIN workhorse.policies p ON p.queue = q.queue
         LEFT JOIN workhorse.queue_controls o
             ON o.queue = q.queue AND o.override_set_at IS NOT NULL
-           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now)
+        LEFT JOIN workhorse.key_limit_sets ks ON ks.queue = q.queue;
         v_burst := v_policy.burst;
         v_burst_key := v_policy.burst_key;
         v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
         v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
-        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
+        v_key_limited := v_policy.key_limited;
+        v_key_default_period := v_policy.default_rate_period;
+        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair OR v_key_limited;
         IF v_hinted AND v_keyed THEN
             WITH drained AS (
                 DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
@@ -3496,7 +3590,9 @@ BEGIN
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
             v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
-            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys) AS c;
+            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys, v_key_limited,
+            v_policy.default_max_active, v_policy.default_weight, v_policy.default_rate_limit,
+            v_policy.default_rate_period) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -3908,10 +4004,19 @@ BEGIN
             WHERE v_period IS NOT NULL
             HAVING count(*) > 0
             UNION ALL
-            SELECT a.ckey, v_period_key, max(a.started_at), sum(a.rate_cost)::integer
-            FROM activated a
-            WHERE v_period_key IS NOT NULL AND a.ckey <> ''
-            GROUP BY a.ckey
+            -- A key's in buckets of its own rate's period: its row's, the set's default, else
+            -- the per-key rate in force (a scalar probe per key: a join may be planned as a
+            -- hash over every row of key_limits).
+            SELECT k.ckey, k.period, max(k.started_at), sum(k.rate_cost)::integer
+            FROM (SELECT a.ckey, a.started_at, a.rate_cost,
+                         COALESCE((SELECT kl.rate_period FROM workhorse.key_limits kl
+                                   WHERE v_key_limited AND kl.queue = p_queue
+                                     AND kl.ckey = a.ckey),
+                                  v_key_default_period, v_period_key) AS period
+                  FROM activated a
+                  WHERE a.ckey <> '') AS k
+            WHERE k.period IS NOT NULL
+            GROUP BY k.ckey, k.period
         ), recorded AS (
             INSERT INTO workhorse.rate_starts AS r (queue, ckey, bucket_end, n)
             SELECT p_queue, s.ckey,
@@ -4095,6 +4200,39 @@ BEGIN
     RETURN QUERY SELECT g.scope, g.name, NULLIF(g.ckey, ''), g.until, g.by_job
         FROM unnest(COALESCE(v_cleared, '{}')) AS g
         ORDER BY g.scope, g.ckey;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.clear_key_limits_v1(p_namespace text, p_queue text, p_keys text[])
+ RETURNS TABLE(sync_action text, sync_key text)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_owner text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+    SELECT p.namespace INTO v_owner FROM workhorse.policies p WHERE p.queue = p_queue;
+    IF FOUND AND p_namespace IS NOT NULL AND v_owner <> p_namespace THEN
+        RAISE EXCEPTION 'queue % is owned by namespace %, not %', p_queue, v_owner, p_namespace
+            USING ERRCODE = 'WH001';
+    END IF;
+    IF p_keys IS NULL THEN
+        RETURN QUERY
+        DELETE FROM workhorse.key_limits k WHERE k.queue = p_queue
+        RETURNING 'pruned'::text, k.ckey;
+        RETURN QUERY
+        DELETE FROM workhorse.key_limit_sets s WHERE s.queue = p_queue
+        RETURNING 'pruned'::text, ''::text;
+        IF NOT workhorse._keyed_v2(p_queue) THEN
+            PERFORM workhorse._drop_heads_v1(p_queue);
+        END IF;
+    ELSE
+        RETURN QUERY
+        DELETE FROM workhorse.key_limits k WHERE k.queue = p_queue AND k.ckey = ANY(p_keys)
+        RETURNING 'pruned'::text, k.ckey;
+    END IF;
+    PERFORM workhorse._wake_v1(p_queue);
 END
 $function$;
 
@@ -5976,6 +6114,104 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.set_key_limits_v1(p_namespace text, p_queue text, p_keys text[], p_max_active integer[], p_weights integer[], p_rate_limits integer[], p_rate_periods double precision[], p_prune boolean, p_set_default boolean, p_default_max_active integer, p_default_weight integer, p_default_rate_limit integer, p_default_rate_period double precision)
+ RETURNS TABLE(sync_action text, sync_key text)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_owner text;
+    v_was_keyed boolean;
+    v_had_set boolean;
+    v_same_default boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+    SELECT p.namespace INTO v_owner FROM workhorse.policies p WHERE p.queue = p_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % has no policy: per-key limits refine a policy, so declare one '
+                        '(max_active, max_active_per_key or a rate limit) first', p_queue
+            USING ERRCODE = 'WH002';
+    END IF;
+    IF p_namespace IS NOT NULL AND v_owner <> p_namespace THEN
+        RAISE EXCEPTION 'queue % is owned by namespace %, not %', p_queue, v_owner, p_namespace
+            USING ERRCODE = 'WH001';
+    END IF;
+    v_was_keyed := workhorse._keyed_v2(p_queue);
+    IF NOT v_was_keyed THEN
+        -- Wait out enqueues that read "no heads", then build the heads they missed (below).
+        PERFORM pg_advisory_xact_lock(workhorse._enqueue_gate_id_v1(p_queue));
+    END IF;
+
+    v_had_set := EXISTS (SELECT 1 FROM workhorse.key_limit_sets s WHERE s.queue = p_queue);
+    v_same_default := EXISTS (
+        SELECT 1 FROM workhorse.key_limit_sets s
+        WHERE s.queue = p_queue
+          AND (s.default_max_active, s.default_weight, s.default_rate_limit,
+               s.default_rate_period) IS NOT DISTINCT FROM
+              (p_default_max_active, p_default_weight::smallint, p_default_rate_limit,
+               p_default_rate_period));
+    INSERT INTO workhorse.key_limit_sets AS s (queue, default_max_active, default_weight,
+                                               default_rate_limit, default_rate_period)
+    VALUES (p_queue, CASE WHEN p_set_default THEN p_default_max_active END,
+            CASE WHEN p_set_default THEN p_default_weight END,
+            CASE WHEN p_set_default THEN p_default_rate_limit END,
+            CASE WHEN p_set_default THEN p_default_rate_period END)
+    ON CONFLICT (queue) DO UPDATE
+    SET default_max_active = CASE WHEN p_set_default THEN excluded.default_max_active
+                                  ELSE s.default_max_active END,
+        default_weight = CASE WHEN p_set_default THEN excluded.default_weight
+                              ELSE s.default_weight END,
+        default_rate_limit = CASE WHEN p_set_default THEN excluded.default_rate_limit
+                                  ELSE s.default_rate_limit END,
+        default_rate_period = CASE WHEN p_set_default THEN excluded.default_rate_period
+                                   ELSE s.default_rate_period END,
+        updated_at = now();
+    -- The set itself, as key '': created, or its default updated.
+    IF NOT v_had_set THEN
+        sync_action := 'created'; sync_key := ''; RETURN NEXT;
+    ELSIF p_set_default AND NOT v_same_default THEN
+        sync_action := 'updated'; sync_key := ''; RETURN NEXT;
+    END IF;
+
+    RETURN QUERY
+    DELETE FROM workhorse.key_limits k
+    WHERE p_prune AND k.queue = p_queue AND NOT (k.ckey = ANY(p_keys))
+    RETURNING 'pruned'::text, k.ckey;
+
+    RETURN QUERY
+    WITH wanted AS (
+        SELECT u.ckey, u.max_active, u.weight::smallint AS weight, u.rate_limit, u.rate_period
+        FROM unnest(p_keys, p_max_active, p_weights, p_rate_limits, p_rate_periods)
+             AS u(ckey, max_active, weight, rate_limit, rate_period)
+    ), written AS (
+        INSERT INTO workhorse.key_limits AS k (queue, ckey, max_active, weight, rate_limit,
+                                               rate_period)
+        SELECT p_queue, w.ckey, w.max_active, w.weight, w.rate_limit, w.rate_period
+        FROM wanted w
+        ON CONFLICT (queue, ckey) DO UPDATE
+        SET max_active = excluded.max_active, weight = excluded.weight,
+            rate_limit = excluded.rate_limit, rate_period = excluded.rate_period,
+            updated_at = now()
+        WHERE (k.max_active, k.weight, k.rate_limit, k.rate_period) IS DISTINCT FROM
+              (excluded.max_active, excluded.weight, excluded.rate_limit, excluded.rate_period)
+        RETURNING k.ckey, k.xmax = 0 AS inserted
+    )
+    SELECT CASE WHEN d.ckey IS NULL THEN 'unchanged'
+                WHEN d.inserted THEN 'created' ELSE 'updated' END,
+           w.ckey
+    FROM wanted w
+    LEFT JOIN written d ON d.ckey = w.ckey
+    ORDER BY w.ckey;
+
+    INSERT INTO workhorse.queue_levels AS lv (queue, feature_level) VALUES (p_queue, 2)
+    ON CONFLICT (queue) DO UPDATE SET feature_level = GREATEST(lv.feature_level, 2);
+    IF NOT v_was_keyed THEN
+        PERFORM workhorse._rebuild_heads_v1(p_queue);
+    END IF;
+    PERFORM workhorse._wake_v1(p_queue);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.set_queue_control_v1(p_queue text, p_action text, p_max_active integer, p_max_active_per_key integer, p_rate_limit integer, p_rate_period double precision, p_rate_limit_per_key integer, p_rate_period_per_key double precision, p_expires_in double precision)
  RETURNS SETOF workhorse.queue_controls
  LANGUAGE plpgsql
@@ -6465,7 +6701,8 @@ BEGIN
         v_keyed := v_per_key IS NOT NULL OR v_rate_key IS NOT NULL OR v_fair = 'key'
                    OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = v_queue
                               AND (c.max_active_per_key IS NOT NULL
-                                   OR c.rate_limit_per_key IS NOT NULL));
+                                   OR c.rate_limit_per_key IS NOT NULL))
+                   OR EXISTS (SELECT 1 FROM workhorse.key_limit_sets s WHERE s.queue = v_queue);
         IF v_keyed AND NOT v_was_keyed THEN
             -- Wait out enqueues that read "no per-key limit", then build the heads they missed.
             PERFORM pg_advisory_xact_lock(workhorse._enqueue_gate_id_v1(v_queue));

@@ -20,6 +20,7 @@ from .options import (
     BudgetSpec,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
+    KeyLimit,
     QueueSpec,
     RateLimit,
     ScheduleDefinition,
@@ -39,6 +40,7 @@ from .records import (
     Hold,
     Job,
     JobStatus,
+    KeyLimitSet,
     PolicyOverride,
     Progress,
     PurgeReport,
@@ -53,6 +55,7 @@ from .records import (
 )
 
 # Shared bounds and checks, and internal rows: importable, not public.
+from .options import check_key_limits as check_key_limits  # isort: skip
 from ._internal import (  # isort: skip
     FiringPass as FiringPass,
     JobPage as JobPage,
@@ -123,6 +126,8 @@ __all__ = [
     "Hold",
     "Job",
     "JobStatus",
+    "KeyLimit",
+    "KeyLimitSet",
     "PolicyHealth",
     "PolicyOverride",
     "Progress",

@@ -4,6 +4,7 @@ policies, budgets and schedules. Frozen dataclasses, validated when they are bui
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ from ._validate import (
     PRIORITY_MIN,
     UNIQUE_BY,
     UNIQUE_STATES_DEFAULT,
+    WEIGHT_MAX,
     check_cost,
     check_fairness,
     check_limit,
@@ -661,3 +663,87 @@ class ScheduleDefinition:
         'tasks.report'
         """
         return self.queue if self.queue is not None else self.task
+
+
+# A key's limits are stored per key (docs/design.md "Per-key limits"): at most this many keys in
+# one call, and a key of at most this many characters.
+MAX_KEY_LIMITS = 100_000
+KEY_MAX = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimit:
+    """One key's limits on a queue (docs/design.md "Per-key limits"), or the default for the keys
+    not listed: `max_active` replaces the queue's `max_active_per_key` for that key, `weight` the
+    default weight (1) of its jobs on a fair queue, `rate_limit` ("N/P") the per-key rate. None:
+    that field is the policy's. Validated when constructed (InvalidPolicyError).
+
+    >>> KeyLimit(max_active=10, weight=5, rate_limit="100/m")
+    KeyLimit(max_active=10, weight=5, rate_limit='100/m')
+    >>> KeyLimit(rate_limit="5/10s").rate.period
+    10.0
+    """
+
+    max_active: int | None = None
+    weight: int | None = None
+    rate_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        check_limit("KeyLimit.max_active", self.max_active, optional=True)
+        if self.weight is not None and (type(self.weight) is not int
+                                        or not 1 <= self.weight <= WEIGHT_MAX):
+            raise InvalidPolicyError(
+                f"KeyLimit.weight must be an int in [1, {WEIGHT_MAX}], got {self.weight!r}")
+        limit = RateLimit.optional(self.rate_limit, "KeyLimit.rate_limit")
+        object.__setattr__(self, "rate_limit", None if limit is None else str(limit))
+        if self.max_active is None and self.weight is None and self.rate_limit is None:
+            raise InvalidPolicyError(
+                "a KeyLimit needs max_active, weight or rate_limit (an empty one limits nothing)")
+
+    @property
+    def rate(self) -> RateLimit | None:
+        """`rate_limit` parsed.
+
+        >>> KeyLimit(rate_limit="10/s").rate.n
+        10
+        """
+        return RateLimit.optional(self.rate_limit, "KeyLimit.rate_limit")
+
+
+def check_key_limits(queue: str, limits: object, default: object) -> dict[str, KeyLimit]:
+    """The mapping `{key: KeyLimit}` checked (InvalidPolicyError before anything is written): keys
+    are non-empty strings (an int is its decimal text, as a job's concurrency key is) of at most
+    KEY_MAX characters, values KeyLimits, at most MAX_KEY_LIMITS of them; `default` None or a
+    KeyLimit.
+
+    >>> list(check_key_limits("api", {"acme": KeyLimit(max_active=10), 7: KeyLimit(weight=2)},
+    ...                       None))
+    ['acme', '7']
+    """
+    check_name("queue", queue, InvalidPolicyError)
+    if default is not None and not isinstance(default, KeyLimit):
+        raise InvalidPolicyError(f"default must be a KeyLimit or None, got {shown(default)}")
+    if not isinstance(limits, Mapping):
+        raise InvalidPolicyError(f"key limits must be a mapping of key to KeyLimit, got "
+                                 f"{shown(limits)}")
+    if len(limits) > MAX_KEY_LIMITS:
+        raise InvalidPolicyError(
+            f"{len(limits)} key limits; at most {MAX_KEY_LIMITS} in one call")
+    checked: dict[str, KeyLimit] = {}
+    for key, limit in limits.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = str(key)
+        if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX or "\x00" in key:
+            raise InvalidPolicyError(
+                f"a key must be a non-empty str (or int) of at most {KEY_MAX} characters "
+                f"without NUL, got {shown(key)}")
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidPolicyError(f"key {shown(key)} is not valid Unicode") from None
+        if not isinstance(limit, KeyLimit):
+            raise InvalidPolicyError(f"key {key!r}: expected a KeyLimit, got {shown(limit)}")
+        if key in checked:
+            raise InvalidPolicyError(f"key {key!r} is given twice")
+        checked[key] = limit
+    return checked

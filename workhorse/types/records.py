@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ._validate import check_progress
-from .options import BudgetDefinition, ScheduleDefinition
+from .options import BudgetDefinition, KeyLimit, ScheduleDefinition
 
 
 class JobStatus(enum.StrEnum):
@@ -73,6 +73,24 @@ class ConcurrencyPolicy:
     on_key_full: str = "queue"
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimitSet:
+    """A queue's per-key limits as stored (docs/design.md "Per-key limits"): the namespace that
+    owns the queue's policy, the default for keys not listed (None: the policy's per-key limits),
+    and the listed keys' limits.
+
+    >>> s = q.key_limits("api")                                    # doctest: +SKIP
+    >>> s.default, s.limits["acme"]                                # doctest: +SKIP
+    (KeyLimit(max_active=1, ...), KeyLimit(max_active=10, ...))
+    """
+
+    queue: str
+    namespace: str
+    default: KeyLimit | None
+    limits: dict[str, KeyLimit]
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,6 +520,8 @@ class SyncReport:
     schedules: SyncReport | None = None
     # The app's named budgets, by name, when it declares any or had some to prune (App.sync).
     budgets: SyncReport | None = None
+    # The app's per-key limits, by queue, when it declares any or had some to prune (App.sync).
+    key_limits: SyncReport | None = None
 
 
 @dataclass(frozen=True, slots=True)

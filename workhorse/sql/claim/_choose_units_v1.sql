@@ -14,7 +14,13 @@
 -- (the one-stream walks test them as `cardinality(p_off_keys) = 0 OR ...`: a bare NOT ANY made a
 -- newer planner's generic plan read the budget-ordered walk past a full budget's backlog).
 -- A budget backed off is passed over for the whole call, as a full one is, and
--- `backed_off_until` says when the first such backoff ends (NULL: none).
+-- `backed_off_until` says when the first such backoff ends (NULL: none). `p_key_limits`: the
+-- queue has per-key limits as data (docs/design.md "Per-key limits"), with the set's default
+-- (`p_default_*`, NULL: none); each key tracked reads its own row of key_limits once, by its
+-- primary key, so the call's cost does not grow with the rows. A key's limits in force are its
+-- own, else the default, else the per-key ones in force (`p_per_key`, `p_rate_key`); its own or
+-- the default's rate comes without a burst; its weight is its jobs' weight where a job has the
+-- default weight 1.
 --
 -- Units: a job occupies `cost` units of max_active and of its key's max_active_per_key, and
 -- counts `rate_cost` starts against both rate limits, and against their bursts (`p_burst` B in
@@ -73,6 +79,8 @@ CREATE FUNCTION workhorse._choose_units_v1(
     p_burst integer, p_burst_window double precision,
     p_burst_key integer, p_burst_window_key double precision,
     p_policy_burst integer, p_policy_burst_key integer, p_off_keys text[],
+    p_key_limits boolean, p_default_max integer, p_default_weight integer,
+    p_default_rate integer, p_default_period double precision,
     OUT ids bigint[], OUT rate_blocked boolean,
     OUT budget_names text[], OUT budget_periods double precision[],
     OUT budget_windows double precision[], OUT budget_rates integer[],
@@ -100,6 +108,15 @@ DECLARE
     k_c_weight integer[] := '{}';
     k_c_task text[] := '{}';
     k_c_budget text[] := '{}';
+    -- The key's own row of key_limits (NULL: none, or that field unset), read once per tracked
+    -- key: its limits in force are its own, else the set's default, else the per-key ones.
+    k_own_max integer[] := '{}';
+    k_own_weight integer[] := '{}';
+    k_own_rate integer[] := '{}';
+    k_own_period double precision[] := '{}';
+    v_key_rate integer;
+    v_key_period double precision;
+    v_weight integer;
     -- The queue's budgets that have limits, parallel arrays: name, the declared limits (what
     -- can never fit), units and starts left (rate window, burst window), and this call's
     -- state: blocked (passed over), took a job, met a job it could not take.
@@ -297,18 +314,28 @@ BEGIN
     IF NOT v_all THEN
         -- The tracked keys: those with active units, those of expired jobs, and the keyless.
         FOR v_row IN
-            SELECT t.ckey, sum(t.units)::bigint AS units
-            FROM (SELECT j.ckey, j.cost AS units FROM workhorse.jobs j
-                  WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now
-                  UNION ALL
-                  SELECT j.ckey, 0 FROM workhorse.jobs j
-                  WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
-                    AND j.lease_until <= p_now
-                  UNION ALL
-                  SELECT '', 0) AS t
-            GROUP BY t.ckey
-            ORDER BY t.ckey
+            SELECT g.ckey, g.units, kl.max_active, kl.weight, kl.rate_limit, kl.rate_period
+            FROM (SELECT t.ckey, sum(t.units)::bigint AS units
+                  FROM (SELECT j.ckey, j.cost AS units FROM workhorse.jobs j
+                        WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until > p_now
+                        UNION ALL
+                        SELECT j.ckey, 0 FROM workhorse.jobs j
+                        WHERE p_expired AND j.queue = p_queue AND j.status = 'active'
+                          AND j.lease_until <= p_now
+                        UNION ALL
+                        SELECT '', 0) AS t
+                  GROUP BY t.ckey) AS g
+            -- (LATERAL: one probe of key_limits' primary key per key, never a scan of it.)
+            LEFT JOIN LATERAL (
+                SELECT k.max_active, k.weight, k.rate_limit, k.rate_period
+                FROM workhorse.key_limits k
+                WHERE p_key_limits AND k.queue = p_queue AND k.ckey = g.ckey) AS kl ON true
+            ORDER BY g.ckey
         LOOP
+            k_own_max := k_own_max || v_row.max_active;
+            k_own_weight := k_own_weight || v_row.weight::integer;
+            k_own_rate := k_own_rate || v_row.rate_limit;
+            k_own_period := k_own_period || v_row.rate_period;
             k_key := k_key || v_row.ckey;
             k_units := k_units || v_row.units;
             k_rate_left := k_rate_left || NULL::bigint;
@@ -508,7 +535,10 @@ BEGIN
             END IF;
             FOR v_i IN 1 .. cardinality(k_key) LOOP
                 CONTINUE WHEN k_c_id[v_i] IS NULL OR k_key[v_i] = ANY(v_passed);
-                v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / k_c_weight[v_i]
+                -- A job's own weight other than 1 wins; else its key's (its row's, the default).
+                v_weight := CASE WHEN k_c_weight[v_i] <> 1 THEN k_c_weight[v_i]
+                                 ELSE COALESCE(k_own_weight[v_i], p_default_weight, 1) END;
+                v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / v_weight
                                 ELSE 0 END;
                 IF v_best_rank IS NULL
                    OR k_c_rank[v_i] < v_best_rank
@@ -527,6 +557,13 @@ BEGIN
                 -- Start tracking the head's key (no active units), its candidate read from its
                 -- ready rows, and choose again.
                 k_key := k_key || v_key;
+                SELECT k.max_active, k.weight, k.rate_limit, k.rate_period INTO v_row
+                FROM workhorse.key_limits k
+                WHERE p_key_limits AND k.queue = p_queue AND k.ckey = v_key;
+                k_own_max := k_own_max || v_row.max_active;
+                k_own_weight := k_own_weight || v_row.weight::integer;
+                k_own_rate := k_own_rate || v_row.rate_limit;
+                k_own_period := k_own_period || v_row.rate_period;
                 k_units := k_units || 0::bigint;
                 k_rate_left := k_rate_left || NULL::bigint;
                 k_pos_rank := k_pos_rank || (-2147483648);
@@ -569,12 +606,23 @@ BEGIN
 
         v_b := array_position(b_name, v_head.budget);
         -- Never fits the synced policy, or the declared budget: held, and the choice goes on.
+        -- (A key's own limits, or the set's default, in place of the policy's per-key ones; a key
+        -- with a rate of its own has no burst. One stream has no per-key limits of its own.)
+        IF NOT v_all THEN
+            v_key_rate := COALESCE(k_own_rate[v_best], p_default_rate);
+        END IF;
         IF v_head.cost > COALESCE(p_policy_max, c_big)
-           OR (v_key <> '' AND v_head.cost > COALESCE(p_policy_per_key, c_big))
+           OR (v_key <> '' AND v_head.cost > COALESCE(
+                   CASE WHEN v_all THEN p_policy_per_key
+                        ELSE COALESCE(k_own_max[v_best], p_default_max, p_policy_per_key) END,
+                   c_big))
            OR v_head.rate_cost > COALESCE(p_policy_rate, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_rate_key, c_big))
+           OR (v_key <> '' AND v_head.rate_cost > COALESCE(
+                   CASE WHEN v_all THEN p_policy_rate_key
+                        ELSE COALESCE(v_key_rate, p_policy_rate_key) END, c_big))
            OR v_head.rate_cost > COALESCE(p_policy_burst, c_big)
-           OR (v_key <> '' AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
+           OR (v_key <> '' AND (v_all OR v_key_rate IS NULL)
+               AND v_head.rate_cost > COALESCE(p_policy_burst_key, c_big)) THEN
             v_held := v_held || v_head.id;
         ELSIF v_b IS NOT NULL
               AND (v_head.cost > COALESCE(b_decl_max[v_b], c_big)
@@ -584,16 +632,24 @@ BEGIN
         ELSE
             IF v_key <> '' AND NOT v_all THEN
                 IF k_rate_left[v_best] IS NULL THEN
-                    k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
-                        ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key, p_period_key,
-                                                                   p_now) END;
-                    IF p_burst_key IS NOT NULL THEN
+                    IF v_key_rate IS NOT NULL THEN  -- its own rate, or the set's default
+                        v_key_period := CASE WHEN k_own_rate[v_best] IS NOT NULL
+                                             THEN k_own_period[v_best] ELSE p_default_period END;
+                        k_rate_left[v_best] := v_key_rate - workhorse._rate_used_v1(
+                            p_queue, v_key, v_key_period, p_now);
+                    ELSE
+                        k_rate_left[v_best] := CASE WHEN p_rate_key IS NULL THEN c_big
+                            ELSE p_rate_key - workhorse._rate_used_v1(p_queue, v_key,
+                                                                       p_period_key, p_now) END;
+                    END IF;
+                    IF p_burst_key IS NOT NULL AND v_key_rate IS NULL THEN
                         k_rate_left[v_best] := LEAST(k_rate_left[v_best],
                             p_burst_key - workhorse._burst_used_v1(p_queue, v_key,
                                                                    p_burst_window_key, p_now));
                     END IF;
                 END IF;
-                IF k_units[v_best] + v_head.cost > COALESCE(p_per_key, c_big)
+                IF k_units[v_best] + v_head.cost
+                       > COALESCE(k_own_max[v_best], p_default_max, p_per_key, c_big)
                    OR v_head.rate_cost > k_rate_left[v_best] THEN
                     -- The key's head does not fit the key's units or starts left: passed over.
                     v_passed := v_passed || v_key;
@@ -702,7 +758,8 @@ BEGIN
                 'message', format('cost %s and rate_cost %s can never fit the policy of queue %s '
                                   '(max_active=%s, max_active_per_key=%s, rate_limit N=%s, '
                                   'rate_limit_per_key N=%s, rate_burst=%s, '
-                                  'rate_burst_per_key=%s)', j.cost, j.rate_cost, p_queue,
+                                  'rate_burst_per_key=%s) or its key''s own limits',
+                                  j.cost, j.rate_cost, p_queue,
                                   p_policy_max, p_policy_per_key, p_policy_rate,
                                   p_policy_rate_key, p_policy_burst, p_policy_burst_key),
                 'traceback', NULL)

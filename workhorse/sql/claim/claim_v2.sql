@@ -43,9 +43,10 @@
 --    keys and keys out of starts, so the cost grows with the keys passed over and the batch,
 --    never with a key's backlog.
 --  * Costs and fair share (invariants 9 and 10): a governed queue of level 2 (a job of cost or
---    rate cost other than 1 was enqueued there, or its policy has fairness = 'key') is admitted
---    by _choose_units_v1, one job at a time in units, and its touched keys' heads refreshed
---    after the activation. Queues of level 1 keep the statements below, plans unchanged.
+--    rate cost other than 1 was enqueued there, its policy has fairness = 'key', or it has
+--    per-key limits as data: key_limit_sets) is admitted by _choose_units_v1, one job at a time
+--    in units, and its touched keys' heads refreshed after the activation. Queues of level 1
+--    keep the statements below, plans unchanged.
 --  * Named budgets (docs/design.md "Named budgets"): a queue whose jobs have named a budget
 --    (budget_queues) is governed, whatever its policy, and admitted in units by
 --    _choose_units_v1, which locks its budgets after the queue's lock and counts them; the
@@ -156,6 +157,10 @@ DECLARE
     v_queue_off timestamptz;
     v_off_keys text[] := '{}';
     v_budget_off timestamptz;
+    -- Per-key limits as data (docs/design.md "Per-key limits"): the queue has a set, and its
+    -- default rate's period (the starts of a key are filed in buckets of its own period).
+    v_key_limited boolean := false;
+    v_key_default_period double precision;
 BEGIN
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
@@ -422,19 +427,24 @@ BEGIN
                CASE WHEN v_rate_key IS NOT NULL
                          AND COALESCE(o.rate_burst_per_key, p.rate_burst_per_key) IS NOT NULL
                     THEN LEAST(COALESCE(o.rate_burst_per_key, p.rate_burst_per_key), v_rate_key)
-               END AS burst_key
+               END AS burst_key,
+               ks.queue IS NOT NULL AS key_limited, ks.default_max_active,
+               ks.default_weight, ks.default_rate_limit, ks.default_rate_period
         INTO v_policy
         FROM (SELECT p_queue AS queue) AS q
         LEFT JOIN workhorse.policies p ON p.queue = q.queue
         LEFT JOIN workhorse.queue_controls o
             ON o.queue = q.queue AND o.override_set_at IS NOT NULL
-           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now);
+           AND (o.override_expires_at IS NULL OR o.override_expires_at > v_now)
+        LEFT JOIN workhorse.key_limit_sets ks ON ks.queue = q.queue;
         v_burst := v_policy.burst;
         v_burst_key := v_policy.burst_key;
         v_burst_window := floor(v_period * v_burst / v_rate * 1000) / 1000;
         v_burst_window_key := floor(v_period_key * v_burst_key / v_rate_key * 1000) / 1000;
         v_fair := COALESCE(v_policy.fair, false);
-        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair;
+        v_key_limited := v_policy.key_limited;
+        v_key_default_period := v_policy.default_rate_period;
+        v_keyed := v_per_key < 2147483647 OR v_rate_key IS NOT NULL OR v_fair OR v_key_limited;
         IF v_hinted AND v_keyed THEN
             WITH drained AS (
                 DELETE FROM workhorse.key_hints h WHERE h.queue = p_queue RETURNING h.ckey
@@ -452,7 +462,9 @@ BEGIN
             v_policy.max_active, v_policy.max_active_per_key, v_policy.rate_limit,
             v_policy.rate_limit_per_key, v_fair, v_keyed, v_expired, p_tasks,
             v_filter, v_budgeted, v_burst, v_burst_window, v_burst_key, v_burst_window_key,
-            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys) AS c;
+            v_policy.rate_burst, v_policy.rate_burst_per_key, v_off_keys, v_key_limited,
+            v_policy.default_max_active, v_policy.default_weight, v_policy.default_rate_limit,
+            v_policy.default_rate_period) AS c;
     ELSIF v_governed THEN
         -- Capacity in use: unexpired leases only, so a dead worker's share is back once its
         -- lease ends.
@@ -864,10 +876,19 @@ BEGIN
             WHERE v_period IS NOT NULL
             HAVING count(*) > 0
             UNION ALL
-            SELECT a.ckey, v_period_key, max(a.started_at), sum(a.rate_cost)::integer
-            FROM activated a
-            WHERE v_period_key IS NOT NULL AND a.ckey <> ''
-            GROUP BY a.ckey
+            -- A key's in buckets of its own rate's period: its row's, the set's default, else
+            -- the per-key rate in force (a scalar probe per key: a join may be planned as a
+            -- hash over every row of key_limits).
+            SELECT k.ckey, k.period, max(k.started_at), sum(k.rate_cost)::integer
+            FROM (SELECT a.ckey, a.started_at, a.rate_cost,
+                         COALESCE((SELECT kl.rate_period FROM workhorse.key_limits kl
+                                   WHERE v_key_limited AND kl.queue = p_queue
+                                     AND kl.ckey = a.ckey),
+                                  v_key_default_period, v_period_key) AS period
+                  FROM activated a
+                  WHERE a.ckey <> '') AS k
+            WHERE k.period IS NOT NULL
+            GROUP BY k.ckey, k.period
         ), recorded AS (
             INSERT INTO workhorse.rate_starts AS r (queue, ckey, bucket_end, n)
             SELECT p_queue, s.ckey,

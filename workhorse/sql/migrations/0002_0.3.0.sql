@@ -600,6 +600,40 @@ CREATE INDEX budget_holds_budget_idx ON workhorse.budget_holds (budget, lease_un
 ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor = 0.0,
     autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
 
+-- ==== per-key limits ============================================================================
+-- Per-key limits as data (issue #41 item 2, docs/design.md "Per-key limits"): limits of named keys
+-- of one queue, and a default for the keys not listed, refining the queue's policy (a set is owned
+-- by the namespace that owns the policy and goes with it). A key's `max_active` replaces the
+-- per-key concurrency in force for that key, its `weight` the default weight of its jobs on a
+-- fair queue, its rate (N per period) the per-key rate in force. The claim reads a key's row
+-- only for the keys it looks at (one probe of the primary key each), so its cost does not grow
+-- with the number of rows. A queue with a set keeps key heads and is at feature level 2
+-- (queue_levels): a 0.2.0 claim would not read the rows, so it admits nothing there.
+CREATE TABLE workhorse.key_limit_sets (
+    queue               text PRIMARY KEY REFERENCES workhorse.policies (queue) ON DELETE CASCADE,
+    default_max_active  integer CHECK (default_max_active BETWEEN 1 AND 1000000),
+    default_weight      smallint CHECK (default_weight BETWEEN 1 AND 1000),
+    default_rate_limit  integer CHECK (default_rate_limit BETWEEN 1 AND 1000000),
+    default_rate_period double precision
+        CHECK (default_rate_period > 0 AND default_rate_period <= 31622400),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT key_limit_sets_rate_pair
+        CHECK ((default_rate_limit IS NULL) = (default_rate_period IS NULL))
+);
+CREATE TABLE workhorse.key_limits (
+    queue       text NOT NULL REFERENCES workhorse.key_limit_sets (queue) ON DELETE CASCADE,
+    ckey        text NOT NULL CHECK (length(ckey) BETWEEN 1 AND 1000),
+    max_active  integer CHECK (max_active BETWEEN 1 AND 1000000),
+    weight      smallint CHECK (weight BETWEEN 1 AND 1000),
+    rate_limit  integer CHECK (rate_limit BETWEEN 1 AND 1000000),
+    rate_period double precision CHECK (rate_period > 0 AND rate_period <= 31622400),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, ckey),
+    CONSTRAINT key_limits_rate_pair CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT key_limits_some_limit
+        CHECK (max_active IS NOT NULL OR weight IS NOT NULL OR rate_limit IS NOT NULL)
+);
+
 -- ==== functions =================================================================================
 -- The outcomes' results notice, only to registered waiters (0.2.0's bodies notify always).
 \ir ../claim/_ended_v2.sql
@@ -638,6 +672,8 @@ ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor = 0.0,
 -- Policies and operator controls on queues.
 \ir ../policies/sync_concurrency_policies_v2.sql
 \ir ../policies/set_queue_control_v2.sql
+\ir ../policies/set_key_limits_v1.sql
+\ir ../policies/clear_key_limits_v1.sql
 -- Named budgets.
 \ir ../budgets/sync_budgets_v1.sql
 \ir ../budgets/set_budget_control_v1.sql

@@ -83,7 +83,8 @@ BEGIN
         v_keyed := v_per_key IS NOT NULL OR v_rate_key IS NOT NULL OR v_fair = 'key'
                    OR EXISTS (SELECT 1 FROM workhorse.queue_controls c WHERE c.queue = v_queue
                               AND (c.max_active_per_key IS NOT NULL
-                                   OR c.rate_limit_per_key IS NOT NULL));
+                                   OR c.rate_limit_per_key IS NOT NULL))
+                   OR EXISTS (SELECT 1 FROM workhorse.key_limit_sets s WHERE s.queue = v_queue);
         IF v_keyed AND NOT v_was_keyed THEN
             -- Wait out enqueues that read "no per-key limit", then build the heads they missed.
             PERFORM pg_advisory_xact_lock(workhorse._enqueue_gate_id_v1(v_queue));
