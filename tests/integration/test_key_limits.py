@@ -15,12 +15,14 @@ import psycopg
 import pytest
 
 from workhorse import (
+    App,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
     InvalidPolicyError,
     KeyLimit,
     PolicyConflictError,
     Queue,
+    SyncReport,
     _sql,
 )
 
@@ -231,3 +233,36 @@ def test_the_checks_fail_on_a_claim_that_ignores_key_limits(
     scenario, check = SCENARIOS[broken]
     with pytest.raises(AssertionError):
         check(scenario(queue, conn))
+
+
+# ---- declared by an app ----------------------------------------------------------------------
+
+
+def test_an_app_declares_key_limits_and_sync_makes_them_so(database_url: str,
+                                                           queue: Queue) -> None:
+    app = App("tenants", database_url=database_url)
+    api = app.queue(Q, max_active=50, max_active_per_key=1)
+    app.key_limits(api, {"acme": KeyLimit(max_active=10), "globex": KeyLimit(weight=3)},
+                   default=KeyLimit(max_active=2))
+    report = app.sync()
+    assert report.key_limits is not None and report.key_limits.updated == [Q]
+    stored = queue.key_limits(Q)
+    assert stored is not None and stored.namespace == "tenants"
+    assert stored.default == KeyLimit(max_active=2)
+    assert stored.limits == {"acme": KeyLimit(max_active=10), "globex": KeyLimit(weight=3)}
+    assert app.sync().key_limits == SyncReport(unchanged=[Q])
+    # A key no longer declared loses its row; a queue no longer declared loses its set.
+    app.key_limits(api, {"acme": KeyLimit(max_active=10)})
+    app.sync()
+    stored = queue.key_limits(Q)
+    assert stored is not None and list(stored.limits) == ["acme"] and stored.default is None
+    del app.declared_key_limits[Q]
+    assert app.sync().key_limits == SyncReport(pruned=[Q])
+    assert queue.key_limits(Q) is None
+
+
+def test_an_app_cannot_declare_key_limits_on_a_queue_without_limits(database_url: str) -> None:
+    app = App("tenants", database_url=database_url)
+    app.key_limits("plain", {"acme": KeyLimit(max_active=10)})
+    with pytest.raises(InvalidPolicyError, match="no limits of the queue's own"):
+        app.sync()
