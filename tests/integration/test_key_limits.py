@@ -266,3 +266,15 @@ def test_an_app_cannot_declare_key_limits_on_a_queue_without_limits(database_url
     app.key_limits("plain", {"acme": KeyLimit(max_active=10)})
     with pytest.raises(InvalidPolicyError, match="no limits of the queue's own"):
         app.sync()
+
+
+def test_on_key_full_counts_a_key_against_its_own_limit(queue: Queue,
+                                                        conn: psycopg.Connection[Any]) -> None:
+    queue.sync_concurrency_policies("tiers", [ConcurrencyPolicyDefinition(
+        Q, max_active=50, max_active_per_key=1, on_key_full="cancel_newest")])
+    queue.set_key_limits("tiers", Q, {"vip": KeyLimit(max_active=2)})
+    _enqueue(queue, {"vip": 3, "std": 2})
+    rows = conn.execute("SELECT ckey, status, count(*) FROM workhorse.jobs WHERE queue = %s "
+                        "GROUP BY ckey, status", (Q,)).fetchall()
+    assert {(key, status): n for key, status, n in rows} == {
+        ("vip", "ready"): 2, ("vip", "canceled"): 1, ("std", "ready"): 1, ("std", "canceled"): 1}

@@ -1800,7 +1800,14 @@ BEGIN
         ORDER BY j.id
     LOOP
         SELECT p.on_key_full INTO v_mode FROM workhorse.policies p WHERE p.queue = v_job.queue;
-        v_per_key := (workhorse._limits_v1(v_job.queue, clock_timestamp())).max_active_per_key;
+        -- The key's own limit, else its set's default, else the per-key limit in force
+        -- (docs/design.md "Per-key limits").
+        v_per_key := COALESCE(
+            (SELECT k.max_active FROM workhorse.key_limits k
+             WHERE k.queue = v_job.queue AND k.ckey = v_job.ckey),
+            (SELECT s.default_max_active FROM workhorse.key_limit_sets s
+             WHERE s.queue = v_job.queue),
+            (workhorse._limits_v1(v_job.queue, clock_timestamp())).max_active_per_key);
         CONTINUE WHEN v_mode IS NULL OR v_mode = 'queue' OR v_per_key IS NULL;
         v_now := clock_timestamp();
         SELECT COALESCE(sum(j.cost), 0) INTO v_active

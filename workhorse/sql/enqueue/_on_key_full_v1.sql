@@ -2,8 +2,8 @@
 -- wins) that has a key, in one of `p_queues` (the queues whose admission lock the enqueue took,
 -- before its enqueue gates, because their policy said on_key_full), act on a full key
 -- (docs/design.md "Job keys"). A key is full for the new job when the cost of its active jobs, plus
--- that of its other pending (scheduled, ready) jobs, plus the new job's, exceeds the
--- max_active_per_key in force.
+-- that of its other pending (scheduled, ready) jobs, plus the new job's, exceeds the key's limit
+-- in force: its own (key_limits), else its queue's default, else max_active_per_key.
 -- * 'cancel_newest': the new job is canceled at once.
 -- * 'cancel_in_progress': the key's older pending jobs are canceled, and its oldest active jobs
 --   that were not asked yet get cancel requests until what stays active leaves room for the new
@@ -35,7 +35,14 @@ BEGIN
         ORDER BY j.id
     LOOP
         SELECT p.on_key_full INTO v_mode FROM workhorse.policies p WHERE p.queue = v_job.queue;
-        v_per_key := (workhorse._limits_v1(v_job.queue, clock_timestamp())).max_active_per_key;
+        -- The key's own limit, else its set's default, else the per-key limit in force
+        -- (docs/design.md "Per-key limits").
+        v_per_key := COALESCE(
+            (SELECT k.max_active FROM workhorse.key_limits k
+             WHERE k.queue = v_job.queue AND k.ckey = v_job.ckey),
+            (SELECT s.default_max_active FROM workhorse.key_limit_sets s
+             WHERE s.queue = v_job.queue),
+            (workhorse._limits_v1(v_job.queue, clock_timestamp())).max_active_per_key);
         CONTINUE WHEN v_mode IS NULL OR v_mode = 'queue' OR v_per_key IS NULL;
         v_now := clock_timestamp();
         SELECT COALESCE(sum(j.cost), 0) INTO v_active
