@@ -366,14 +366,14 @@ def test_sync_app(database_url: str, queue: Queue, app_module: str) -> None:
     kept = ok_json(database_url, "sync", f"{app_module}:app", "--no-prune")
     assert kept == {"created": ["mail", "migrate_db"], "updated": [], "pruned": [],
                     "unchanged": [], "schedules": None,
-                    "budgets": None}
+                    "budgets": None, "key_limits": None}
     assert {p.queue for p in queue.list_concurrency_policies("cliapp")} == {
         "mail", "migrate_db", "old",
     }
     pruned = ok_json(database_url, "sync", f"{app_module}:app")
     assert pruned == {"created": [], "updated": [], "pruned": ["old"],
                       "unchanged": ["mail", "migrate_db"], "schedules": None,
-                    "budgets": None}
+                    "budgets": None, "key_limits": None}
     stored = {(p.queue, p.max_active, p.max_active_per_key)
               for p in queue.list_concurrency_policies()}
     assert stored == {("mail", 20, 3), ("migrate_db", 1, None)}

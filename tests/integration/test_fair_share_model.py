@@ -245,8 +245,8 @@ def _broken(conn: psycopg.Connection[Any], old: str, new: str) -> None:
 def test_the_model_comparison_fails_on_a_claim_that_ignores_weights_or_costs(
         queue: Queue, conn: psycopg.Connection[Any], broken: str) -> None:
     if broken == "weights":
-        _broken(conn, "k_units[v_i]::double precision / k_c_weight[v_i]",
-                "k_units[v_i]::double precision")
+        _broken(conn, "v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / v_weight",
+                "v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision")
     elif broken == "costs":
         _broken(conn, "SELECT COALESCE(sum(j.cost), 0) INTO v_units",
                 "SELECT COALESCE(count(*), 0) INTO v_units")

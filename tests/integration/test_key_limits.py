@@ -28,6 +28,7 @@ from workhorse import (
 
 Q = "kl"
 TASK = "t"
+CHOOSE = _sql.function_name("_choose_units")
 
 
 def _enqueue(queue: Queue, keys: dict[str, int], **options: Any) -> None:
@@ -204,11 +205,11 @@ def test_a_bad_key_limit_is_refused_when_built(fields: dict[str, Any]) -> None:
 # Deliberately broken copies of the claim: (function, text, replacement).
 BROKEN = {
     # The rows are never read: every key gets the policy's per-key limit.
-    "rows_ignored": ("_choose_units_v1",
+    "rows_ignored": (CHOOSE,
                      "WHERE p_key_limits AND k.queue = p_queue AND k.ckey = g.ckey",
                      "WHERE false AND k.queue = p_queue AND k.ckey = g.ckey"),
     # A key newly met (from its head) does not read its row.
-    "heads_ignore_rows": ("_choose_units_v1",
+    "heads_ignore_rows": (CHOOSE,
                           "WHERE p_key_limits AND k.queue = p_queue AND k.ckey = v_key;",
                           "WHERE false AND k.queue = p_queue AND k.ckey = v_key;"),
 }

@@ -1,6 +1,6 @@
 """Per-key limits as data (docs/design.md "Per-key limits"): a queue's limits per key and the
-default for the keys not listed, stored beside its policy (sql/policies/set_key_limits_v1.sql) and
-read by the claim one key at a time."""
+default for the keys not listed, stored beside its policy (sql/policies/, the set and clear
+functions) and read by the claim one key at a time."""
 
 from __future__ import annotations
 

@@ -280,7 +280,6 @@ CREATE TABLE workhorse.key_limit_sets (
     CONSTRAINT key_limit_sets_default_rate_period_check CHECK (((default_rate_period > (0)::double precision) AND (default_rate_period <= (31622400)::double precision))),
     CONSTRAINT key_limit_sets_default_weight_check CHECK (((default_weight >= 1) AND (default_weight <= 1000))),
     CONSTRAINT key_limit_sets_pkey PRIMARY KEY (queue),
-    CONSTRAINT key_limit_sets_queue_fkey FOREIGN KEY (queue) REFERENCES workhorse.policies(queue) ON DELETE CASCADE,
     CONSTRAINT key_limit_sets_rate_pair CHECK (((default_rate_limit IS NULL) = (default_rate_period IS NULL)))
 );
 
@@ -295,7 +294,6 @@ CREATE TABLE workhorse.key_limits (
     CONSTRAINT key_limits_ckey_check CHECK (((length(ckey) >= 1) AND (length(ckey) <= 1000))),
     CONSTRAINT key_limits_max_active_check CHECK (((max_active >= 1) AND (max_active <= 1000000))),
     CONSTRAINT key_limits_pkey PRIMARY KEY (queue, ckey),
-    CONSTRAINT key_limits_queue_fkey FOREIGN KEY (queue) REFERENCES workhorse.key_limit_sets(queue) ON DELETE CASCADE,
     CONSTRAINT key_limits_rate_limit_check CHECK (((rate_limit >= 1) AND (rate_limit <= 1000000))),
     CONSTRAINT key_limits_rate_pair CHECK (((rate_limit IS NULL) = (rate_period IS NULL))),
     CONSTRAINT key_limits_rate_period_check CHECK (((rate_period > (0)::double precision) AND (rate_period <= (31622400)::double precision))),
@@ -6757,6 +6755,9 @@ BEGIN
             WHERE p.namespace = p_namespace AND NOT (p.queue = ANY(p_queues))
             RETURNING p.queue
         LOOP
+            -- Per-key limits refine a policy: they go with it.
+            DELETE FROM workhorse.key_limits k WHERE k.queue = v_queue;
+            DELETE FROM workhorse.key_limit_sets s WHERE s.queue = v_queue;
             IF NOT workhorse._keyed_v2(v_queue) THEN
                 PERFORM workhorse._drop_heads_v1(v_queue);
             END IF;

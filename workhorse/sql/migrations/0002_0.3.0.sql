@@ -605,12 +605,14 @@ ALTER TABLE workhorse.budget_holds SET (autovacuum_vacuum_scale_factor = 0.0,
 -- of one queue, and a default for the keys not listed, refining the queue's policy (a set is owned
 -- by the namespace that owns the policy and goes with it). A key's `max_active` replaces the
 -- per-key concurrency in force for that key, its `weight` the default weight of its jobs on a
--- fair queue, its rate (N per period) the per-key rate in force. The claim reads a key's row
--- only for the keys it looks at (one probe of the primary key each), so its cost does not grow
--- with the number of rows. A queue with a set keeps key heads and is at feature level 2
--- (queue_levels): a 0.2.0 claim would not read the rows, so it admits nothing there.
+-- fair queue, its rate (N per period) the per-key rate in force. A sync that prunes the policy
+-- deletes its set and rows (no foreign keys: none of the schema's tables has one, and the sync
+-- already holds the queue's lock). The claim reads a key's row only for the keys it looks at (one
+-- probe of the primary key each), so its cost does not grow with the number of rows. A queue with
+-- a set keeps key heads and is at feature level 2 (queue_levels): a 0.2.0 claim would not read
+-- the rows, so it admits nothing there.
 CREATE TABLE workhorse.key_limit_sets (
-    queue               text PRIMARY KEY REFERENCES workhorse.policies (queue) ON DELETE CASCADE,
+    queue               text PRIMARY KEY,
     default_max_active  integer CHECK (default_max_active BETWEEN 1 AND 1000000),
     default_weight      smallint CHECK (default_weight BETWEEN 1 AND 1000),
     default_rate_limit  integer CHECK (default_rate_limit BETWEEN 1 AND 1000000),
@@ -621,7 +623,7 @@ CREATE TABLE workhorse.key_limit_sets (
         CHECK ((default_rate_limit IS NULL) = (default_rate_period IS NULL))
 );
 CREATE TABLE workhorse.key_limits (
-    queue       text NOT NULL REFERENCES workhorse.key_limit_sets (queue) ON DELETE CASCADE,
+    queue       text NOT NULL,
     ckey        text NOT NULL CHECK (length(ckey) BETWEEN 1 AND 1000),
     max_active  integer CHECK (max_active BETWEEN 1 AND 1000000),
     weight      smallint CHECK (weight BETWEEN 1 AND 1000),

@@ -132,6 +132,9 @@ BEGIN
             WHERE p.namespace = p_namespace AND NOT (p.queue = ANY(p_queues))
             RETURNING p.queue
         LOOP
+            -- Per-key limits refine a policy: they go with it.
+            DELETE FROM workhorse.key_limits k WHERE k.queue = v_queue;
+            DELETE FROM workhorse.key_limit_sets s WHERE s.queue = v_queue;
             IF NOT workhorse._keyed_v2(v_queue) THEN
                 PERFORM workhorse._drop_heads_v1(v_queue);
             END IF;
