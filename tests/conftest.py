@@ -100,8 +100,9 @@ def template_name(server_url: str) -> str:
 
 
 # What a test may change in its database beside rows: relations, columns, functions, triggers,
-# constraints, privileges, extensions, the database's settings and the schema's version rows. A database whose fingerprint
-# is the template's is only rows apart from a fresh copy, and a reset makes it one.
+# constraints, privileges, extensions, the database's settings and the schema's version rows. A
+# database whose fingerprint is the template's is only rows apart from a fresh copy, and a reset
+# makes it one.
 _FINGERPRINT = """
 SELECT md5(string_agg(x, ',' ORDER BY x)) FROM (
     SELECT format('r %s.%s %s %s %s', n.nspname, c.relname, c.relkind, c.relacl, c.reloptions)
@@ -209,12 +210,13 @@ class _Databases:
 
     def _reset(self, name: str) -> bool:
         with psycopg.connect(self.server_url, autocommit=True) as admin:
-            # The test's own processes (workers, a dashboard) may still hold connections.
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
-            deadline = time.monotonic() + 10
-            while _scalar(admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
-                          (name,)):
+            # A process the test left running (a worker, a dashboard) would reconnect to a
+            # reused database and take the next test's jobs: a database still in use once its
+            # test's own connections are gone (their backends exit just after the client) is
+            # dropped, which ends such a process for good.
+            deadline = time.monotonic() + 0.5
+            while _scalar(admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                 "AND backend_type = 'client backend'", (name,)):
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.01)
