@@ -104,3 +104,15 @@ def lock_wait(
             return None
         time.sleep(0.01)
     return None
+
+
+def install_broken(conn: psycopg.Connection[Any], function: str, old: str, new: str) -> None:
+    """A deliberately broken copy of one of the schema's functions in this test's database:
+    `old` (which must be in its body exactly once) replaced by `new`. A checker run on it must
+    fail, or it could not have failed at all."""
+    from workhorse import _sql
+
+    text = _sql.function_files()[function]
+    assert text.count(old) == 1, (function, old)
+    conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+                 .replace(old, new))

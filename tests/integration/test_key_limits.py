@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from _integration import install_broken
 
 from workhorse import (
     App,
@@ -219,18 +220,10 @@ SCENARIOS = {"rows_ignored": (_premium_and_free, _check_tiers),
              "heads_ignore_rows": (_below_the_default, _check_below)}
 
 
-def _install_broken(conn: psycopg.Connection[Any], broken: str) -> None:
-    function, old, new = BROKEN[broken]
-    text = _sql.function_files()[function]
-    assert text.count(old) == 1, (function, old)
-    conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-                 .replace(old, new))
-
-
 @pytest.mark.parametrize("broken", list(BROKEN))
 def test_the_checks_fail_on_a_claim_that_ignores_key_limits(
         queue: Queue, conn: psycopg.Connection[Any], broken: str) -> None:
-    _install_broken(conn, broken)
+    install_broken(conn, *BROKEN[broken])
     scenario, check = SCENARIOS[broken]
     with pytest.raises(AssertionError):
         check(scenario(queue, conn))
