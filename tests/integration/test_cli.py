@@ -156,6 +156,7 @@ def test_health_json_is_queue_health_field_by_field(
         "rate_burst", "rate_burst_per_key",
         "active_jobs", "next_start_at", "next_key_start_at", "budgets",
         "backed_off_until", "backed_off_by", "backed_off_keys", "backed_off_ready",
+        "key_limits", "key_limit_default",
     }
     assert by_queue["active"] == {
         "namespace": "billing", "queue": "active", "max_active": 1, "max_active_per_key": None,
@@ -165,7 +166,7 @@ def test_health_json_is_queue_health_field_by_field(
         "rate_burst": None, "rate_burst_per_key": None,
         "active_jobs": 1, "next_start_at": None, "next_key_start_at": None, "budgets": [],
         "backed_off_until": None, "backed_off_by": None, "backed_off_keys": [],
-        "backed_off_ready": 0,
+        "backed_off_ready": 0, "key_limits": 0, "key_limit_default": None,
     }
     assert (by_queue["ready"]["active"], by_queue["ready"]["blocked_ready"]) == (0, 0)
 

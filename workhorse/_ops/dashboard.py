@@ -51,14 +51,15 @@ def _key_limit(limit: object) -> int:
 
 
 def saturated_keys(queue: str, limit: int = 20) -> Operation[list[KeyPressure]]:
-    """The keys of `queue` at their per-key limit, the biggest ready backlog first (bounded as
-    health() is: a sample of keys, each backlog counted up to BACKLOG_CAP)."""
+    """The keys of `queue` at their limit in force (their own key limit, else the set's default,
+    else max_active_per_key; `active` units of `limit`), the biggest ready backlog first
+    (bounded as health() is: a sample of keys, each backlog counted up to BACKLOG_CAP)."""
     check_name("queue", queue)
     rows = yield _sql.statement("saturated_keys"), {
         "queue": queue, "sample": HEALTH_SAMPLE, "cap": BACKLOG_CAP, "limit": _key_limit(limit),
     }
     return [KeyPressure(key=row[0], active=row[1], backlog=min(row[2], BACKLOG_CAP),
-                        capped=bool(row[3])) for row in rows]
+                        capped=bool(row[3]), limit=row[4]) for row in rows]
 
 
 def key_shares(queue: str, max_active: int | None, limit: int = 20

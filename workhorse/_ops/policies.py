@@ -20,6 +20,7 @@ from ..types import (
     ConcurrencyPolicy,
     ConcurrencyPolicyDefinition,
     JobStatus,
+    KeyLimit,
     PolicyHealth,
     PolicyOverride,
     QueueControl,
@@ -104,6 +105,14 @@ def sync_policies(
     return report, policies
 
 
+def _key_limit(max_active: int | None, weight: int | None, n: int | None,
+               period: float | None) -> KeyLimit | None:
+    """A key limit set's default from its columns (None: it has none)."""
+    if max_active is None and weight is None and n is None:
+        return None
+    return KeyLimit(max_active=max_active, weight=weight, rate_limit=rate_text(n, period))
+
+
 def health() -> Operation[QueueHealth]:
     rows = yield _sql.statement("policy_health"), {"sample": HEALTH_SAMPLE}
     policies = [
@@ -120,7 +129,8 @@ def health() -> Operation[QueueHealth]:
             backed_off_keys=[BackoffState("key", row[1], key, until, by_job)
                              for key, until, by_job in zip(row[38], row[39], row[40],
                                                            strict=True)],
-            backed_off_ready=row[41],
+            backed_off_ready=row[41], key_limits=row[42],
+            key_limit_default=_key_limit(*row[44:48]) if row[43] else None,
         )
         for row in rows
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .options import KeyLimit
 from .records import BudgetOverride, PolicyOverride
 
 # docs/design.md "Reason codes": the stable set, in the order health lists them. `suspended`
@@ -164,6 +165,13 @@ class PolicyHealth:
     backed_off_by: int | None = None
     backed_off_keys: list[BackoffState] = field(default_factory=list)
     backed_off_ready: int = 0
+    # docs/design.md "Per-key limits": the keys with limits of their own (key_limits rows),
+    # counted up to the health sample and one more (1,001 means more than 1,000), and the
+    # set's default for the other keys (None: none, the policy's per-key limits apply). A key
+    # is saturated when its active units reach its own max_active, else the default's, else
+    # max_active_per_key.
+    key_limits: int = 0
+    key_limit_default: KeyLimit | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,11 @@
 -- Rate-limited keys are counted among at most %(sample)s keys that started in the window.
 -- Capacity is counted in units (docs/design.md "Fair share and job cost"): `active` and
 -- `active_units` are the sum of the active jobs' cost (the number of active jobs when every cost
--- is 1), `active_jobs` their number, and a key is saturated when its units reach max_active_per_key.
+-- is 1), `active_jobs` their number, and a key is saturated when its units reach its limit in
+-- force (docs/design.md "Per-key limits"), as the claim has it: its own key_limits row's
+-- max_active, else its set's default, else max_active_per_key. Each key with active jobs probes
+-- key_limits' primary key once; `key_limits` counts a set's rows up to %(sample)s + 1, by the
+-- same index, so no read grows with the number of rows.
 -- A queue whose jobs have named a budget (a budget_queues row) is governed by it, with or
 -- without a policy (docs/design.md "Named budgets"): it has a row, and `budgets` names them
 -- (through budget_queues_queue_idx); what a budget holds back is the budget's own row.
@@ -14,11 +18,15 @@
 -- back is in `blocked_ready`, as a pause's and a saturated key's are, and `backed_off_ready`
 -- counts it alone (the reason code `backed_off`).
 WITH queues AS (
-    SELECT p.queue FROM workhorse.policies p
-    UNION
-    SELECT c.queue FROM workhorse.queue_controls c
-    UNION
-    SELECT bq.queue FROM workhorse.budget_queues bq
+    -- (Through an array, which the planner counts as a few rows: every part below runs once
+    -- per queue, and on tables never analyzed it would otherwise assume a thousand queues and
+    -- plan above jit_above_cost, so that every read paid for JIT compilation.)
+    SELECT u.queue FROM unnest(ARRAY(
+        SELECT p.queue FROM workhorse.policies p
+        UNION
+        SELECT c.queue FROM workhorse.queue_controls c
+        UNION
+        SELECT bq.queue FROM workhorse.budget_queues bq)) AS u(queue)
 )
 SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        a.active,
@@ -67,10 +75,13 @@ SELECT p.namespace, q.queue, l.max_active, l.max_active_per_key,
        qo.until AS backed_off_until, qo.by_job AS backed_off_by,
        ko.keys AS backed_off_keys, ko.untils AS backed_off_key_untils,
        ko.by_jobs AS backed_off_key_by_jobs,
-       b.backed_off_ready
+       b.backed_off_ready,
+       kc.n AS key_limits, ks.queue IS NOT NULL AS key_limited, ks.default_max_active,
+       ks.default_weight, ks.default_rate_limit, ks.default_rate_period
 FROM queues q
 LEFT JOIN workhorse.policies p ON p.queue = q.queue
 LEFT JOIN workhorse.queue_controls c ON c.queue = q.queue
+LEFT JOIN workhorse.key_limit_sets ks ON ks.queue = q.queue
 CROSS JOIN LATERAL workhorse._limits_v1(q.queue, clock_timestamp()) AS l
 CROSS JOIN LATERAL (
     SELECT CASE WHEN l.rate_limit IS NULL THEN NULL
@@ -91,14 +102,25 @@ LEFT JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT COALESCE(sum(k.n), 0)::integer AS active,
            COALESCE(sum(k.jobs), 0)::integer AS jobs,
-           (count(*) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key))::integer
+           (count(*) FILTER (WHERE k.ckey <> '' AND k.n >= k.key_max))::integer
                AS saturated_keys,
-           COALESCE(array_agg(k.ckey) FILTER (WHERE k.ckey <> '' AND k.n >= l.max_active_per_key),
-                    '{}') AS saturated
-    FROM (SELECT j.ckey, sum(j.cost) AS n, count(*) AS jobs
-          FROM workhorse.jobs j
-          WHERE j.queue = q.queue AND j.status = 'active' AND j.lease_until > clock_timestamp()
-          GROUP BY j.ckey) AS k
+           COALESCE(array_agg(k.ckey) FILTER (WHERE k.ckey <> '' AND k.n >= k.key_max), '{}')
+               AS saturated
+    FROM (SELECT g.ckey, g.n, g.jobs,
+                 -- The key's limit in force, as the claim has it: its own row's (one probe of
+                 -- key_limits' primary key per key with active jobs: a scalar subquery, never a
+                 -- join that could be planned as a scan of every row), else the set's default,
+                 -- else max_active_per_key in force.
+                 COALESCE(CASE WHEN ks.queue IS NOT NULL AND g.ckey <> '' THEN
+                              (SELECT kl.max_active FROM workhorse.key_limits kl
+                               WHERE kl.queue = q.queue AND kl.ckey = g.ckey) END,
+                          ks.default_max_active, l.max_active_per_key) AS key_max
+          FROM (SELECT j.ckey, sum(j.cost) AS n, count(*) AS jobs
+                FROM workhorse.jobs j
+                WHERE j.queue = q.queue AND j.status = 'active'
+                  AND j.lease_until > clock_timestamp()
+                GROUP BY j.ckey) AS g
+          OFFSET 0) AS k   -- (not flattened: each key's row is probed once, not per use)
 ) AS a
 CROSS JOIN LATERAL (
     SELECT (count(*) FILTER (WHERE u.used >= l.rate_limit_per_key))::integer AS limited_keys,
@@ -148,4 +170,13 @@ CROSS JOIN LATERAL (
                 ORDER BY j.queue, j.rank, j.id
                 LIMIT %(sample)s + 1) AS j) AS s2
 ) AS b
+CROSS JOIN LATERAL (
+    -- The keys with limits of their own: an index-only count, in the key order, of at most
+    -- %(sample)s + 1 of them (a queue may have a hundred thousand).
+    SELECT count(*)::integer AS n
+    FROM (SELECT 1 FROM workhorse.key_limits kl
+          WHERE ks.queue IS NOT NULL AND kl.queue = q.queue
+          ORDER BY kl.queue, kl.ckey
+          LIMIT %(sample)s + 1) AS x
+) AS kc
 ORDER BY p.namespace NULLS LAST, q.queue
