@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from .._ops import HEALTH_SAMPLE
 from .._text import literal
 from ..types import (
     BackoffState,
@@ -102,6 +103,21 @@ def _available_text(p: PolicyHealth, units: bool) -> str:
     return f"{p.available} units"
 
 
+def key_limits_text(p: PolicyHealth) -> str | None:
+    """A queue's per-key limits in a few words ("key limits: 20 key(s), default max 1"; None:
+    it has none). The keys are counted up to the health sample and one more."""
+    if not p.key_limits and p.key_limit_default is None:
+        return None
+    count = f"{p.key_limits - 1}+" if p.key_limits > HEALTH_SAMPLE else str(p.key_limits)
+    text = f"key limits: {count} key(s)"
+    default = p.key_limit_default
+    if default is not None:
+        text += ", default " + " ".join(f"{name} {value}" for name, value in (
+            ("max", default.max_active), ("weight", default.weight),
+            ("rate", default.rate_limit)) if value is not None)
+    return text
+
+
 def health_table(health: QueueHealth, *, units: bool = False) -> Table:
     """The policies of `health`; with `units` (`workhorse top`), a queue whose active jobs cost
     other than 1 shows its active and available capacity as units ("12 units / 32 (5 jobs)")."""
@@ -119,8 +135,9 @@ def health_table(health: QueueHealth, *, units: bool = False) -> Table:
         name = p.queue + (" (paused)" if p.paused else "") + (" (override)" if p.override else "")
         table.add_row(
             p.namespace or "-", name,
-            queue_limits_text(p.max_active, p.max_active_per_key, p.rate_limit,
-                              p.rate_limit_per_key, p.budgets),
+            "; ".join(filter(None, (
+                queue_limits_text(p.max_active, p.max_active_per_key, p.rate_limit,
+                                  p.rate_limit_per_key, p.budgets), key_limits_text(p)))),
             *((budgets_text(p.budgets, health.budgets),) if budgeted else ()),
             _active_text(p, units), _available_text(p, units), blocked, str(p.saturated_keys),
             str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
