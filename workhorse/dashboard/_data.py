@@ -20,6 +20,7 @@ from ..types import (
     BudgetHealth,
     ConcurrencyPolicy,
     Job,
+    KeyLimitSet,
     KeyPressure,
     KeyShare,
     PolicyHealth,
@@ -41,6 +42,9 @@ JOBS_PAGE = 100
 RUNNING_SHOWN = 20
 # A queue page lists at most this many of its keys' backoffs (and says how many there are).
 KEY_BACKOFFS_SHOWN = 50
+# ... and at most this many of its keys' own limits (docs/design.md "Per-key limits"), in key
+# order, with how many more there are.
+KEY_LIMITS_SHOWN = 50
 # The three throughput series the chart draws, with the counter each one reads.
 SERIES = (("claims", "claimed"), ("completions", "succeeded"), ("failures", "failed"))
 
@@ -247,6 +251,32 @@ class QueuePage:
     backoffs: QueueBackoffs | None = None
     budget_backoffs: dict[str, BackoffState] = field(default_factory=dict)
     key_backoffs_shown: int = KEY_BACKOFFS_SHOWN
+    # Its per-key limits (None: it has none): the default and its first KEY_LIMITS_SHOWN keys
+    # by key; `key_limit_count` is health()'s count of its keys' rows (bounded by the sample).
+    key_limits: KeyLimitSet | None = None
+    key_limit_count: int = 0
+
+    @property
+    def key_limit_default(self) -> str | None:
+        """The key limits' default in words ("max active 1, rate 10/m"; None: it has none)."""
+        found = self.key_limits.default if self.key_limits is not None else None
+        if found is None:
+            return None
+        return ", ".join(f"{name} {value}" for name, value in (
+            ("max active", found.max_active), ("weight", found.weight),
+            ("rate", found.rate_limit)) if value is not None)
+
+    @property
+    def key_limits_more(self) -> str | None:
+        """How many keys' limits are not listed ("12", or "950+" past the health sample's
+        count; None: none is left out)."""
+        if self.key_limits is None:
+            return None
+        shown = len(self.key_limits.limits)
+        if self.key_limit_count > _ops.HEALTH_SAMPLE:
+            return f"{_ops.HEALTH_SAMPLE - shown}+"
+        more = self.key_limit_count - shown
+        return str(more) if more > 0 else None
 
 
 @dataclass(frozen=True)
@@ -341,7 +371,12 @@ def holds(p: PolicyHealth, rate: _queries.RateWindow | None) -> list[str]:
             rate.used >= rate.limit):
         found.append(f"queue rate: {rate.used} of {p.rate_limit} started in the window; the "
                      f"next start is allowed {_in(rate.next_start)}")
-    if p.saturated_keys:
+    if p.saturated_keys and (p.key_limits or p.key_limit_default is not None):
+        # Each key at its own limit (docs/design.md "Per-key limits"), which may differ.
+        found.append(f"key limit: {p.saturated_keys} key(s) at their own limit (a key's own, "
+                     "else the key limits' default, else the policy's per-key limit); their "
+                     "next starts when one of theirs ends")
+    elif p.saturated_keys:
         found.append(f"key limit: {p.saturated_keys} key(s) at {p.max_active_per_key} active "
                      "each; their next starts when one of theirs ends")
     if p.rate_limited_keys:
@@ -544,6 +579,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
                  if u.budget in by_name],
         backoffs=held.queues.get(queue),
         budget_backoffs={name: b for name, b in sorted(held.budgets.items()) if name in named},
+        key_limits=_ops.execute(conn, _ops.key_limits(queue, limit=KEY_LIMITS_SHOWN)),
+        key_limit_count=row.key_limits if row is not None else 0,
     )
 
 
