@@ -88,9 +88,12 @@ def _from_policy(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
         yield Reason("at_limit", p.blocked_ready,
                      f"{p.active} of max_active={p.max_active} in use", p.queue)
     if p.saturated_keys:
+        # With per-key limits as data a key's limit is its own (docs/design.md "Per-key
+        # limits"), so the detail names no single number then.
+        at = ("their own limit (key limits)" if p.key_limits or p.key_limit_default
+              else f"max_active_per_key={p.max_active_per_key}")
         yield Reason("key_saturated", p.saturated_keys,
-                     f"{p.saturated_keys} keys at max_active_per_key={p.max_active_per_key}",
-                     p.queue)
+                     f"{p.saturated_keys} keys at {at}", p.queue)
     if p.next_start_at is not None and p.next_start_at > now:
         wait = (p.next_start_at - now).total_seconds()
         yield Reason("rate_limited", p.blocked_ready,

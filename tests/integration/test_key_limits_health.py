@@ -217,3 +217,9 @@ def test_the_reads_stay_index_driven_with_100000_key_rows(
     # Health: a probe per active key (51) and the bounded count (1,001 entries); the dashboard's
     # saturated keys: a probe per active key; its page of keys: 50 entries.
     assert idx_tup_read < 1001 + 2 * 51 + 50 + 20, stats
+
+
+def test_the_reason_says_the_keys_are_at_their_own_limit(queue: Queue) -> None:
+    _only_key_limits(queue)
+    [reason] = [r for r in queue.health().reasons if r.queue == Q and r.code == "key_saturated"]
+    assert reason.detail == "2 keys at their own limit (key limits)"
