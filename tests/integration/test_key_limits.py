@@ -19,6 +19,7 @@ from workhorse import (
     App,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
+    InvalidOptionsError,
     InvalidPolicyError,
     KeyLimit,
     PolicyConflictError,
@@ -272,3 +273,29 @@ def test_on_key_full_counts_a_key_against_its_own_limit(queue: Queue,
                         "GROUP BY ckey, status", (Q,)).fetchall()
     assert {(key, status): n for key, status, n in rows} == {
         ("vip", "ready"): 2, ("vip", "canceled"): 1, ("std", "ready"): 1, ("std", "canceled"): 1}
+
+
+def test_the_enqueue_checks_a_cost_against_the_keys_own_limits(queue: Queue) -> None:
+    queue.sync_concurrency_policies("tiers", [ConcurrencyPolicyDefinition(
+        Q, max_active=50, max_active_per_key=1, rate_limit_per_key="100/m")])
+    queue.set_key_limits("tiers", Q, {"big": KeyLimit(max_active=10),
+                                      "slow": KeyLimit(rate_limit="2/m")})
+    _enqueue(queue, {"big": 1}, cost=5)  # above the policy's per-key 1, within big's own 10
+    with pytest.raises(InvalidOptionsError, match="can never start"):
+        _enqueue(queue, {"big": 1}, cost=11)
+    with pytest.raises(InvalidOptionsError, match="can never start"):
+        _enqueue(queue, {"slow": 1}, rate_cost=3)  # above slow's own N=2
+    with pytest.raises(InvalidOptionsError, match="can never start"):
+        _enqueue(queue, {"other": 1}, cost=2)  # the policy's 1 for a key with no row
+
+
+def test_keyless_jobs_keep_their_own_weight_on_a_fair_queue(
+        queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    queue.sync_concurrency_policies("tiers", [
+        ConcurrencyPolicyDefinition(Q, max_active=8, fairness="key")])
+    queue.set_key_limits("tiers", Q, {}, default=KeyLimit(weight=3))
+    _enqueue(queue, {"tenant": 20})
+    queue.enqueue_many([(TASK, {"n": i}, EnqueueOptions(queue=Q)) for i in range(20)])
+    _claim_all(queue)
+    # The tenant's default weight 3 against the keyless jobs' own 1: 6 to 2.
+    assert _active_by_key(conn) == Counter({"tenant": 6, "": 2})

@@ -3,7 +3,8 @@
 An operator's change: `set` upserts the keys named (or the default) and leaves the others alone,
 `clear` deletes keys' rows (or, with --all, the queue's whole set), `list` reads them. The limits
 belong to the namespace that owns the queue's policy, which each write says: that namespace's
-next `workhorse sync` (unless --no-prune) makes them what its app declares again."""
+next `workhorse sync` makes them what its app declares again (a queue its app declares key
+limits for: always; any other of its queues: unless --no-prune)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def _owner_note(conn: psycopg.Connection[Any], queue: str, as_json: bool) -> Non
     owner = _ops.execute(conn, _ops.queue_owners([queue])).get(queue)
     if owner is None:
         return
-    line = (f"namespace {owner} owns queue {queue}: its next sync (unless --no-prune) makes the "
-            "queue's key limits what its app declares")
+    line = (f"namespace {owner} owns queue {queue}: its next sync makes the queue's key limits "
+            "what its app declares (none, unless --no-prune, if it declares none there)")
     target = error_console if as_json else console
     target.print(literal(line, "dim" if as_json else ""), soft_wrap=True)
 

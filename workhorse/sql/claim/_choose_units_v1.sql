@@ -535,8 +535,10 @@ BEGIN
             END IF;
             FOR v_i IN 1 .. cardinality(k_key) LOOP
                 CONTINUE WHEN k_c_id[v_i] IS NULL OR k_key[v_i] = ANY(v_passed);
-                -- A job's own weight other than 1 wins; else its key's (its row's, the default).
-                v_weight := CASE WHEN k_c_weight[v_i] <> 1 THEN k_c_weight[v_i]
+                -- A job's own weight other than 1 wins; else its key's (its row's, the default;
+                -- the keyless jobs are no key: theirs).
+                v_weight := CASE WHEN k_c_weight[v_i] <> 1 OR k_key[v_i] = ''
+                                 THEN k_c_weight[v_i]
                                  ELSE COALESCE(k_own_weight[v_i], p_default_weight, 1) END;
                 v_ratio := CASE WHEN p_fair THEN k_units[v_i]::double precision / v_weight
                                 ELSE 0 END;

@@ -152,25 +152,44 @@ BEGIN
         -- written (the policy row is locked by the sync that changes it, under the gate we hold
         -- in shared mode only for enqueues: a concurrent sync may still lower it, and the claim
         -- then holds the job with CostExceedsLimitError).
-        SELECT t.queue, t.cost, t.rate_cost, p.max_active, p.max_active_per_key, p.rate_limit,
-               p.rate_limit_per_key, t.ckey, p.rate_burst, p.rate_burst_per_key
+        -- A key's limits are its own (key_limits), else its queue's default, else the policy's
+        -- per-key ones (docs/design.md "Per-key limits"); a rate of its own has no burst.
+        SELECT l.queue, l.cost, l.rate_cost, l.max_active, l.max_active_per_key, l.rate_limit,
+               l.rate_limit_per_key, l.ckey, l.rate_burst, l.rate_burst_per_key
         INTO v_row
-        FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
-             WITH ORDINALITY AS t(queue, cost, rate_cost, ckey, ord)
-        JOIN workhorse.policies p ON p.queue = t.queue
-        WHERE COALESCE(t.cost, 1) > COALESCE(p.max_active, 2147483647)
-           OR (t.ckey IS NOT NULL AND COALESCE(t.cost, 1) > COALESCE(p.max_active_per_key, 2147483647))
-           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit, 2147483647)
-           OR COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst, 2147483647)
-           OR (t.ckey IS NOT NULL
-               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_limit_per_key, 2147483647))
-           OR (t.ckey IS NOT NULL
-               AND COALESCE(t.rate_cost, 1) > COALESCE(p.rate_burst_per_key, 2147483647))
-        ORDER BY t.ord
+        FROM (
+            SELECT t.queue, t.cost, t.rate_cost, t.ckey, t.ord, p.max_active, p.rate_limit,
+                   p.rate_burst,
+                   COALESCE(kl.max_active, ks.default_max_active, p.max_active_per_key)
+                       AS max_active_per_key,
+                   COALESCE(kl.rate_limit, ks.default_rate_limit, p.rate_limit_per_key)
+                       AS rate_limit_per_key,
+                   CASE WHEN COALESCE(kl.rate_limit, ks.default_rate_limit) IS NULL
+                        THEN p.rate_burst_per_key END AS rate_burst_per_key
+            FROM unnest(p_queues, p_costs, p_rate_costs, p_ckeys)
+                 WITH ORDINALITY AS t(queue, cost, rate_cost, ckey, ord)
+            JOIN workhorse.policies p ON p.queue = t.queue
+            LEFT JOIN workhorse.key_limit_sets ks ON ks.queue = t.queue
+            LEFT JOIN LATERAL (
+                SELECT k.max_active, k.rate_limit FROM workhorse.key_limits k
+                WHERE ks.queue IS NOT NULL AND k.queue = t.queue AND k.ckey = t.ckey) AS kl
+                ON true
+        ) AS l
+        WHERE COALESCE(l.cost, 1) > COALESCE(l.max_active, 2147483647)
+           OR (l.ckey IS NOT NULL
+               AND COALESCE(l.cost, 1) > COALESCE(l.max_active_per_key, 2147483647))
+           OR COALESCE(l.rate_cost, 1) > COALESCE(l.rate_limit, 2147483647)
+           OR COALESCE(l.rate_cost, 1) > COALESCE(l.rate_burst, 2147483647)
+           OR (l.ckey IS NOT NULL
+               AND COALESCE(l.rate_cost, 1) > COALESCE(l.rate_limit_per_key, 2147483647))
+           OR (l.ckey IS NOT NULL
+               AND COALESCE(l.rate_cost, 1) > COALESCE(l.rate_burst_per_key, 2147483647))
+        ORDER BY l.ord
         LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'a job of cost % and rate_cost % can never start on queue %: its '
-                            'policy allows max_active=%, max_active_per_key=%, rate_limit N=%, '
+                            'policy (with its key''s own limits) allows max_active=%, '
+                            'max_active_per_key=%, rate_limit N=%, '
                             'rate_limit_per_key N=%, rate_burst=%, rate_burst_per_key=%',
                 COALESCE(v_row.cost, 1), COALESCE(v_row.rate_cost, 1), v_row.queue,
                 v_row.max_active, v_row.max_active_per_key, v_row.rate_limit,
