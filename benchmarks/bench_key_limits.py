@@ -6,12 +6,12 @@ workhorse.key_limits cost the claim, with 0, 1,000 and 100,000 of them.
 One queue, `max_active_per_key=1` (no queue-wide limit), with 100,000 distinct keys (--keys) and
 2 ready jobs each (prefilled, key i's jobs at ids i and keys + i, so each claim meets 10 keys it
 has not met before), in five cases:
-    none        no key limits: the key-heads walk of a level-1 queue (claim_v2's header)
+    none        no key limits: the key-heads walk of a level-1 queue (sql/claim/)
     none_nojit  the same queue on a second connection with `SET jit = off`: at 100k keys the
                 heads walk's generic plan is estimated above jit_above_cost (100,000), so with
                 the server's default (jit on, where the server has JIT) each claim compiles it
     default     a key limit set with a default (max_active 1) and no rows: the queue at level 2,
-                admitted in units by _choose_units_v1 like the two below; the "0 rows" case
+                admitted in units like the two below; the "0 rows" case
     overrides   1,000 rows (--overrides: every 100th key, max_active 2) + the default
     all         a row for every key (the same 1,000 overrides, the rest max_active 1) + the default
 Each case but none_nojit is its own scratch database (`<--db-name>_<case>`), so key_limits holds

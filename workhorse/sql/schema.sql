@@ -3226,6 +3226,7 @@ CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_l
  SET enable_seqscan TO 'off'
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_generic_plan'
+ SET jit TO 'off'
 AS $function$
 #variable_conflict use_column
 DECLARE
