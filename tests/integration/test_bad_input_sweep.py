@@ -36,6 +36,7 @@ from workhorse import (
     BudgetDefinition,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
+    KeyLimit,
     Queue,
     ScheduleDefinition,
     Unique,
@@ -283,6 +284,39 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
         unique=Unique(keys=("n",)))))
     add("app.task unique keys it lacks", lambda: app.task(name="sweep.u", unique=Unique(
         keys=("nope",)))(lambda n: None))
+    # Per-key limits as data (issue #41 item 2): each refused, typed, before anything is written.
+    for label, fields in (("max_active huge", {"max_active": BIG}),
+                          ("max_active NaN", {"max_active": NAN}),
+                          ("max_active bool", {"max_active": True}),
+                          ("weight 1001", {"weight": 1001}), ("weight NaN", {"weight": NAN}),
+                          ("rate nan/m", {"rate_limit": "nan/m"}),
+                          ("rate huge", {"rate_limit": f"{BIG}/m"}),
+                          ("rate NUL", {"rate_limit": NUL}), ("empty", {})):
+        add(f"KeyLimit {label}", lambda fields=fields: KeyLimit(**fields))
+    one = {"acme": KeyLimit(max_active=2)}
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("empty", ""),
+                       ("bool", True), ("float", 1.5)):
+        add(f"set_key_limits key {label}",
+            lambda bad=bad: q.set_key_limits(None, "api", {bad: KeyLimit(max_active=1)}))
+        add(f"clear_key_limits key {label}", lambda bad=bad: q.clear_key_limits("api", [bad]))
+        add(f"app.key_limits key {label}",
+            lambda bad=bad: app.key_limits("api", {bad: KeyLimit(max_active=1)}))
+    add("set_key_limits queue NUL", lambda: q.set_key_limits(None, NUL, one))
+    add("set_key_limits queue 10k", lambda: q.set_key_limits(None, HUGE, one))
+    add("set_key_limits namespace surrogate", lambda: q.set_key_limits(SURROGATE, "api", one))
+    add("set_key_limits value not a KeyLimit", lambda: q.set_key_limits(None, "api", {"a": 3}))
+    add("set_key_limits default not a KeyLimit",
+        lambda: q.set_key_limits(None, "api", one, default=1))  # type: ignore[arg-type]
+    add("set_key_limits not a mapping",
+        lambda: q.set_key_limits(None, "api", [("a", KeyLimit(weight=1))]))  # type: ignore[arg-type]
+    add("set_key_limits on a queue with no policy", lambda: q.set_key_limits(None, "nopolicy", one))
+    add("clear_key_limits keys a str", lambda: q.clear_key_limits("api", "acme"))
+    add("clear_key_limits queue NUL", lambda: q.clear_key_limits(NUL))
+    add("key_limits queue surrogate", lambda: q.key_limits(SURROGATE))
+    add("key_limits key NUL", lambda: q.key_limits("api", key=NUL))
+    add("app.key_limits queue NUL", lambda: app.key_limits(NUL, one))
+    add("async set_key_limits key NUL", lambda: aq_run(
+        lambda aq: aq.set_key_limits(None, "api", {NUL: KeyLimit(max_active=1)})))
     return cases
 
 
@@ -351,6 +385,15 @@ _CLI_CASES: list[tuple[str, list[str]]] = [
     ("jobs retry --held --queue 10k", ["jobs", "retry", "--held", "--queue", HUGE]),
     ("jobs prune --older-than nan", ["jobs", "prune", "--older-than", "nan"]),
     ("jobs prune --older-than inf", ["jobs", "prune", "--older-than", "inf"]),
+    ("keys set queue NUL", ["keys", "set", NUL, "acme", "--max-active", "1"]),
+    ("keys set key surrogate", ["keys", "set", "api", SURROGATE, "--max-active", "1"]),
+    ("keys set key 10k", ["keys", "set", "api", HUGE, "--max-active", "1"]),
+    ("keys set --max-active huge", ["keys", "set", "api", "acme", "--max-active", str(BIG)]),
+    ("keys set --weight 1001", ["keys", "set", "api", "acme", "--weight", "1001"]),
+    ("keys set --rate-limit nan/m", ["keys", "set", "api", "acme", "--rate-limit", "nan/m"]),
+    ("keys set no limit", ["keys", "set", "api", "acme"]),
+    ("keys clear key NUL", ["keys", "clear", "api", NUL]),
+    ("keys list queue 10k", ["keys", "list", HUGE]),
 ]
 
 
