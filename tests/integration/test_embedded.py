@@ -24,6 +24,9 @@ from workhorse.errors import EmbeddedServerError
 
 IS_ROOT = os.geteuid() == 0
 
+# They start embedded servers of their own, whatever server the pass tests: CI's first pass.
+pytestmark = pytest.mark.slow
+
 # A child that waits for a shared start time (so several of them race for real), starts the
 # server through WORKHORSE_HOME, reports what it got, then optionally lingers to be killed.
 CHILD = textwrap.dedent(

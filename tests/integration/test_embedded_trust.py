@@ -33,10 +33,12 @@ def _other_user() -> pwd.struct_passwd | None:
 
 OTHER = _other_user()
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or OTHER is None,
-    reason="needs root and a second Unix user (cloudsdk) to act as two users",
-)
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or OTHER is None,
+                       reason="needs root and a second Unix user (cloudsdk) to act as two users"),
+    # They start embedded servers of their own, whatever server the pass tests: CI's first pass.
+    pytest.mark.slow,
+]
 
 
 def _as_other(*command: str) -> None:
