@@ -4,6 +4,12 @@ AsyncQueue, App, tasks, JobHandle, the option types), the CLI and every dashboar
 gets a typed error (a WorkhorseError), a one-line CLI error (exit 1, or 2 for a usage error), or a
 4xx, and the database is unchanged afterwards (every table of the schema compared).
 
+Per-key limits (issue #41 item 2) have cases of their own, met by a stored set that each must
+leave as it is: KeyLimit's fields, set_key_limits' keys, values, default, namespace and queue,
+clear_key_limits' keys, key_limits, the async twins (InvalidPolicyError, PolicyConflictError for
+another namespace), App.key_limits (refused, the last good declaration kept) and a sync that
+declares them on a queue without limits (refused before anything is written).
+
 Valid but awkward names (markup, quotes, `<script>`, right-to-left text, emoji, SQL) work
 through the same surfaces and come back literally: from the API and `--json` as they were
 stored, in the dashboard HTML-escaped (never as markup).
@@ -36,7 +42,9 @@ from workhorse import (
     BudgetDefinition,
     ConcurrencyPolicyDefinition,
     EnqueueOptions,
+    InvalidPolicyError,
     KeyLimit,
+    PolicyConflictError,
     Queue,
     ScheduleDefinition,
     Unique,
@@ -284,39 +292,6 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
         unique=Unique(keys=("n",)))))
     add("app.task unique keys it lacks", lambda: app.task(name="sweep.u", unique=Unique(
         keys=("nope",)))(lambda n: None))
-    # Per-key limits as data (issue #41 item 2): each refused, typed, before anything is written.
-    for label, fields in (("max_active huge", {"max_active": BIG}),
-                          ("max_active NaN", {"max_active": NAN}),
-                          ("max_active bool", {"max_active": True}),
-                          ("weight 1001", {"weight": 1001}), ("weight NaN", {"weight": NAN}),
-                          ("rate nan/m", {"rate_limit": "nan/m"}),
-                          ("rate huge", {"rate_limit": f"{BIG}/m"}),
-                          ("rate NUL", {"rate_limit": NUL}), ("empty", {})):
-        add(f"KeyLimit {label}", lambda fields=fields: KeyLimit(**fields))
-    one = {"acme": KeyLimit(max_active=2)}
-    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("empty", ""),
-                       ("bool", True), ("float", 1.5)):
-        add(f"set_key_limits key {label}",
-            lambda bad=bad: q.set_key_limits(None, "api", {bad: KeyLimit(max_active=1)}))
-        add(f"clear_key_limits key {label}", lambda bad=bad: q.clear_key_limits("api", [bad]))
-        add(f"app.key_limits key {label}",
-            lambda bad=bad: app.key_limits("api", {bad: KeyLimit(max_active=1)}))
-    add("set_key_limits queue NUL", lambda: q.set_key_limits(None, NUL, one))
-    add("set_key_limits queue 10k", lambda: q.set_key_limits(None, HUGE, one))
-    add("set_key_limits namespace surrogate", lambda: q.set_key_limits(SURROGATE, "api", one))
-    add("set_key_limits value not a KeyLimit", lambda: q.set_key_limits(None, "api", {"a": 3}))
-    add("set_key_limits default not a KeyLimit",
-        lambda: q.set_key_limits(None, "api", one, default=1))  # type: ignore[arg-type]
-    add("set_key_limits not a mapping",
-        lambda: q.set_key_limits(None, "api", [("a", KeyLimit(weight=1))]))  # type: ignore[arg-type]
-    add("set_key_limits on a queue with no policy", lambda: q.set_key_limits(None, "nopolicy", one))
-    add("clear_key_limits keys a str", lambda: q.clear_key_limits("api", "acme"))
-    add("clear_key_limits queue NUL", lambda: q.clear_key_limits(NUL))
-    add("key_limits queue surrogate", lambda: q.key_limits(SURROGATE))
-    add("key_limits key NUL", lambda: q.key_limits("api", key=NUL))
-    add("app.key_limits queue NUL", lambda: app.key_limits(NUL, one))
-    add("async set_key_limits key NUL", lambda: aq_run(
-        lambda aq: aq.set_key_limits(None, "api", {NUL: KeyLimit(max_active=1)})))
     return cases
 
 
@@ -345,6 +320,226 @@ def test_the_public_api_refuses_bad_input_typed_and_writes_nothing(world, conn):
     assert wrong == [], "\n".join(wrong)
     assert _state(world["url"]) == before
     assert q.get_job(world["ready"]).status.value == "ready"  # the connection still works
+
+
+# ---- per-key limits as data (issue #41 item 2, docs/design.md "Per-key limits") ----------------
+
+# The set the key-limit cases meet on queue "api": each bad call must leave it as it is (a call
+# that wrote its good keys, pruned the others or cleared some before failing would show).
+STORED = {"acme": KeyLimit(max_active=2), "7": KeyLimit(weight=3),
+          "globex": KeyLimit(rate_limit="5/m")}
+STORED_DEFAULT = KeyLimit(max_active=1)
+
+
+def _key_limit_cases(q: Queue, aq_run: Callable[[Any], Any]
+                     ) -> list[tuple[str, Callable[[], Any], type[Exception]]]:
+    """(name, call, the error it must raise): InvalidPolicyError, or PolicyConflictError for
+    another namespace's write."""
+    cases: list[tuple[str, Callable[[], Any], type[Exception]]] = []
+
+    def add(name: str, call: Callable[[], Any],
+            error: type[Exception] = InvalidPolicyError) -> None:
+        cases.append((name, call, error))
+
+    for label, fields in (("max_active huge", {"max_active": BIG}),
+                          ("max_active NaN", {"max_active": NAN}),
+                          ("max_active inf", {"max_active": math.inf}),
+                          ("max_active bool", {"max_active": True}),
+                          ("max_active 0", {"max_active": 0}),
+                          ("max_active negative", {"max_active": -1}),
+                          ("max_active float", {"max_active": 1.5}),
+                          ("max_active str", {"max_active": "3"}),
+                          ("weight 1001", {"weight": 1001}), ("weight 0", {"weight": 0}),
+                          ("weight NaN", {"weight": NAN}), ("weight bool", {"weight": True}),
+                          ("weight float", {"weight": 1.5}), ("weight str", {"weight": "2"}),
+                          ("weight huge", {"weight": BIG}),
+                          ("rate nan/m", {"rate_limit": "nan/m"}),
+                          ("rate huge", {"rate_limit": f"{BIG}/m"}),
+                          ("rate 5000 digits", {"rate_limit": "9" * 5000 + "/m"}),
+                          ("rate NUL", {"rate_limit": NUL}),
+                          ("rate surrogate", {"rate_limit": "5/m\ud800"}),
+                          ("rate an int", {"rate_limit": 5}),
+                          ("rate bytes", {"rate_limit": b"5/m"}),
+                          ("rate 0/s", {"rate_limit": "0/s"}),
+                          ("rate 5/0s", {"rate_limit": "5/0s"}),
+                          ("rate -1/m", {"rate_limit": "-1/m"}),
+                          ("rate 5/infs", {"rate_limit": "5/infs"}),
+                          ("rate 5/1e400s", {"rate_limit": "5/1e400s"}),
+                          ("empty", {})):
+        add(f"KeyLimit {label}", lambda fields=fields: KeyLimit(**fields))
+    one = {"acme": KeyLimit(max_active=5)}  # a change of a stored key: written if anything is
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE),
+                       ("1001", "k" * 1001), ("empty", ""), ("bool", True), ("float", 1.5),
+                       ("None", None), ("tuple", ("a",)), ("bytes", b"acme")):
+        add(f"set_key_limits key {label}",
+            lambda bad=bad: q.set_key_limits(None, "api", {bad: KeyLimit(max_active=1)}))
+        add(f"set_key_limits a good key and key {label}",
+            lambda bad=bad: q.set_key_limits(None, "api", {**one, bad: KeyLimit(max_active=1)}))
+        add(f"set_key_limits prune=False, key {label}", lambda bad=bad: q.set_key_limits(
+            None, "api", {**one, bad: KeyLimit(weight=1)}, prune=False))
+        add(f"clear_key_limits key {label}", lambda bad=bad: q.clear_key_limits("api", [bad]))
+        add(f"clear_key_limits a stored key and key {label}",
+            lambda bad=bad: q.clear_key_limits("api", ["acme", bad]))
+    add("set_key_limits key given twice (7 and '7')", lambda: q.set_key_limits(
+        None, "api", {7: KeyLimit(max_active=1), "7": KeyLimit(max_active=2)}))
+    add("set_key_limits 100,001 keys", lambda: q.set_key_limits(
+        None, "api", {f"k{i}": KeyLimit(weight=1) for i in range(100_001)}))
+    add("set_key_limits value an int", lambda: q.set_key_limits(None, "api", {"a": 3}))
+    add("set_key_limits value None", lambda: q.set_key_limits(None, "api", {"a": None}))
+    add("set_key_limits value a dict", lambda: q.set_key_limits(
+        None, "api", {"a": {"max_active": 1}}))
+    add("set_key_limits default an int",
+        lambda: q.set_key_limits(None, "api", one, default=1))  # type: ignore[arg-type]
+    add("set_key_limits default a dict", lambda: q.set_key_limits(
+        None, "api", one, default={"max_active": 1}))  # type: ignore[arg-type]
+    add("set_key_limits prune=False, default a str", lambda: q.set_key_limits(
+        None, "api", one, default="1", prune=False))  # type: ignore[arg-type]
+    add("set_key_limits limits a list",
+        lambda: q.set_key_limits(None, "api", [("a", KeyLimit(weight=1))]))  # type: ignore[arg-type]
+    add("set_key_limits limits None",
+        lambda: q.set_key_limits(None, "api", None))  # type: ignore[arg-type]
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("empty", ""),
+                       ("int", 5)):
+        add(f"set_key_limits namespace {label}", lambda bad=bad: q.set_key_limits(bad, "api", one))
+        add(f"clear_key_limits namespace {label}",
+            lambda bad=bad: q.clear_key_limits("api", ["acme"], namespace=bad))
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("empty", ""),
+                       ("None", None), ("int", 5)):
+        add(f"set_key_limits queue {label}", lambda bad=bad: q.set_key_limits(None, bad, one))
+        add(f"clear_key_limits queue {label}", lambda bad=bad: q.clear_key_limits(bad))
+        add(f"key_limits queue {label}", lambda bad=bad: q.key_limits(bad))
+    add("set_key_limits on a queue with no policy", lambda: q.set_key_limits(None, "nopolicy", one))
+    add("set_key_limits by another namespace", lambda: q.set_key_limits("intruder", "api", one),
+        PolicyConflictError)
+    add("clear_key_limits by another namespace",
+        lambda: q.clear_key_limits("api", namespace="intruder"), PolicyConflictError)
+    add("clear_key_limits keys a str", lambda: q.clear_key_limits("api", "acme"))
+    add("clear_key_limits keys bytes", lambda: q.clear_key_limits("api", b"acme"))
+    add("clear_key_limits 100,001 keys",
+        lambda: q.clear_key_limits("api", [f"k{i}" for i in range(100_001)]))
+    add("clear_key_limits a generator with a bad key",
+        lambda: q.clear_key_limits("api", (key for key in ["acme", SURROGATE])))
+    add("key_limits key NUL", lambda: q.key_limits("api", key=NUL))
+    add("key_limits key 10k", lambda: q.key_limits("api", key=HUGE))
+    add("async set_key_limits key NUL", lambda: aq_run(
+        lambda aq: aq.set_key_limits(None, "api", {**one, NUL: KeyLimit(max_active=1)})))
+    add("async set_key_limits default an int",
+        lambda: aq_run(lambda aq: aq.set_key_limits(None, "api", one, default=1)))
+    add("async set_key_limits by another namespace",
+        lambda: aq_run(lambda aq: aq.set_key_limits("intruder", "api", one)), PolicyConflictError)
+    add("async clear_key_limits key surrogate",
+        lambda: aq_run(lambda aq: aq.clear_key_limits("api", ["acme", SURROGATE])))
+    add("async key_limits queue NUL", lambda: aq_run(lambda aq: aq.key_limits(NUL)))
+    return cases
+
+
+def _app_key_limit_cases(app: App, spec: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """Declarations `app.key_limits` refuses (InvalidPolicyError); `spec` is a queue of `app`'s
+    with limits of its own."""
+    cases: list[tuple[str, Callable[[], Any]]] = []
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE),
+                       ("1001", "k" * 1001), ("empty", ""), ("bool", True), ("float", 1.5),
+                       ("None", None)):
+        cases.append((f"app.key_limits key {label}", lambda bad=bad: app.key_limits(
+            spec, {"acme": KeyLimit(max_active=1), bad: KeyLimit(max_active=1)})))
+    for label, bad in (("NUL", NUL), ("surrogate", SURROGATE), ("10k", HUGE), ("empty", ""),
+                       ("None", None), ("int", 5)):
+        cases.append((f"app.key_limits queue {label}",
+                       lambda bad=bad: app.key_limits(bad, {"a": KeyLimit(max_active=1)})))
+    cases += [
+        ("app.key_limits key given twice",
+         lambda: app.key_limits(spec, {7: KeyLimit(max_active=1), "7": KeyLimit(weight=2)})),
+        ("app.key_limits value an int", lambda: app.key_limits(spec, {"a": 3})),
+        ("app.key_limits default an int",
+         lambda: app.key_limits(spec, {}, default=1)),  # type: ignore[arg-type]
+        ("app.key_limits a list", lambda: app.key_limits(
+            spec, [("a", KeyLimit(max_active=1))])),  # type: ignore[arg-type]
+        ("app.key_limits 100,001 keys", lambda: app.key_limits(
+            spec, {f"k{i}": KeyLimit(weight=1) for i in range(100_001)})),
+    ]
+    return cases
+
+
+@pytest.fixture
+def stored_key_limits(world: dict[str, Any], queue: Queue) -> None:
+    queue.set_key_limits("sweep", "api", STORED, default=STORED_DEFAULT)
+
+
+@pytest.mark.usefixtures("stored_key_limits")
+def test_key_limit_input_is_refused_typed_and_writes_nothing(world, conn):
+    q = Queue(conn)
+
+    def aq_run(call: Callable[[AsyncQueue], Any]) -> Any:
+        async def run() -> Any:
+            async with await psycopg.AsyncConnection.connect(world["url"],
+                                                             autocommit=True) as aconn:
+                return await call(AsyncQueue(aconn))
+        return asyncio.run(run())
+
+    before = _state(world["url"])
+    wrong = []
+    for name, call, error in _key_limit_cases(q, aq_run):
+        try:
+            got = call()
+        except error:
+            continue
+        except Exception as exc:  # any other type is the failure looked for
+            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
+        else:
+            wrong.append(f"{name}: no error, got {got!r:.100}")
+    assert wrong == [], "\n".join(wrong)
+    assert _state(world["url"]) == before
+    stored = q.key_limits("api")
+    assert stored is not None and (stored.limits, stored.default) == (STORED, STORED_DEFAULT)
+
+
+def test_app_key_limits_refuses_bad_declarations_and_keeps_the_last_good_one(world):
+    app = App("sweep-kl")  # declarations only: nothing is connected to
+    spec = app.queue("kq", max_active=5, max_active_per_key=1)
+    app.key_limits(spec, {"acme": KeyLimit(max_active=3)}, default=KeyLimit(max_active=1))
+    declared = dict(app.declared_key_limits)
+    wrong = []
+    for name, call in _app_key_limit_cases(app, spec):
+        try:
+            got = call()
+        except InvalidPolicyError:
+            if app.declared_key_limits != declared:
+                wrong.append(f"{name}: the declaration changed: {app.declared_key_limits!r:.100}")
+            continue
+        except Exception as exc:
+            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
+        else:
+            wrong.append(f"{name}: no error, got {got!r:.100}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_a_sync_with_key_limits_on_a_queue_without_limits_writes_nothing(world):
+    before = _state(world["url"])
+    app = App("sweep-kl", world["url"])
+    try:
+        app.queue("kq", max_active=5, max_active_per_key=1)
+        app.key_limits("plain", {"acme": KeyLimit(max_active=1)})
+        with pytest.raises(InvalidPolicyError, match="no limits of the queue's own"):
+            app.sync()
+    finally:
+        app.close()
+    assert _state(world["url"]) == before  # not even kq's policy
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "product bug: clear_key_limits(queue, keys) with keys neither None nor an iterable (an int, "
+    "an object) raises a bare TypeError ('int' object is not iterable) from "
+    "workhorse/_ops/key_limits.py clear_key_limits, not InvalidPolicyError as docs/design.md "
+    "'Per-key limits' says bad input does (a str or bytes is refused typed)"))
+@pytest.mark.parametrize("keys", [5, object()], ids=["int", "object"])
+@pytest.mark.usefixtures("stored_key_limits")
+def test_clear_key_limits_keys_not_iterable_is_refused_typed(world, conn, keys):
+    before = _state(world["url"])
+    try:
+        with pytest.raises(InvalidPolicyError):
+            Queue(conn).clear_key_limits("api", keys)
+    finally:
+        assert _state(world["url"]) == before
 
 
 _CLI_CASES: list[tuple[str, list[str]]] = [
@@ -394,9 +589,25 @@ _CLI_CASES: list[tuple[str, list[str]]] = [
     ("keys set no limit", ["keys", "set", "api", "acme"]),
     ("keys clear key NUL", ["keys", "clear", "api", NUL]),
     ("keys list queue 10k", ["keys", "list", HUGE]),
+    ("keys set --max-active 0", ["keys", "set", "api", "acme", "--max-active", "0"]),
+    ("keys set --weight 0", ["keys", "set", "api", "acme", "--weight", "0"]),
+    ("keys set --rate-limit 5/0s", ["keys", "set", "api", "acme", "--rate-limit", "5/0s"]),
+    ("keys set key 1001", ["keys", "set", "api", "k" * 1001, "--max-active", "1"]),
+    ("keys set a good key and key NUL", ["keys", "set", "api", "acme", NUL, "--max-active", "9"]),
+    ("keys set --default and a key", ["keys", "set", "api", "acme", "--default",
+                                      "--max-active", "1"]),
+    ("keys set no key", ["keys", "set", "api", "--max-active", "1"]),
+    ("keys set queue empty", ["keys", "set", "", "acme", "--max-active", "1"]),
+    ("keys set on a queue with no policy", ["keys", "set", "nopolicy", "acme",
+                                            "--max-active", "1"]),
+    ("keys clear no key", ["keys", "clear", "api"]),
+    ("keys clear --all and a key", ["keys", "clear", "api", "acme", "--all"]),
+    ("keys clear a stored key and key surrogate", ["keys", "clear", "api", "acme", SURROGATE]),
+    ("keys list --key NUL", ["keys", "list", "api", "--key", NUL]),
 ]
 
 
+@pytest.mark.usefixtures("stored_key_limits")
 def test_the_cli_refuses_bad_input_in_one_line_and_writes_nothing(world):
     url = world["url"]
     before = _state(url)
@@ -620,6 +831,32 @@ def test_awkward_but_valid_names_work_and_are_shown_literally(world, conn):
     assert {p.queue for p in q.health().policies if p.paused} >= set(AWKWARD)
 
 
+def test_awkward_but_valid_keys_keep_their_limits_literally(world, conn):
+    """Per-key limits on keys named with markup, quotes, SQL, right-to-left text: stored and
+    read back exactly (API, `keys list --json`), shown escaped by the dashboard, cleared by
+    name."""
+    url = world["url"]
+    q = Queue(conn)
+    limits = {name: KeyLimit(max_active=n + 1) for n, name in enumerate(AWKWARD)}
+    assert sorted(q.set_key_limits("sweep", "api", limits).created) == sorted(["", *AWKWARD])
+    stored = q.key_limits("api")
+    assert stored is not None and stored.limits == limits
+    for name in AWKWARD:
+        one = q.key_limits("api", key=name)
+        assert one is not None and one.limits == {name: limits[name]}
+    listed = CliRunner().invoke(main, ["--database-url", url, "keys", "list", "api", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert {key: row["max_active"] for key, row in json.loads(listed.stdout)["limits"].items()
+            } == {name: limit.max_active for name, limit in limits.items()}
+    with TestClient(create_app(url)) as client:
+        html = client.get(f"/queue?{_query(name='api')}").text
+    assert "<script>alert(1)</script>" not in html
+    assert all(str(escape(name)) in html for name in AWKWARD), html[:300]
+    assert sorted(q.clear_key_limits("api", AWKWARD).pruned) == sorted(AWKWARD)
+    stored = q.key_limits("api")
+    assert stored is not None and stored.limits == {}
+
+
 def _query(**params: str) -> str:
     from urllib.parse import urlencode
 
@@ -630,9 +867,12 @@ def test_the_sweep_has_at_least_80_cases():
     stub: dict[str, Any] = {"app": None, "task": None, "keyed": None, "ready": 1}
     counts = {
         "api": len(_api_cases(stub, None, None)),  # type: ignore[arg-type]
+        "key limits": (len(_key_limit_cases(None, None))  # type: ignore[arg-type]
+                       + len(_app_key_limit_cases(None, None))),  # type: ignore[arg-type]
         "cli": len(_CLI_CASES) + 1,  # and the real process with a non-UTF-8 name
         "dashboard": (len(_dashboard_cases(1)) + len(_CSRF_CASES) + len(_LOGIN_CASES)
                       + len(_BEARER_PATHS)),
     }
     assert counts["api"] >= 80 and counts["cli"] >= 20 and counts["dashboard"] >= 40, counts
+    assert counts["key limits"] >= 100, counts
     assert sum(counts.values()) >= 80
