@@ -526,11 +526,6 @@ def test_a_sync_with_key_limits_on_a_queue_without_limits_writes_nothing(world):
     assert _state(world["url"]) == before  # not even kq's policy
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "product bug: clear_key_limits(queue, keys) with keys neither None nor an iterable (an int, "
-    "an object) raises a bare TypeError ('int' object is not iterable) from "
-    "workhorse/_ops/key_limits.py clear_key_limits, not InvalidPolicyError as docs/design.md "
-    "'Per-key limits' says bad input does (a str or bytes is refused typed)"))
 @pytest.mark.parametrize("keys", [5, object()], ids=["int", "object"])
 @pytest.mark.usefixtures("stored_key_limits")
 def test_clear_key_limits_keys_not_iterable_is_refused_typed(world, conn, keys):

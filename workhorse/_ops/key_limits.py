@@ -71,7 +71,7 @@ def clear_key_limits(
     owner = _owner(namespace)
     wanted = None
     if keys is not None:
-        if isinstance(keys, str | bytes):
+        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidPolicyError(f"keys must be a list of keys, got {keys!r}")
         wanted = list(check_key_limits(queue, {key: KeyLimit(weight=1) for key in keys}, None))
     rows = yield _sql.statement("clear_key_limits"), {
