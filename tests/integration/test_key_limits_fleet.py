@@ -48,7 +48,16 @@ from _integration import install_broken
 
 from workhorse import App, KeyLimit, Queue, _sql
 
-pytestmark = [pytest.mark.slow, pytest.mark.fleet]
+# Several supervisors: CI's first pass; the intact claims also in its second (marker `fleet`: the
+# claim plans differently on PostgreSQL 15), the broken ones, which test the checkers, not the
+# server, only once.
+pytestmark = pytest.mark.slow
+
+
+def _claims(names: list[str]) -> list[Any]:
+    return [pytest.param(name, marks=pytest.mark.fleet) if name == "intact" else name
+            for name in names]
+
 
 SUPERVISORS = 4
 OPTIONS = ("--slots", "1", "--concurrency", "16", "--lease", "30s", "--dequeue-timeout", "1s",
@@ -214,7 +223,7 @@ def backlog(declared: Callable[[Callable[[str], App]], App]) -> int:
     return len(calls)
 
 
-@pytest.mark.parametrize("claim", ["intact", "rows ignored", "default ignored"])
+@pytest.mark.parametrize("claim", _claims(["intact", "rows ignored", "default ignored"]))
 def test_a_fleet_holds_every_one_of_1000_keys_to_its_own_limit(
         database_url: str, conn: psycopg.Connection[Any], tmp_path: Path, backlog: int,
         claim: str) -> None:
@@ -334,7 +343,7 @@ def promote(conn: psycopg.Connection[Any], supervisors: list[Supervisor]) -> Cha
     return Change(db_before, db_after, before, after)
 
 
-@pytest.mark.parametrize("claim", list(CLAIMS))
+@pytest.mark.parametrize("claim", _claims(list(CLAIMS)))
 def test_premium_and_free_keys_run_at_their_limits_and_a_promotion_takes_at_once(
         database_url: str, conn: psycopg.Connection[Any], tmp_path: Path, tiers_backlog: int,
         claim: str) -> None:
