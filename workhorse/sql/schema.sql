@@ -291,7 +291,7 @@ CREATE TABLE workhorse.key_limits (
     rate_limit integer,
     rate_period double precision,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT key_limits_ckey_check CHECK (((length(ckey) >= 1) AND (length(ckey) <= 1000))),
+    CONSTRAINT key_limits_ckey_check CHECK (((length(ckey) >= 1) AND (length(ckey) <= 255))),
     CONSTRAINT key_limits_max_active_check CHECK (((max_active >= 1) AND (max_active <= 1000000))),
     CONSTRAINT key_limits_pkey PRIMARY KEY (queue, ckey),
     CONSTRAINT key_limits_rate_limit_check CHECK (((rate_limit >= 1) AND (rate_limit <= 1000000))),

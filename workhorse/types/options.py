@@ -19,6 +19,7 @@ from ._validate import (
     LIMIT_MAX,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
+    NAME_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     UNIQUE_BY,
@@ -668,7 +669,7 @@ class ScheduleDefinition:
 # A key's limits are stored per key (docs/design.md "Per-key limits"): at most this many keys in
 # one call, and a key of at most this many characters.
 MAX_KEY_LIMITS = 100_000
-KEY_MAX = 1000
+KEY_MAX = NAME_MAX  # as a job's concurrency key: a longer one could never apply
 
 
 @dataclass(frozen=True, slots=True)

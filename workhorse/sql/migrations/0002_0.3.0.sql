@@ -624,7 +624,7 @@ CREATE TABLE workhorse.key_limit_sets (
 );
 CREATE TABLE workhorse.key_limits (
     queue       text NOT NULL,
-    ckey        text NOT NULL CHECK (length(ckey) BETWEEN 1 AND 1000),
+    ckey        text NOT NULL CHECK (length(ckey) BETWEEN 1 AND 255),
     max_active  integer CHECK (max_active BETWEEN 1 AND 1000000),
     weight      smallint CHECK (weight BETWEEN 1 AND 1000),
     rate_limit  integer CHECK (rate_limit BETWEEN 1 AND 1000000),
