@@ -23,7 +23,7 @@ import math
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -295,6 +295,22 @@ def _api_cases(world: dict[str, Any], q: Queue, aq_run: Callable[[Any], Any]
     return cases
 
 
+def _wrong_outcomes(cases: Iterable[tuple[str, Callable[[], Any], type[BaseException]]]
+                    ) -> list[str]:
+    """The cases that did not raise their error type: another type, or nothing at all."""
+    wrong = []
+    for name, call, error in cases:
+        try:
+            got = call()
+        except error:
+            continue
+        except Exception as exc:  # any other type is the failure looked for
+            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
+        else:
+            wrong.append(f"{name}: no error, got {got!r:.100}")
+    return wrong
+
+
 def test_the_public_api_refuses_bad_input_typed_and_writes_nothing(world, conn):
     q = Queue(conn)
 
@@ -307,16 +323,7 @@ def test_the_public_api_refuses_bad_input_typed_and_writes_nothing(world, conn):
 
     cases = _api_cases(world, q, aq_run)
     before = _state(world["url"])
-    wrong = []
-    for name, call in cases:
-        try:
-            got = call()
-        except WorkhorseError:
-            continue
-        except Exception as exc:  # any other type is the failure looked for
-            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
-        else:
-            wrong.append(f"{name}: no error, got {got!r:.100}")
+    wrong = _wrong_outcomes((name, call, WorkhorseError) for name, call in cases)
     assert wrong == [], "\n".join(wrong)
     assert _state(world["url"]) == before
     assert q.get_job(world["ready"]).status.value == "ready"  # the connection still works
@@ -477,16 +484,7 @@ def test_key_limit_input_is_refused_typed_and_writes_nothing(world, conn):
         return asyncio.run(run())
 
     before = _state(world["url"])
-    wrong = []
-    for name, call, error in _key_limit_cases(q, aq_run):
-        try:
-            got = call()
-        except error:
-            continue
-        except Exception as exc:  # any other type is the failure looked for
-            wrong.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc!s:.100}")
-        else:
-            wrong.append(f"{name}: no error, got {got!r:.100}")
+    wrong = _wrong_outcomes(_key_limit_cases(q, aq_run))
     assert wrong == [], "\n".join(wrong)
     assert _state(world["url"]) == before
     stored = q.key_limits("api")
