@@ -20,6 +20,7 @@ from .errors import (
     PolicyConflictError,
     ScheduleConflictError,
     SchemaVersionError,
+    SignalTimeoutError,
     StaleLeaseError,
     TaskCanceledError,
     TaskFailedError,
@@ -28,7 +29,7 @@ from .errors import (
 )
 from .handle import JobHandle
 from .queue import AsyncQueue, Queue
-from .retry import ExponentialBackoff
+from .retry import ExponentialBackoff, RetryPolicy
 from .task import Task
 from .types import (
     Attempt,
@@ -61,6 +62,7 @@ from .types import (
     RedriveReport,
     Schedule,
     ScheduleDefinition,
+    Step,
     SyncReport,
     Unique,
     WorkerInfo,
@@ -118,13 +120,16 @@ __all__ = [
     "Reason",
     "RedriveReport",
     "Retry",
+    "RetryPolicy",
     "Schedule",
     "ScheduleConflictError",
     "ScheduleDefinition",
     "SchemaVersionError",
+    "SignalTimeoutError",
     "Signature",
     "Snooze",
     "StaleLeaseError",
+    "Step",
     "SyncReport",
     "Task",
     "TaskCanceledError",

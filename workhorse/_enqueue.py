@@ -29,7 +29,7 @@ from . import _ops, _results, database, telemetry
 from ._calls import Call
 from .errors import InvalidOptionsError
 from .handle import Enqueuer, JobHandle, WorkflowHandle
-from .types import Attempt, Job
+from .types import Attempt, Job, Step
 
 T = TypeVar("T")
 # A call written once for both flavours: yields operations, receives their results, returns T.
@@ -488,6 +488,38 @@ class AppEnqueuer(Enqueuer):
         conn = self._using(psycopg.AsyncConnection)
         return await self._run_async(_single(_ops.job_attempts(job_id)), conn)
 
+    def signal(self, job: Any, name: str, payload: Any = None, key: str | None = None) -> bool:
+        """Send signal `name` to a job (a JobHandle or an id) on the `using()` connection, else a
+        pooled one, committed (docs/design.md "Signals"): a wait for it takes it, and the job, if
+        suspended waiting for it, is ready again. With `key`, a repeat is ignored (False).
+
+        >>> app.signal(handle, "approval", {"by": "ana"}, key="ticket-7")  # doctest: +SKIP
+        True
+        """
+        operation = _ops.signal(_job_id_of(job), name, payload, key)
+        return bool(self._run(_single(operation), self._using(psycopg.Connection)))
+
+    async def signal_async(self, job: Any, name: str, payload: Any = None,
+                           key: str | None = None) -> bool:
+        """`signal` for async code."""
+        operation = _ops.signal(_job_id_of(job), name, payload, key)
+        return bool(await self._run_async(_single(operation), self._using(psycopg.AsyncConnection)))
+
+    def get_steps(self, job_id: int) -> list[Step]:
+        """The steps of the job with this id (see `JobHandle.steps`).
+
+        >>> [s.name for s in app.get_steps(42)]                       # doctest: +SKIP
+        ['charge', 'cool-off']
+        """
+        steps, _ = self._run(_single(_ops.job_steps(job_id)), self._using(psycopg.Connection))
+        return list(steps)
+
+    async def get_steps_async(self, job_id: int) -> list[Step]:
+        """`get_steps` for async code."""
+        conn = self._using(psycopg.AsyncConnection)
+        steps, _ = await self._run_async(_single(_ops.job_steps(job_id)), conn)
+        return list(steps)
+
     def handle(self, job_id: int) -> JobHandle:
         """The handle of an existing job, from its id, in any process.
 
@@ -534,3 +566,7 @@ class AppEnqueuer(Enqueuer):
         """
         return await _results.waiter(self.database_url).wait_async(job_id, timeout)
 
+
+def _job_id_of(job: Any) -> int:
+    """A job's id, from a JobHandle or the id itself (checked by the operation)."""
+    return job.id if isinstance(job, JobHandle) else job

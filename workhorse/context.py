@@ -56,6 +56,13 @@ def _no_backoff(signal: Backoff) -> None:
     return None
 
 
+def _no_steps() -> Any:
+    from .durable import steps_for
+
+    # A context built by hand (a unit test of a handler): steps that need a runner's store.
+    return steps_for(0, 0, None, False)
+
+
 @dataclass(frozen=True, slots=True)
 class JobContext:
     """The attempt now running, as `current_job()` returns it.
@@ -86,6 +93,9 @@ class JobContext:
         default=_no_report, repr=False, compare=False)
     # Record a backoff of this job's scope (current_job().backoff()); the runner writes it.
     back_off: Callable[[Backoff], None] = field(default=_no_backoff, repr=False, compare=False)
+    # The durable steps of this run (docs/design.md "Durable execution"): the same object for
+    # every call in one run, made by the runner at the first.
+    steps: Callable[[], Any] = field(default=_no_steps, repr=False, compare=False)
 
     @classmethod
     def for_claimed(
@@ -96,6 +106,7 @@ class JobContext:
         renew: Callable[[], None] = _no_renewal,
         report: Callable[[int | float, int | float | None, str | None], None] = _no_report,
         back_off: Callable[[Backoff], None] = _no_backoff,
+        steps: Callable[[], Any] = _no_steps,
     ) -> JobContext:
         """The context of a claimed job's attempt. `scheduled_for` is the schedule's occurrence
         (the claim says), else the job's `run_at` on a first attempt; None for a retried job that
@@ -111,7 +122,18 @@ class JobContext:
             scheduled_for=job.scheduled_for if job.scheduled_for is not None
             else job.run_at if job.attempts == 1 else None,
             cancel_check=cancel_check, renew=renew, report=report, back_off=back_off,
+            steps=steps,
         )
+
+    @property
+    def step(self) -> Any:
+        """This run's durable steps (docs/design.md "Durable execution"): `step.run`,
+        `step.sleep`, `step.wait_for`, `step.child`, `step.children`; awaited in an async
+        handler (a `workhorse.durable.Steps`, or `AsyncSteps`).
+
+        >>> charge = current_job().step.run("charge", charge_card, order_id)  # doctest: +SKIP
+        """
+        return self.steps()
 
     @property
     def cancel_requested(self) -> bool:

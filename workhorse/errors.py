@@ -162,6 +162,13 @@ class JobTimeoutError(WorkhorseError, TimeoutError):
     """
 
 
+class SignalTimeoutError(WorkhorseError, TimeoutError):
+    """A durable `step.wait_for(name, signal=..., timeout=...)` whose timeout passed before its
+    signal came (docs/design.md "Durable execution"). Recorded with the step: a later run of the
+    job raises it again at the same wait.
+    """
+
+
 class HoldTimeoutError(WorkhorseError, TimeoutError):
     """A budget hold (`app.budget(name).hold(...)`) was not granted within its `timeout`:
     nothing is held (docs/design.md "Holds").

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ._ops.workflows import Dependency, WorkflowMember, WorkflowResult
 from .errors import InvalidOptionsError, JobNotFoundError, TaskCanceledError, TaskFailedError
-from .types import Attempt, Job, JobStatus, Progress, WorkflowStatus, check_id
+from .types import Attempt, Job, JobStatus, Progress, Step, WorkflowStatus, check_id
 
 
 class Enqueuer(Protocol):
@@ -40,6 +40,10 @@ class Enqueuer(Protocol):
     def get_attempts(self, job_id: int) -> list[Attempt] | None: ...
 
     async def get_attempts_async(self, job_id: int) -> list[Attempt] | None: ...
+
+    def get_steps(self, job_id: int) -> list[Step]: ...
+
+    async def get_steps_async(self, job_id: int) -> list[Step]: ...
 
     def wait_for(self, job_id: int, timeout: float | None) -> bool:
         """Block until the job may have reached a resting status (True) or `timeout` passed."""
@@ -191,6 +195,20 @@ class JobHandle:
         if found is None:
             raise JobNotFoundError(f"there is no job {self.id} (pruned by retention?)")
         return found
+
+    def steps(self) -> list[Step]:
+        """The job's durable steps (docs/design.md "Durable execution"), in the order it first
+        reached them: recorded ones with their result or error, a pending one (what a suspended
+        job waits for) with `recorded_at` None.
+
+        >>> [(s.name, s.kind, s.pending) for s in h.steps()]  # doctest: +SKIP
+        [('charge', 'run', False), ('cool-off', 'sleep', True)]
+        """
+        return self.enqueuer.get_steps(self.id)
+
+    async def steps_async(self) -> list[Step]:
+        """`steps()` for async code."""
+        return await self.enqueuer.get_steps_async(self.id)
 
     def wait(self, timeout: float | None = None) -> Job:
         """The Job once it is succeeded, failed, held or canceled; TimeoutError first else

@@ -21,6 +21,7 @@ from . import _ops
 from ._driver import PAYLOAD_LIMIT, Operation, T, encode_json, error_document
 from ._queue_backoffs import AsyncBackoffMethods, BackoffMethods
 from ._queue_dead import AsyncDeadLetterMethods, DeadLetterMethods
+from ._queue_durable import AsyncDurableMethods, DurableMethods
 from ._queue_history import AsyncHistoryMethods, HistoryMethods
 from ._queue_key_limits import AsyncKeyLimitMethods, KeyLimitMethods
 from .errors import StaleLeaseError, WorkhorseError
@@ -70,7 +71,7 @@ def _with_dependencies_resolved(jobs: Jobs) -> list[tuple[str, Any, EnqueueOptio
     return resolved
 
 
-class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods, KeyLimitMethods):
+class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods, KeyLimitMethods, DurableMethods):
     """Enqueue, sync policies and inspect jobs on a caller-owned `psycopg.Connection`.
 
     >>> q = Queue(conn)                                           # doctest: +SKIP
@@ -484,7 +485,7 @@ class Queue(DeadLetterMethods, HistoryMethods, BackoffMethods, KeyLimitMethods):
 
 
 class AsyncQueue(AsyncDeadLetterMethods, AsyncHistoryMethods, AsyncBackoffMethods,
-                 AsyncKeyLimitMethods):
+                 AsyncKeyLimitMethods, AsyncDurableMethods):
     """`Queue` on a `psycopg.AsyncConnection`: the same methods, awaitable.
 
     >>> aq = AsyncQueue(aconn)                                        # doctest: +SKIP

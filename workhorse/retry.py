@@ -58,3 +58,39 @@ def backoff_delay(policy: RetryBackoff | None, attempt: int) -> float:
     if isinstance(policy, int | float):
         return float(policy)
     return max(0.0, float(policy(attempt)))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a durable step retries inside one run before its error reaches the handler
+    (docs/design.md "Durable execution"): up to `max_attempts` calls in all, waiting
+    `backoff_delay(backoff, n)` after failed call n, for the errors in `retry_on`.
+
+    >>> RetryPolicy(max_attempts=3, backoff=0.5).max_attempts
+    3
+    """
+
+    max_attempts: int = 3
+    backoff: RetryBackoff = 1.0
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if (isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
+                or not 1 <= self.max_attempts <= 1000):
+            raise InvalidOptionsError(
+                f"RetryPolicy.max_attempts must be an int from 1 to 1000, got "
+                f"{self.max_attempts!r}")
+        retry_on = self.retry_on
+        if not isinstance(retry_on, tuple) or not all(
+                isinstance(kind, type) and issubclass(kind, BaseException) for kind in retry_on):
+            raise InvalidOptionsError(
+                f"RetryPolicy.retry_on must be a tuple of exception types, got {retry_on!r}")
+        backoff = self.backoff
+        if isinstance(backoff, bool) or not (
+                isinstance(backoff, ExponentialBackoff | int | float) or callable(backoff)):
+            raise InvalidOptionsError(
+                f"RetryPolicy.backoff must be seconds, an ExponentialBackoff or a callable, got "
+                f"{backoff!r}")
+        if isinstance(backoff, int | float) and not 0 <= backoff <= 3600:
+            raise InvalidOptionsError(
+                f"RetryPolicy.backoff must be 0 to 3600 seconds, got {backoff!r}")

@@ -91,6 +91,10 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         # And the bounds (docs/design.md "Deadlines").
         deadline=keys[12] if len(keys) > 12 else None,
         start_by=keys[13] if len(keys) > 13 else None,
+        # And the suspension and the parent (docs/design.md "Durable execution").
+        suspended_on=keys[14] if len(keys) > 14 else None,
+        wake_at=keys[15] if len(keys) > 15 else None,
+        parent_id=keys[16] if len(keys) > 16 else None,
     )
 
 
@@ -225,8 +229,8 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
         return jobs
     rows = yield _sql.statement("job_extras"), ([job.id for job in jobs],)
     found: dict[int, dict[str, Any]] = {}
-    for job_id, document, at, budget, tags, redriven_at, redrive_count, deadline, start_by \
-            in rows:
+    for (job_id, document, at, budget, tags, redriven_at, redrive_count, deadline, start_by,
+         suspended_on, wake_at, parent_id) in rows:
         changes: dict[str, Any] = {}
         progress = Progress.from_stored(document, at)
         if progress is not None:
@@ -241,6 +245,11 @@ def with_progress(jobs: list[Job]) -> Operation[list[Job]]:
         if deadline is not None or start_by is not None:
             changes["deadline"] = deadline
             changes["start_by"] = start_by
+        if suspended_on is not None:
+            changes["suspended_on"] = suspended_on
+            changes["wake_at"] = wake_at
+        if parent_id is not None:
+            changes["parent_id"] = parent_id
         if changes:
             found[job_id] = changes
     if not found:

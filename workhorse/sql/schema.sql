@@ -176,7 +176,12 @@ CREATE TABLE workhorse.job_history (
     start_by timestamp with time zone,
     deadline timestamp with time zone,
     redriven_at timestamp with time zone,
-    redrive_count integer NOT NULL
+    redrive_count integer NOT NULL,
+    suspended_on text,
+    wake_at timestamp with time zone,
+    parent_id bigint,
+    parent_step text,
+    durable boolean NOT NULL
 ) PARTITION BY RANGE (finished_at);
 
 CREATE TABLE workhorse.job_history_tags (
@@ -184,6 +189,36 @@ CREATE TABLE workhorse.job_history_tags (
     job_id bigint NOT NULL,
     finished_at timestamp with time zone NOT NULL
 ) PARTITION BY RANGE (finished_at);
+
+CREATE TABLE workhorse.job_signals (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    job_id bigint NOT NULL,
+    name text NOT NULL,
+    signal_key text,
+    payload jsonb,
+    sent_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    consumed_at timestamp with time zone,
+    consumed_by text,
+    CONSTRAINT job_signals_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
+    CONSTRAINT job_signals_pkey PRIMARY KEY (id),
+    CONSTRAINT job_signals_signal_key_check CHECK (((length(signal_key) >= 1) AND (length(signal_key) <= 255)))
+);
+
+CREATE TABLE workhorse.job_steps (
+    job_id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    recorded_at timestamp with time zone,
+    wake_at timestamp with time zone,
+    signal text,
+    result jsonb,
+    error jsonb,
+    fence bigint NOT NULL,
+    CONSTRAINT job_steps_kind_check CHECK ((kind = ANY (ARRAY['run'::text, 'sleep'::text, 'wait'::text, 'child'::text, 'children'::text]))),
+    CONSTRAINT job_steps_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name)
+);
 
 CREATE TABLE workhorse.job_tags (
     tag text NOT NULL,
@@ -234,6 +269,11 @@ CREATE TABLE workhorse.jobs (
     deadline timestamp with time zone,
     redriven_at timestamp with time zone,
     redrive_count integer DEFAULT 0 NOT NULL,
+    suspended_on text,
+    wake_at timestamp with time zone,
+    parent_id bigint,
+    parent_step text,
+    durable boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_budget_check CHECK (((length(budget) >= 1) AND (length(budget) <= 255))),
     CONSTRAINT jobs_cost_check CHECK (((cost >= 1) AND (cost <= 1000000))),
     CONSTRAINT jobs_feature_level_check CHECK ((feature_level >= 1)),
@@ -243,7 +283,7 @@ CREATE TABLE workhorse.jobs (
     CONSTRAINT jobs_on_failure_check CHECK ((on_failure = ANY (ARRAY['fail'::text, 'hold'::text]))),
     CONSTRAINT jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_rate_cost_check CHECK (((rate_cost >= 1) AND (rate_cost <= 1000000))),
-    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text, 'expired'::text]))),
+    CONSTRAINT jobs_status_check CHECK ((status = ANY (ARRAY['waiting'::text, 'scheduled'::text, 'ready'::text, 'active'::text, 'succeeded'::text, 'failed'::text, 'held'::text, 'canceled'::text, 'expired'::text, 'suspended'::text]))),
     CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255))),
     CONSTRAINT jobs_weight_check CHECK (((weight >= 1) AND (weight <= 1000)))
 );
@@ -551,7 +591,12 @@ CREATE VIEW workhorse.all_jobs AS
     jobs.start_by,
     jobs.deadline,
     jobs.redriven_at,
-    jobs.redrive_count
+    jobs.redrive_count,
+    jobs.suspended_on,
+    jobs.wake_at,
+    jobs.parent_id,
+    jobs.parent_step,
+    jobs.durable
    FROM workhorse.jobs
 UNION ALL
  SELECT job_history.id,
@@ -594,7 +639,12 @@ UNION ALL
     job_history.start_by,
     job_history.deadline,
     job_history.redriven_at,
-    job_history.redrive_count
+    job_history.redrive_count,
+    job_history.suspended_on,
+    job_history.wake_at,
+    job_history.parent_id,
+    job_history.parent_step,
+    job_history.durable
    FROM workhorse.job_history;
 
 CREATE INDEX budget_holds_budget_idx ON workhorse.budget_holds USING btree (budget, lease_until) INCLUDE (units);
@@ -619,11 +669,17 @@ CREATE INDEX job_history_id_idx ON ONLY workhorse.job_history USING btree (id);
 
 CREATE INDEX job_history_tags_tag_idx ON ONLY workhorse.job_history_tags USING btree (tag, job_id);
 
+CREATE INDEX job_signals_job_idx ON workhorse.job_signals USING btree (job_id, name, id);
+
+CREATE UNIQUE INDEX job_signals_key_idx ON workhorse.job_signals USING btree (job_id, name, signal_key) WHERE (signal_key IS NOT NULL);
+
 CREATE INDEX jobs_active_idx ON workhorse.jobs USING btree (queue, lease_until) INCLUDE (ckey) WHERE (status = 'active'::text);
 
 CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease_until) INCLUDE (cost, queue) WHERE ((status = 'active'::text) AND (budget IS NOT NULL));
 
 CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE (status = 'ready'::text);
+
+CREATE INDEX jobs_children_wait_idx ON workhorse.jobs USING btree (id) WHERE ((status = 'suspended'::text) AND (suspended_on = 'children'::text));
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
@@ -631,11 +687,13 @@ CREATE INDEX jobs_finished_idx ON workhorse.jobs USING btree (finished_at, id) W
 
 CREATE INDEX jobs_held_failed_idx ON workhorse.jobs USING btree (status, queue, id) WHERE (status = ANY (ARRAY['held'::text, 'failed'::text, 'canceled'::text, 'expired'::text]));
 
-CREATE INDEX jobs_history_due_idx ON workhorse.jobs USING btree (finished_at) WHERE ((status = ANY (ARRAY['succeeded'::text, 'expired'::text])) AND (workflow_id IS NULL) AND (NOT has_dependents) AND (idempotency_key IS NULL) AND (unique_key IS NULL) AND (job_key IS NULL));
+CREATE INDEX jobs_history_due_idx ON workhorse.jobs USING btree (finished_at) WHERE ((status = ANY (ARRAY['succeeded'::text, 'expired'::text])) AND (workflow_id IS NULL) AND (NOT has_dependents) AND (idempotency_key IS NULL) AND (unique_key IS NULL) AND (job_key IS NULL) AND (NOT durable));
 
 CREATE UNIQUE INDEX jobs_idempotency_idx ON workhorse.jobs USING btree (task, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
 CREATE UNIQUE INDEX jobs_job_key_idx ON workhorse.jobs USING btree (task, job_key) WHERE (job_key IS NOT NULL);
+
+CREATE INDEX jobs_parent_idx ON workhorse.jobs USING btree (parent_id, parent_step, id) WHERE (parent_id IS NOT NULL);
 
 CREATE INDEX jobs_ready_idx ON workhorse.jobs USING btree (queue, rank, id) WHERE (status = 'ready'::text);
 
@@ -650,6 +708,8 @@ CREATE INDEX jobs_scheduled_key_idx ON workhorse.jobs USING btree (queue, ckey, 
 CREATE INDEX jobs_start_by_idx ON workhorse.jobs USING btree (queue, start_by) WHERE ((start_by IS NOT NULL) AND (status = ANY (ARRAY['ready'::text, 'scheduled'::text, 'active'::text])));
 
 CREATE INDEX jobs_succeeded_task_idx ON workhorse.jobs USING btree (task, id) INCLUDE (queue, ckey) WHERE (status = 'succeeded'::text);
+
+CREATE INDEX jobs_suspended_idx ON workhorse.jobs USING btree (queue, wake_at) WHERE (status = 'suspended'::text);
 
 CREATE UNIQUE INDEX jobs_unique_key_idx ON workhorse.jobs USING btree (task, unique_key) WHERE (unique_key IS NOT NULL);
 
@@ -1562,6 +1622,19 @@ AS $function$
     DELETE FROM workhorse.key_heads WHERE queue = p_queue;
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse._durable_level_v1(p_queue text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM workhorse.queue_levels lv
+                   WHERE lv.queue = p_queue AND lv.feature_level >= 2) THEN
+        INSERT INTO workhorse.queue_levels AS lv (queue, feature_level) VALUES (p_queue, 2)
+        ON CONFLICT (queue) DO UPDATE SET feature_level = 2 WHERE lv.feature_level < 2;
+    END IF;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse._ended_v1(p_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1581,9 +1654,24 @@ CREATE OR REPLACE FUNCTION workhorse._ended_v2(p_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_listened boolean;
+    v_parents boolean;
 BEGIN
-    IF p_ids IS NULL OR cardinality(p_ids) = 0
-       OR NOT EXISTS (SELECT 1 FROM workhorse.result_listeners) THEN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    -- Both probes in one statement (each statement's start-up costs more than its probe): a
+    -- parent suspended on its children (docs/design.md "Children") is one probe of
+    -- jobs_children_wait_idx, empty unless a job waits for children.
+    SELECT EXISTS (SELECT 1 FROM workhorse.result_listeners),
+           EXISTS (SELECT 1 FROM workhorse.jobs w
+                   WHERE w.status = 'suspended' AND w.suspended_on = 'children')
+    INTO v_listened, v_parents;
+    IF v_parents THEN
+        PERFORM workhorse._wake_parents_v1(p_ids);
+    END IF;
+    IF NOT v_listened THEN
         RETURN;
     END IF;
     PERFORM pg_notify(workhorse.results_channel_v1(), c.ids)
@@ -1953,7 +2041,31 @@ BEGIN
     )
     SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
+
+    -- Suspended jobs whose timer is due (a durable sleep's end, a wait's timeout) become ready
+    -- the same way; their handler runs again and finds the sleep done, or the wait timed out.
+    WITH woken AS (
+        UPDATE workhorse.jobs j SET status = 'ready', suspended_on = NULL, wake_at = NULL
+        WHERE j.id = ANY(ARRAY(
+                SELECT d.id FROM workhorse.jobs d
+                WHERE d.queue = p_queue AND d.status = 'suspended' AND d.wake_at <= p_now
+                ORDER BY d.queue, d.wake_at
+                LIMIT 1000
+                FOR UPDATE SKIP LOCKED))
+          AND j.status = 'suspended'
+        RETURNING j.ckey
+    )
+    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM woken WHERE ckey <> '';
+    PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._prune_durable_v1(p_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    DELETE FROM workhorse.job_steps s WHERE s.job_id = ANY(p_ids);
+    DELETE FROM workhorse.job_signals g WHERE g.job_id = ANY(p_ids);
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._prune_history_v1(p_limit integer, p_cutoff timestamp with time zone, p_statuses text[])
@@ -2086,7 +2198,7 @@ DECLARE
     v_error jsonb;
 BEGIN
     IF OLD.status IS DISTINCT FROM 'active'
-       OR (NEW.status IN ('active', 'succeeded', 'ready') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
+       OR (NEW.status IN ('active', 'succeeded', 'ready', 'suspended') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
     THEN
         RETURN NULL;  -- not the end of an attempt (the WHEN clause lets none of these through)
     END IF;
@@ -2311,6 +2423,36 @@ BEGIN
                 SELECT 1 FROM workhorse.jobs j
                 WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= p_now
                   AND NOT (j.task = ANY(p_tasks))));
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._wake_parents_v1(p_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_parent bigint;
+    v_queue text;
+    v_key text;
+BEGIN
+    FOR v_parent IN
+        SELECT DISTINCT c.parent_id FROM workhorse.jobs c
+        WHERE c.id = ANY(p_ids) AND c.parent_id IS NOT NULL
+        ORDER BY 1
+    LOOP
+        PERFORM 1 FROM workhorse.jobs p WHERE p.id = v_parent FOR NO KEY UPDATE;
+        UPDATE workhorse.jobs p SET status = 'ready', suspended_on = NULL, wake_at = NULL
+        WHERE p.id = v_parent AND p.status = 'suspended' AND p.suspended_on = 'children'
+          AND NOT EXISTS (SELECT 1 FROM workhorse.jobs c
+                          WHERE c.parent_id = v_parent
+                            AND c.status NOT IN ('succeeded', 'failed', 'held', 'canceled',
+                                                 'expired'))
+        RETURNING p.queue, p.ckey INTO v_queue, v_key;
+        IF FOUND THEN
+            PERFORM workhorse._hint_keys_v2(v_queue, ARRAY[v_key]);
+            PERFORM workhorse._wake_v1(v_queue);
+        END IF;
+    END LOOP;
 END
 $function$;
 
@@ -2554,6 +2696,29 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.adopt_children_v1(p_id bigint, p_fence bigint, p_name text, p_children bigint[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text;
+BEGIN
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE workhorse.jobs c SET parent_id = p_id, parent_step = p_name, durable = true
+    WHERE c.id = ANY(p_children);
+    FOR v_queue IN SELECT DISTINCT c.queue FROM workhorse.jobs c WHERE c.id = ANY(p_children)
+    LOOP
+        PERFORM workhorse._durable_level_v1(v_queue);
+    END LOOP;
+    RETURN true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.backoff_v1(p_id bigint, p_fence bigint, p_seconds double precision, p_scope text, p_budget text, p_release boolean, p_retention text)
  RETURNS TABLE(status text, scope text, name text, ckey text, until timestamp with time zone)
  LANGUAGE plpgsql
@@ -2707,8 +2872,17 @@ DECLARE
     v_keys text[];
     v_at timestamptz := clock_timestamp();
 BEGIN
+    -- A parent's children that have not finished go with it (docs/design.md "Children"), and
+    -- theirs: one probe of jobs_parent_idx per id, none found for jobs without children.
+    p_ids := p_ids || ARRAY(
+        WITH RECURSIVE kids(id) AS (
+            SELECT c.id FROM workhorse.jobs c WHERE c.parent_id = ANY(p_ids)
+            UNION
+            SELECT c.id FROM workhorse.jobs c JOIN kids k ON c.parent_id = k.id
+        )
+        SELECT k.id FROM kids k);
     PERFORM 1 FROM workhorse.jobs j
-    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held')
+    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held', 'suspended')
     ORDER BY j.queue, j.id
     FOR UPDATE;
     WITH locked AS (
@@ -2730,7 +2904,7 @@ BEGIN
         UPDATE workhorse.jobs j
         SET status = 'canceled', finished_at = v_at, lease_until = NULL,
             expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
-        WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held')
+        WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held', 'suspended')
         RETURNING j.id, j.queue, j.ckey
     )
     SELECT array_agg(id ORDER BY id), array_agg(queue), array_agg(ckey)
@@ -3375,7 +3549,7 @@ BEGIN
         -- The plain queue, a governed queue's usual case (issue #40): its policy's one rule is
         -- max_active (no per-key limit, no rate, no fair share, level 1), and it has no control
         -- row (a pause, an override), no named budget, no job of a newer level, no expired
-        -- lease to reclaim, and no scheduled job due. One statement says so and counts its
+        -- lease to reclaim, and no scheduled job or suspended timer due. One statement says so and counts its
         -- active jobs, one more takes and activates the jobs: what the paths below do there
         -- (the row walk, at most the room), in two statements instead of about ten. A small
         -- claim's cost is mostly each statement's executor start-up, not its rows. Any other
@@ -3404,7 +3578,10 @@ BEGIN
                             AND j.lease_until <= v_now)
           AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
                           WHERE j.queue = p.queue AND j.status = 'scheduled'
-                            AND j.run_at <= v_now);
+                            AND j.run_at <= v_now)
+          AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
+                          WHERE j.queue = p.queue AND j.status = 'suspended'
+                            AND j.wake_at <= v_now);
         IF FOUND THEN
             v_room := LEAST(p_limit, v_max - v_active);
             IF v_room > 0 THEN
@@ -3475,7 +3652,10 @@ BEGIN
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now),
            EXISTS (SELECT 1 FROM workhorse.jobs j
-                   WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now),
+                   WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now)
+           OR EXISTS (SELECT 1 FROM workhorse.jobs j
+                      WHERE j.queue = p_queue AND j.status = 'suspended'
+                        AND j.wake_at <= v_now),
            EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue),
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.start_by IS NOT NULL AND j.start_by <= v_now
@@ -5630,7 +5810,7 @@ BEGIN
         SELECT j.id FROM workhorse.jobs j
         WHERE j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
           AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
-          AND j.job_key IS NULL
+          AND j.job_key IS NULL AND NOT j.durable
           AND j.finished_at <= now() - make_interval(secs => p_after)
         ORDER BY j.finished_at
         LIMIT p_limit);
@@ -5648,7 +5828,7 @@ BEGIN
         WHERE j.id = ANY(v_ids)
           AND j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
           AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
-          AND j.job_key IS NULL
+          AND j.job_key IS NULL AND NOT j.durable
         RETURNING j.*
     ), kept AS (
         INSERT INTO workhorse.job_history SELECT * FROM gone
@@ -5769,6 +5949,7 @@ BEGIN
         END IF;
     END IF;
     -- A job's tag rows go with it (migrations/0002_0.3.0.sql, "tags"), found by its own tags.
+    PERFORM workhorse._prune_durable_v1(v_ids);
     WITH gone AS (
         DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids) RETURNING j.id, j.tags
     )
@@ -5776,6 +5957,9 @@ BEGIN
     USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
     WHERE t.tag = d.tag AND t.job_id = d.id;
     IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
+        PERFORM workhorse._prune_durable_v1(ARRAY(
+            SELECT j.id FROM workhorse.jobs j
+            WHERE j.workflow_id = ANY(v_workflows) AND j.durable));
         WITH gone AS (
             DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
             RETURNING j.id, j.tags
@@ -5838,6 +6022,36 @@ BEGIN
     USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
     WHERE t.tag = d.tag AND t.job_id = d.id;
     RETURN QUERY SELECT u.id, v_audit FROM unnest(v_ids) AS u(id);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.record_step_v1(p_id bigint, p_fence bigint, p_name text, p_kind text, p_result jsonb, p_error jsonb)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_queue text;
+    v_durable boolean;
+BEGIN
+    -- The row lock keeps a reclaim (a new fence) from committing between the check and the
+    -- record; `IN ('active', '')` as in fail_v2 (a lookup by id, never the active index).
+    SELECT j.queue, j.durable INTO v_queue, v_durable FROM workhorse.jobs j
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT v_durable THEN
+        UPDATE workhorse.jobs j SET durable = true WHERE j.id = p_id;
+        PERFORM workhorse._durable_level_v1(v_queue);
+    END IF;
+    INSERT INTO workhorse.job_steps AS s (job_id, name, kind, recorded_at, result, error, fence)
+    VALUES (p_id, p_name, p_kind, clock_timestamp(), p_result, p_error, p_fence)
+    ON CONFLICT (job_id, name) DO UPDATE
+        SET recorded_at = excluded.recorded_at, result = excluded.result,
+            error = excluded.error, fence = excluded.fence
+        WHERE s.recorded_at IS NULL;
+    RETURN true;
 END
 $function$;
 
@@ -6406,6 +6620,43 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION workhorse.signal_v1(p_id bigint, p_name text, p_payload jsonb, p_key text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_job workhorse.jobs%ROWTYPE;
+    v_id bigint;
+BEGIN
+    SELECT * INTO v_job FROM workhorse.jobs j WHERE j.id = p_id FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist (or has been pruned): it cannot take a signal', p_id
+            USING ERRCODE = 'WH005';
+    END IF;
+    IF v_job.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired') THEN
+        RAISE EXCEPTION 'job % has finished (%): it cannot take a signal', p_id, v_job.status
+            USING ERRCODE = 'WH005';
+    END IF;
+    INSERT INTO workhorse.job_signals (job_id, name, signal_key, payload)
+    VALUES (p_id, p_name, p_key, p_payload)
+    ON CONFLICT (job_id, name, signal_key) WHERE signal_key IS NOT NULL DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        RETURN 'duplicate';
+    END IF;
+    IF v_job.status = 'suspended' AND v_job.suspended_on = 'signal'
+       AND EXISTS (SELECT 1 FROM workhorse.job_steps s
+                   WHERE s.job_id = p_id AND s.recorded_at IS NULL AND s.kind = 'wait'
+                     AND s.signal = p_name) THEN
+        UPDATE workhorse.jobs j SET status = 'ready', suspended_on = NULL, wake_at = NULL
+        WHERE j.id = p_id;
+        PERFORM workhorse._hint_keys_v2(v_job.queue, ARRAY[v_job.ckey]);
+        PERFORM workhorse._wake_v1(v_job.queue);
+    END IF;
+    RETURN 'delivered';
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION workhorse.snooze_v1(p_id bigint, p_fence bigint, p_delay double precision, p_retention text)
  RETURNS text
  LANGUAGE plpgsql
@@ -6481,6 +6732,78 @@ BEGIN
     END IF;
     IF v_status = 'canceled' THEN
         PERFORM workhorse._ended_v2(ARRAY[p_id]);
+    END IF;
+    RETURN v_status;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse.suspend_v1(p_id bigint, p_fence bigint, p_name text, p_kind text, p_reason text, p_wake_at timestamp with time zone, p_signal text, p_retention text)
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_job workhorse.jobs%ROWTYPE;
+    v_at timestamptz := clock_timestamp();
+    v_met boolean;
+    v_status text;
+BEGIN
+    SELECT * INTO v_job FROM workhorse.jobs j
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        SELECT j.status INTO v_status FROM workhorse.jobs j
+        WHERE j.id = p_id AND j.fence = p_fence
+          AND j.status IN ('suspended', 'ready', 'canceled')
+          AND EXISTS (SELECT 1 FROM workhorse.job_steps s
+                      WHERE s.job_id = p_id AND s.name = p_name AND s.fence = p_fence);
+        RETURN v_status;
+    END IF;
+    IF v_job.cancel_requested_at IS NOT NULL THEN
+        UPDATE workhorse.jobs j
+        SET status = 'canceled', finished_at = v_at, lease_until = NULL,
+            expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
+        WHERE j.id = p_id;
+        PERFORM workhorse._wake_v1(v_job.queue);
+        PERFORM workhorse._ended_v2(ARRAY[p_id]);
+        RETURN 'canceled';
+    END IF;
+    PERFORM workhorse._durable_level_v1(v_job.queue);
+    INSERT INTO workhorse.job_steps AS s (job_id, name, kind, wake_at, signal, fence)
+    VALUES (p_id, p_name, p_kind, p_wake_at, p_signal, p_fence)
+    ON CONFLICT (job_id, name) DO UPDATE
+        SET fence = excluded.fence,
+            -- A suspension point keeps the end it was first given (a sleep of "2h" reached
+            -- again by a rerun does not start over); a wait's timeout likewise.
+            wake_at = COALESCE(s.wake_at, excluded.wake_at), signal = excluded.signal
+        WHERE s.recorded_at IS NULL;
+    v_met := CASE p_reason
+        WHEN 'sleep' THEN p_wake_at IS NOT NULL AND p_wake_at <= v_at
+        WHEN 'signal' THEN
+            EXISTS (SELECT 1 FROM workhorse.job_signals g
+                    WHERE g.job_id = p_id AND g.name = p_signal AND g.consumed_at IS NULL)
+            OR (p_wake_at IS NOT NULL AND p_wake_at <= v_at)
+        WHEN 'children' THEN
+            NOT EXISTS (SELECT 1 FROM workhorse.jobs c
+                        WHERE c.parent_id = p_id
+                          AND c.status NOT IN ('succeeded', 'failed', 'held', 'canceled',
+                                               'expired'))
+        ELSE false END;
+    UPDATE workhorse.jobs j
+    SET status = CASE WHEN v_met THEN 'ready' ELSE 'suspended' END,
+        suspended_on = CASE WHEN v_met THEN NULL ELSE p_reason END,
+        wake_at = CASE WHEN v_met THEN NULL ELSE p_wake_at END,
+        attempts = j.attempts - 1,
+        lease_until = NULL,
+        durable = true
+    WHERE j.id = p_id
+    RETURNING j.status INTO v_status;
+    IF v_met THEN
+        PERFORM workhorse._hint_keys_v2(v_job.queue, ARRAY[v_job.ckey]);
+        PERFORM workhorse._wake_v1(v_job.queue);
+    ELSIF EXISTS (SELECT 1 FROM workhorse.policies WHERE queue = v_job.queue)
+          OR EXISTS (SELECT 1 FROM workhorse.queue_controls WHERE queue = v_job.queue)
+          OR v_job.budget IS NOT NULL THEN
+        PERFORM workhorse._wake_v1(v_job.queue);  -- room was freed
     END IF;
     RETURN v_status;
 END
@@ -6988,7 +7311,41 @@ BEGIN
 END
 $function$;
 
-CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
+CREATE OR REPLACE FUNCTION workhorse.wait_signal_v1(p_id bigint, p_fence bigint, p_name text, p_signal text)
+ RETURNS TABLE(found boolean, payload jsonb)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_signal bigint;
+    v_payload jsonb;
+BEGIN
+    -- The job's row first, as signal_v1 locks it: a signal committing meanwhile is either seen
+    -- here or finds the job suspended.
+    PERFORM 1 FROM workhorse.jobs j
+    WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT NULL::boolean, NULL::jsonb;
+        RETURN;
+    END IF;
+    SELECT g.id, g.payload INTO v_signal, v_payload FROM workhorse.job_signals g
+    WHERE g.job_id = p_id AND g.name = p_signal AND g.consumed_at IS NULL
+    ORDER BY g.id
+    LIMIT 1
+    FOR UPDATE;
+    IF v_signal IS NULL THEN
+        RETURN QUERY SELECT false, NULL::jsonb;
+        RETURN;
+    END IF;
+    UPDATE workhorse.job_signals g SET consumed_at = clock_timestamp(), consumed_by = p_name
+    WHERE g.id = v_signal;
+    PERFORM workhorse.record_step_v1(p_id, p_fence, p_name, 'wait', v_payload, NULL);
+    RETURN QUERY SELECT true, v_payload;
+END
+$function$;
+
+CREATE TRIGGER jobs_attempt_ended AFTER UPDATE ON workhorse.jobs FOR EACH ROW WHEN (((old.status = 'active'::text) AND ((new.status <> ALL (ARRAY['active'::text, 'succeeded'::text, 'ready'::text, 'suspended'::text])) OR (new.fence IS DISTINCT FROM old.fence)))) EXECUTE FUNCTION workhorse._record_attempt_v1();
 
 CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EACH ROW WHEN ((((new.workflow_id IS NOT NULL) OR new.has_dependents) AND (new.status IS DISTINCT FROM old.status))) EXECUTE FUNCTION workhorse._workflow_changed_v1();
 

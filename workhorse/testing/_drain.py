@@ -97,6 +97,7 @@ async def _drain(
     statements on a sync connection (the framework's `joined` one, else its own) that never
     suspend, sync handlers in this thread, async ones on a loop of their own."""
     # The worker's own parts, imported here: `import workhorse.testing` stays light.
+    from ..durable import StepStore
     from ..worker._threads import InCallerThread
     from ..worker.executor import Execution, Executor, Outcome
     from ..worker.recorder import OutcomeRecorder, Recorded
@@ -123,8 +124,14 @@ async def _drain(
             conn = await psycopg.AsyncConnection.connect(
                 url, autocommit=True, application_name=database.application_name("drain"))
     backoffs: list[tuple[Execution, Any]] = []  # current_job().backoff(): for the recorder
+    # Durable steps on the framework's connection (its transaction holds the jobs), else on
+    # connections of their own.
+    steps = (StepStore(None, app.enqueue_calls, connection=joined) if joined is not None
+             else StepStore(lambda: database.connect(app.database_url, role="drain-steps",
+                                                     autocommit=True),
+                            app.enqueue_calls))
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
-                        retention=_ops.retention_json(app.retention),
+                        retention=_ops.retention_json(app.retention), step_store=steps,
                         threads=InCallerThread() if loopless else None,
                         renew=lambda execution: heartbeats.renewer(execution.job, execution)(),
                         back_off=lambda execution, signal: backoffs.append((execution, signal)))
@@ -207,6 +214,7 @@ async def _drain(
         if progress is not None:
             progress.stop()
         executor.threads.close()
+        steps.close()
         heartbeats.close()
         await conn.close()  # the recorder's too: it flushed each outcome as it came
     return DrainReport(**counts)

@@ -17,7 +17,7 @@ from ..app import App
 from ..errors import InvalidOptionsError
 from ..handle import JobHandle
 from ..task import Call, Task
-from ..types import Attempt, ClaimedJob, Job, JobStatus, Progress
+from ..types import Attempt, ClaimedJob, Job, JobStatus, Progress, Step
 from ._loops import on_a_loop, without_loop
 
 # A handler that snoozes this many times in a row under eager() fails: it would never end.
@@ -115,6 +115,13 @@ class EagerRunner:
 
     async def get_attempts_async(self, job_id: int) -> list[Attempt] | None:
         return self.get_attempts(job_id)
+
+    def get_steps(self, job_id: int) -> list[Step]:
+        """Eager jobs keep no steps: they run once, in the caller, with no store."""
+        return []
+
+    async def get_steps_async(self, job_id: int) -> list[Step]:
+        return []
 
     def wait_for(self, job_id: int, timeout: float | None) -> bool:
         return True  # every eager job has ended by the time its handle exists

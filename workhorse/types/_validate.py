@@ -132,7 +132,7 @@ UNIQUE_BY = ("args", "queue", "concurrency_key")
 UNIQUE_STATES_DEFAULT = ("waiting", "scheduled", "ready", "active")
 # What `Unique.states` may name: every status a job can be in (workflows add `waiting`).
 JOB_STATUSES = ("waiting", "scheduled", "ready", "active", "succeeded", "failed", "held",
-                "canceled", "expired")
+                "canceled", "expired", "suspended")
 JOB_KEY_MODES = ("replace", "preserve_run_at")
 
 

@@ -29,6 +29,7 @@ class JobStatus(enum.StrEnum):
     HELD = "held"
     CANCELED = "canceled"
     EXPIRED = "expired"
+    SUSPENDED = "suspended"
 
     @classmethod
     def of_row(cls, value: str) -> JobStatus:
@@ -272,6 +273,12 @@ class Job:
     # after which this job will not start (its expiry until it first starts, then its deadline).
     deadline: datetime | None = None
     start_by: datetime | None = None
+    # docs/design.md "Durable execution": while `suspended`, what it waits for ("sleep",
+    # "signal", "children") and when its timer (a sleep's end, a wait's timeout) wakes it; the
+    # job whose child it is.
+    suspended_on: str | None = None
+    wake_at: datetime | None = None
+    parent_id: int | None = None
 
     @property
     def resting(self) -> bool:
@@ -281,6 +288,37 @@ class Job:
         True
         """
         return self.status in RESTING
+
+
+STEP_KINDS = ("run", "sleep", "wait", "child", "children")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One named step of a job (docs/design.md "Durable execution"), as `JobHandle.steps()`
+    lists them, in the order the job first reached them. `recorded_at` is None while the step
+    is pending: a sleep, wait or children step the job is suspended on. `result` is the step's
+    JSON result (a wait's payload, the children's results); `error` the error document of a
+    wait that timed out or a child that failed; `wake_at` a sleep's end or a wait's timeout;
+    `signal` the signal a wait takes.
+
+    >>> Step(name="charge", kind="run", recorded_at=None, result=None, error=None).pending
+    True
+    """
+
+    name: str
+    kind: str
+    recorded_at: datetime | None
+    result: Any
+    error: dict[str, Any] | None
+    created_at: datetime | None = None
+    wake_at: datetime | None = None
+    signal: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether the step is a suspension point not satisfied yet."""
+        return self.recorded_at is None
 
 
 ATTEMPT_OUTCOMES = ("failed", "retried", "snoozed", "lost", "canceled", "succeeded", "redriven")

@@ -33,6 +33,7 @@ from opentelemetry import trace
 from .. import _ops, context, telemetry
 from .._ops import encode_json, error_document
 from ..context import Backoff, JobContext, Retry, Snooze
+from ..durable import AsyncSteps, Steps, StepStore, Suspended, steps_for
 from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
@@ -61,6 +62,7 @@ class Execution:
     # (one assignment: a reader in another thread never sees a torn value); seq counts the calls.
     progress: tuple[int, int | float, int | float | None, str | None] | None = None
     progress_written: int = 0  # the highest seq sent to the database
+    steps: Any = None  # this run's durable steps, made at the handler's first step call
 
     def report(self, done: int | float, total: int | float | None, message: str | None) -> None:
         """current_job().progress(): keep the latest value (checked already); no round trip."""
@@ -95,11 +97,13 @@ class Outcome:
     retry_at: datetime | None = None
     snooze: float | None = None  # Snooze(delay): seconds until the job comes back
     backoff: Backoff | None = None  # raised Backoff: its scope backs off, the job is ready again
+    suspend: Suspended | None = None  # a durable step suspended the job
     duration: float = 0.0  # seconds the handler ran
 
     @property
     def succeeded(self) -> bool:
-        return self.error is None and self.snooze is None and self.backoff is None
+        return (self.error is None and self.snooze is None and self.backoff is None
+                and self.suspend is None)
 
     @property
     def retry_delay(self) -> float | None:
@@ -151,8 +155,11 @@ class Executor:
         retention: str = _ops.DEFAULT_RETENTION_JSON,
         renew: Callable[[Execution], None] | None = None,
         back_off: Callable[[Execution, Backoff], None] | None = None,
+        step_store: StepStore | None = None,
     ) -> None:
         self.tasks = dict(tasks)
+        # Where durable steps are read and recorded (None: a step call raises).
+        self.step_store = step_store
         # JobContext.heartbeat(): renew this job's lease now (StaleLeaseError when it is lost).
         self.renew = renew
         # JobContext.backoff(): have this backoff written (thread-safe; None: not recorded).
@@ -179,7 +186,15 @@ class Executor:
             renew=(lambda: renew(execution)) if renew is not None else _no_renewal,
             report=execution.report,
             back_off=(lambda signal: back_off(execution, signal)) if back_off is not None
-            else _not_recorded)
+            else _not_recorded,
+            steps=functools.partial(self._steps, execution))
+
+    def _steps(self, execution: Execution) -> Steps | AsyncSteps:
+        if execution.steps is None:
+            task = execution.task
+            execution.steps = steps_for(execution.job.id, execution.job.fence, self.step_store,
+                                        task is not None and task.is_async)
+        return execution.steps
 
     async def run(self, execution: Execution) -> Outcome | None:
         job, task = execution.job, execution.task
@@ -225,6 +240,11 @@ class Executor:
                 if execution.lost:
                     return None
                 outcome = Outcome(execution, backoff=exc)
+                return outcome
+            except Suspended as exc:
+                if execution.lost:
+                    return None
+                outcome = Outcome(execution, suspend=exc)
                 return outcome
             except Exception as exc:
                 outcome = self._failure(execution, exc)
@@ -325,7 +345,7 @@ def _call_sync(
         error.__cause__ = raised  # a late exception still shows in the traceback
         return _Raised(error)
     if raised is not None:
-        if isinstance(raised, (SystemExit, KeyboardInterrupt)):
+        if isinstance(raised, (SystemExit, KeyboardInterrupt, Suspended)):
             return _Raised(raised)
         raise raised
     return value

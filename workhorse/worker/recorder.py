@@ -3,7 +3,8 @@
 Successes go in one `complete` statement per flush: the batch is whatever finished while the
 previous flush was in flight, so a busy slot pays one round trip for many jobs and an idle one
 pays no delay. Failures go one by one to `fail`, with the retry time the executor chose.
-Backoffs a running handler asked for (`current_job().backoff()`) go first, one by one.
+Backoffs a running handler asked for (`current_job().backoff()`) go first, one by one. A
+suspension (a durable step's `Suspended`) goes with the failures, to `suspend`.
 
 Successes of the queues named in `ride` do not wait for a flush: they ride on the slot's next
 claim of their queue (`take_riding`, then `counted` with what the claim recorded), which frees
@@ -199,6 +200,11 @@ class OutcomeRecorder:
                 if outcome.snooze is not None:
                     status = await _ops.execute_async(conn, _ops.snooze(
                         execution.job_id, execution.fence, outcome.snooze, execution.retention))
+                elif outcome.suspend is not None:
+                    point = outcome.suspend
+                    status = await _ops.execute_async(conn, _ops.suspend(
+                        execution.job_id, execution.fence, point.name, point.kind,
+                        point.reason, point.wake_at, point.signal, execution.retention))
                 elif outcome.backoff is not None:
                     signal = outcome.backoff
                     status, state = await _ops.execute_async(conn, _ops.backoff(
@@ -277,6 +283,11 @@ class OutcomeRecorder:
             line("snoozed", detail=f"back in {outcome.snooze:g}s, its attempt not used")
         elif outcome.backoff is not None and status == JobStatus.READY:
             line("backed off", detail="ready again, its attempt not used")
+        elif outcome.suspend is not None and status in (JobStatus.SUSPENDED, JobStatus.READY):
+            point = outcome.suspend
+            line("suspended", detail=f"at step {point.name!r} ({point.reason})"
+                 + (", its cause already there: ready again" if status == JobStatus.READY
+                    else ""))
         elif status == JobStatus.SCHEDULED:
             telemetry.jobs_retried.add(1, attributes)
             line("retried", detail=f"attempt {job.attempts}/{job.max_attempts} failed: {what}")

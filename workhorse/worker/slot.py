@@ -43,6 +43,7 @@ import psycopg
 
 from .. import _ops, telemetry
 from ..context import Backoff
+from ..durable import StepStore
 from ..errors import StaleLeaseError, first_line
 from ..types import ClaimedJob, JobStatus
 from . import _shared, hooks
@@ -100,6 +101,7 @@ def governed_chunk(
 _RECORDED_STAT = {
     JobStatus.SUCCEEDED: _shared.SUCCEEDED,
     JobStatus.READY: _shared.RELEASED,  # it raised Backoff: ready again, its attempt given back
+    JobStatus.SUSPENDED: _shared.RELEASED,  # a durable step: its place given back until it wakes
     JobStatus.SCHEDULED: _shared.RETRIED,
     JobStatus.HELD: _shared.HELD,
     JobStatus.FAILED: _shared.FAILED,
@@ -195,11 +197,14 @@ class Slot:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._wake = _Flag()
+        # Durable steps (docs/design.md "Durable execution") on connections of their own, opened
+        # at the first step a job of this slot calls.
+        self.step_store = StepStore(self._connect_steps, self.app.enqueue_calls)
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             threads=hooks.handler_threads(self.config.concurrency, f"workhorse-slot{self.index}"),
             retention=_ops.retention_json(self.app.retention), renew=self._renew_now,
-            back_off=self._back_off_from_handler,
+            back_off=self._back_off_from_handler, step_store=self.step_store,
         )
         self.recorder = OutcomeRecorder(
             lambda: self._connect("outcomes"), self._recorded,
@@ -231,6 +236,7 @@ class Slot:
                 services.cancel_scope.cancel()
         finally:
             keeper.stop()
+            self.step_store.close()
             await _close_quietly(self._claim_conn)
         return 0
 
@@ -288,6 +294,13 @@ class Slot:
         )
         conn.add_notice_handler(_log_server_warning)
         _ops.use_fast_json(conn)
+        return conn
+
+    def _connect_steps(self) -> psycopg.Connection[Any]:
+        """A connection for durable steps (called in a handler's thread, never on the loop)."""
+        conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=10,
+                               application_name=f"workhorse-slot{self.index}-steps")
+        conn.add_notice_handler(_log_server_warning)
         return conn
 
     # ---- claiming --------------------------------------------------------------------------

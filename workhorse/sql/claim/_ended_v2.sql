@@ -4,13 +4,29 @@
 -- to the transaction that sends it: its commit takes PostgreSQL's one notification lock, and
 -- every listening session of the database (each supervisor's wake-up listener) is signalled to
 -- read it, whatever its channel. With 8 supervisors on one budget, the claims' results NOTIFY
--- was a quarter of the server's CPU for a job nobody awaited (issue #40).
+-- was a quarter of the server's CPU for a job nobody awaited (issue #40). And wake the parents
+-- whose last child this was (_wake_parents_v1).
 CREATE FUNCTION workhorse._ended_v2(p_ids bigint[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_listened boolean;
+    v_parents boolean;
 BEGIN
-    IF p_ids IS NULL OR cardinality(p_ids) = 0
-       OR NOT EXISTS (SELECT 1 FROM workhorse.result_listeners) THEN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN;
+    END IF;
+    -- Both probes in one statement (each statement's start-up costs more than its probe): a
+    -- parent suspended on its children (docs/design.md "Children") is one probe of
+    -- jobs_children_wait_idx, empty unless a job waits for children.
+    SELECT EXISTS (SELECT 1 FROM workhorse.result_listeners),
+           EXISTS (SELECT 1 FROM workhorse.jobs w
+                   WHERE w.status = 'suspended' AND w.suspended_on = 'children')
+    INTO v_listened, v_parents;
+    IF v_parents THEN
+        PERFORM workhorse._wake_parents_v1(p_ids);
+    END IF;
+    IF NOT v_listened THEN
         RETURN;
     END IF;
     PERFORM pg_notify(workhorse.results_channel_v1(), c.ids)

@@ -2,7 +2,8 @@
 --  * an expired lease whose job has no attempts left ends the job (failed, or held);
 --  * scheduled jobs that are due become ready (and hint their keys, in every queue that keeps
 --    heads: a per-key limit, or fair share, _keyed_v2), so that a retry or a snooze that falls
---    due on a fair queue is seen by its claim.
+--    due on a fair queue is seen by its claim;
+--  * suspended jobs whose timer is due become ready too (docs/design.md "Durable execution").
 CREATE FUNCTION workhorse._prepare_queue_v2(p_queue text, p_now timestamptz) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -48,6 +49,22 @@ BEGIN
         RETURNING j.ckey
     )
     SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
+    PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
+
+    -- Suspended jobs whose timer is due (a durable sleep's end, a wait's timeout) become ready
+    -- the same way; their handler runs again and finds the sleep done, or the wait timed out.
+    WITH woken AS (
+        UPDATE workhorse.jobs j SET status = 'ready', suspended_on = NULL, wake_at = NULL
+        WHERE j.id = ANY(ARRAY(
+                SELECT d.id FROM workhorse.jobs d
+                WHERE d.queue = p_queue AND d.status = 'suspended' AND d.wake_at <= p_now
+                ORDER BY d.queue, d.wake_at
+                LIMIT 1000
+                FOR UPDATE SKIP LOCKED))
+          AND j.status = 'suspended'
+        RETURNING j.ckey
+    )
+    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM woken WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
 END
 $$;

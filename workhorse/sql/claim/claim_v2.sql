@@ -243,7 +243,7 @@ BEGIN
         -- The plain queue, a governed queue's usual case (issue #40): its policy's one rule is
         -- max_active (no per-key limit, no rate, no fair share, level 1), and it has no control
         -- row (a pause, an override), no named budget, no job of a newer level, no expired
-        -- lease to reclaim, and no scheduled job due. One statement says so and counts its
+        -- lease to reclaim, and no scheduled job or suspended timer due. One statement says so and counts its
         -- active jobs, one more takes and activates the jobs: what the paths below do there
         -- (the row walk, at most the room), in two statements instead of about ten. A small
         -- claim's cost is mostly each statement's executor start-up, not its rows. Any other
@@ -272,7 +272,10 @@ BEGIN
                             AND j.lease_until <= v_now)
           AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
                           WHERE j.queue = p.queue AND j.status = 'scheduled'
-                            AND j.run_at <= v_now);
+                            AND j.run_at <= v_now)
+          AND NOT EXISTS (SELECT 1 FROM workhorse.jobs j
+                          WHERE j.queue = p.queue AND j.status = 'suspended'
+                            AND j.wake_at <= v_now);
         IF FOUND THEN
             v_room := LEAST(p_limit, v_max - v_active);
             IF v_room > 0 THEN
@@ -343,7 +346,10 @@ BEGIN
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.status = 'active' AND j.lease_until <= v_now),
            EXISTS (SELECT 1 FROM workhorse.jobs j
-                   WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now),
+                   WHERE j.queue = p_queue AND j.status = 'scheduled' AND j.run_at <= v_now)
+           OR EXISTS (SELECT 1 FROM workhorse.jobs j
+                      WHERE j.queue = p_queue AND j.status = 'suspended'
+                        AND j.wake_at <= v_now),
            EXISTS (SELECT 1 FROM workhorse.key_hints h WHERE h.queue = p_queue),
            EXISTS (SELECT 1 FROM workhorse.jobs j
                    WHERE j.queue = p_queue AND j.start_by IS NOT NULL AND j.start_by <= v_now

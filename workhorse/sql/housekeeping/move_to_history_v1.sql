@@ -23,7 +23,7 @@ BEGIN
         SELECT j.id FROM workhorse.jobs j
         WHERE j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
           AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
-          AND j.job_key IS NULL
+          AND j.job_key IS NULL AND NOT j.durable
           AND j.finished_at <= now() - make_interval(secs => p_after)
         ORDER BY j.finished_at
         LIMIT p_limit);
@@ -41,7 +41,7 @@ BEGIN
         WHERE j.id = ANY(v_ids)
           AND j.status IN ('succeeded', 'expired') AND j.workflow_id IS NULL
           AND NOT j.has_dependents AND j.idempotency_key IS NULL AND j.unique_key IS NULL
-          AND j.job_key IS NULL
+          AND j.job_key IS NULL AND NOT j.durable
         RETURNING j.*
     ), kept AS (
         INSERT INTO workhorse.job_history SELECT * FROM gone

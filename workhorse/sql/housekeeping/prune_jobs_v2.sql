@@ -83,6 +83,7 @@ BEGIN
         END IF;
     END IF;
     -- A job's tag rows go with it (migrations/0002_0.3.0.sql, "tags"), found by its own tags.
+    PERFORM workhorse._prune_durable_v1(v_ids);
     WITH gone AS (
         DELETE FROM workhorse.jobs j WHERE j.id = ANY(v_ids) RETURNING j.id, j.tags
     )
@@ -90,6 +91,9 @@ BEGIN
     USING (SELECT g.id, x.tag FROM gone g CROSS JOIN LATERAL unnest(g.tags) AS x(tag)) AS d
     WHERE t.tag = d.tag AND t.job_id = d.id;
     IF v_workflows IS NOT NULL AND cardinality(v_workflows) > 0 THEN
+        PERFORM workhorse._prune_durable_v1(ARRAY(
+            SELECT j.id FROM workhorse.jobs j
+            WHERE j.workflow_id = ANY(v_workflows) AND j.durable));
         WITH gone AS (
             DELETE FROM workhorse.jobs j WHERE j.workflow_id = ANY(v_workflows)
             RETURNING j.id, j.tags

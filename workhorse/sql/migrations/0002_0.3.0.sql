@@ -504,6 +504,69 @@ CREATE TABLE workhorse.audit_log (
     reason           text        CHECK (length(reason) BETWEEN 1 AND 1000)
 );
 
+-- ==== durable execution =========================================================================
+-- Durable execution (issue #42, docs/design.md "Durable execution"): a job records named steps
+-- (`job_steps`) under its fence, and may suspend: status `suspended`, its lease ended, its
+-- place and units free, its attempt given back, until its cause wakes it (`suspended_on`:
+-- "sleep" or a wait's timeout at `wake_at`, "signal" when a signal it waits for commits,
+-- "children" when its last child ends), in the transaction that commits the cause. A timer is
+-- woken by the claim's housekeeping of its queue, as a scheduled job falls due.
+--
+-- Feature level: a job that records a step or suspends is at level 2 (a 0.2.0 claim never takes
+-- it: it would not know its steps), and so are its children (a 0.2.0 outcome would not wake
+-- their parent). Such jobs stay in `jobs` until pruned (`durable`: the history mover leaves
+-- them, so that a parent reads its children and a job its steps in one place); their steps and
+-- signals go with them when pruned.
+ALTER TABLE workhorse.jobs
+    ADD COLUMN suspended_on text,
+    ADD COLUMN wake_at timestamptz,
+    ADD COLUMN parent_id bigint,
+    ADD COLUMN parent_step text,
+    ADD COLUMN durable boolean NOT NULL DEFAULT false;
+ALTER TABLE workhorse.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE workhorse.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
+    ('waiting', 'scheduled', 'ready', 'active', 'succeeded', 'failed', 'held', 'canceled',
+     'expired', 'suspended'));
+-- The claim's timer probe and health's counts: a queue's suspended jobs by their wake time.
+CREATE INDEX jobs_suspended_idx ON workhorse.jobs (queue, wake_at) WHERE status = 'suspended';
+-- Whether any parent waits for its children: one probe at every job's end (_ended_v2).
+CREATE INDEX jobs_children_wait_idx ON workhorse.jobs (id)
+    WHERE status = 'suspended' AND suspended_on = 'children';
+-- A parent's children.
+CREATE INDEX jobs_parent_idx ON workhorse.jobs (parent_id, parent_step, id)
+    WHERE parent_id IS NOT NULL;
+-- A step of a job: recorded (`recorded_at` set: its result or its error stands, and a later run
+-- returns it without calling the step again), or pending (a suspension point not yet satisfied:
+-- the sleep's end or the wait's timeout in `wake_at`, the signal it waits for).
+CREATE TABLE workhorse.job_steps (
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    kind        text        NOT NULL CHECK (kind IN ('run', 'sleep', 'wait', 'child', 'children')),
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    recorded_at timestamptz,
+    wake_at     timestamptz,
+    signal      text,
+    result      jsonb,
+    error       jsonb,
+    fence       bigint      NOT NULL,
+    PRIMARY KEY (job_id, name)
+);
+-- Signals sent to a job: kept until a wait consumes them (oldest first); a keyed one is stored
+-- once per (job, name, key).
+CREATE TABLE workhorse.job_signals (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    signal_key  text        CHECK (length(signal_key) BETWEEN 1 AND 255),
+    payload     jsonb,
+    sent_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    consumed_at timestamptz,
+    consumed_by text
+);
+CREATE UNIQUE INDEX job_signals_key_idx ON workhorse.job_signals (job_id, name, signal_key)
+    WHERE signal_key IS NOT NULL;
+CREATE INDEX job_signals_job_idx ON workhorse.job_signals (job_id, name, id);
+
 -- ==== history ===================================================================================
 -- History that stays cheap (issue #43, docs/design.md "History"). A job that ended `succeeded`
 -- or `expired` more than an hour ago moves from `jobs` to `job_history` (move_to_history_v1, in
@@ -539,7 +602,7 @@ CREATE INDEX job_history_tags_tag_idx ON workhorse.job_history_tags (tag, job_id
 -- rows never stand in front of it.
 CREATE INDEX jobs_history_due_idx ON workhorse.jobs (finished_at)
     WHERE status IN ('succeeded', 'expired') AND workflow_id IS NULL AND NOT has_dependents
-      AND idempotency_key IS NULL AND unique_key IS NULL AND job_key IS NULL;
+      AND idempotency_key IS NULL AND unique_key IS NULL AND job_key IS NULL AND NOT durable;
 -- Finished jobs of the live table in finish order: an export's live side and
 -- `prune_jobs --older-than` read a range of it, where both were a scan of all of `jobs` (a
 -- minute or more at a few million rows). One entry a finished job, written by its outcome.
@@ -697,14 +760,23 @@ CREATE TABLE workhorse.key_limits (
 \ir ../housekeeping/_history_partition_v1.sql
 \ir ../housekeeping/move_to_history_v1.sql
 \ir ../housekeeping/_prune_history_v1.sql
+\ir ../housekeeping/_prune_durable_v1.sql
 \ir ../housekeeping/prune_jobs_v2.sql
+-- Durable execution.
+\ir ../claim/_durable_level_v1.sql
+\ir ../claim/_wake_parents_v1.sql
+\ir ../durable/record_step_v1.sql
+\ir ../durable/suspend_v1.sql
+\ir ../durable/wait_signal_v1.sql
+\ir ../durable/signal_v1.sql
+\ir ../durable/adopt_children_v1.sql
 
 -- ==== triggers ==================================================================================
 CREATE TRIGGER jobs_attempt_ended
     AFTER UPDATE ON workhorse.jobs
     FOR EACH ROW
     WHEN (OLD.status = 'active'
-          AND (NEW.status NOT IN ('active', 'succeeded', 'ready')
+          AND (NEW.status NOT IN ('active', 'succeeded', 'ready', 'suspended')
                OR NEW.fence IS DISTINCT FROM OLD.fence))
     EXECUTE FUNCTION workhorse._record_attempt_v1();
 

@@ -3,7 +3,8 @@
 -- (docs/design.md "The dashboard in an incident"), keeping the last 20. An AFTER trigger, so that it costs the other updates nothing: a BEFORE row
 -- trigger on jobs would make every UPDATE of a job (claim, heartbeat, complete) lock its row
 -- first, one more WAL record each, whether or not its WHEN clause holds. Its WHEN clause fires it
--- only for an active job that leaves `active` for anything but `succeeded` or `ready`, or whose
+-- only for an active job that leaves `active` for anything but `succeeded`, `ready` or
+-- `suspended` (a suspension ends no attempt: its steps are its record), or whose
 -- fence is replaced while it stays active, so a first-try success, a heartbeat, a cancel request
 -- and a claim of a ready job never call it and write nothing more; when it fires, it writes the
 -- entry with one more UPDATE of that row (that update does not fire it again: the row is no
@@ -30,7 +31,7 @@ DECLARE
     v_error jsonb;
 BEGIN
     IF OLD.status IS DISTINCT FROM 'active'
-       OR (NEW.status IN ('active', 'succeeded', 'ready') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
+       OR (NEW.status IN ('active', 'succeeded', 'ready', 'suspended') AND NEW.fence IS NOT DISTINCT FROM OLD.fence)
     THEN
         RETURN NULL;  -- not the end of an attempt (the WHEN clause lets none of these through)
     END IF;

@@ -1,4 +1,5 @@
--- Cancel jobs that have not finished. A scheduled, ready, held or waiting job becomes `canceled`
+-- Cancel jobs that have not finished, and the children of these that have not (docs/design.md
+-- "Children"). A scheduled, ready, held, suspended or waiting job becomes `canceled`
 -- at once (a waiting workflow member's dependents with it, through the workflow trigger, their
 -- expiry from their own tasks' retention). An active one gets a cancel request and stays active,
 -- its capacity held, until its handler has really stopped: the worker learns of the request with
@@ -25,8 +26,17 @@ DECLARE
     v_keys text[];
     v_at timestamptz := clock_timestamp();
 BEGIN
+    -- A parent's children that have not finished go with it (docs/design.md "Children"), and
+    -- theirs: one probe of jobs_parent_idx per id, none found for jobs without children.
+    p_ids := p_ids || ARRAY(
+        WITH RECURSIVE kids(id) AS (
+            SELECT c.id FROM workhorse.jobs c WHERE c.parent_id = ANY(p_ids)
+            UNION
+            SELECT c.id FROM workhorse.jobs c JOIN kids k ON c.parent_id = k.id
+        )
+        SELECT k.id FROM kids k);
     PERFORM 1 FROM workhorse.jobs j
-    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held')
+    WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held', 'suspended')
     ORDER BY j.queue, j.id
     FOR UPDATE;
     WITH locked AS (
@@ -48,7 +58,7 @@ BEGIN
         UPDATE workhorse.jobs j
         SET status = 'canceled', finished_at = v_at, lease_until = NULL,
             expires_at = workhorse._expiry_v1('canceled', p_retention::jsonb, v_at)
-        WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held')
+        WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'held', 'suspended')
         RETURNING j.id, j.queue, j.ckey
     )
     SELECT array_agg(id ORDER BY id), array_agg(queue), array_agg(ckey)

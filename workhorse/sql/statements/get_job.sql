@@ -7,6 +7,6 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        CASE WHEN workflow_id IS NULL THEN '{}'::bigint[]
             ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
                        ORDER BY d.position, d.parent_id) END AS depends_on,
-       budget, tags, redriven_at, redrive_count, deadline, start_by
+       budget, tags, redriven_at, redrive_count, deadline, start_by, suspended_on, wake_at, parent_id
 FROM workhorse.jobs j
 WHERE id = %s

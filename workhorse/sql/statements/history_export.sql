@@ -13,7 +13,7 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        CASE WHEN workflow_id IS NULL THEN '{}'::bigint[]
             ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
                        ORDER BY d.position, d.parent_id) END AS depends_on,
-       budget, tags, redriven_at, redrive_count, deadline, start_by
+       budget, tags, redriven_at, redrive_count, deadline, start_by, suspended_on, wake_at, parent_id
 FROM workhorse.all_jobs j
 WHERE j.finished_at >= %(since)s AND j.finished_at < %(until)s
   AND (j.finished_at, j.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)

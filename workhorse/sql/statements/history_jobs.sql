@@ -7,6 +7,6 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        expires_at, job_key, cost, rate_cost, weight,
        CASE WHEN (progress ->> 'fence')::bigint = fence THEN progress END AS progress, progress_at,
        workflow_id, '{}'::bigint[] AS depends_on,
-       budget, tags, redriven_at, redrive_count, deadline, start_by, attempt_history
+       budget, tags, redriven_at, redrive_count, deadline, start_by, suspended_on, wake_at, parent_id, attempt_history
 FROM workhorse.job_history
 WHERE id = ANY(%s::bigint[])

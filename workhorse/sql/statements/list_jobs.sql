@@ -14,7 +14,7 @@ SELECT * FROM (
             CASE WHEN workflow_id IS NULL THEN '{}'::bigint[]
                  ELSE ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
                             ORDER BY d.position, d.parent_id) END AS depends_on,
-            budget, tags, redriven_at, redrive_count, deadline, start_by
+            budget, tags, redriven_at, redrive_count, deadline, start_by, suspended_on, wake_at, parent_id
      FROM workhorse.jobs j
      WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
        AND (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -30,7 +30,7 @@ SELECT * FROM (
             idempotency_key, expires_at, job_key, cost, rate_cost, weight,
             CASE WHEN (progress ->> 'fence')::bigint = fence THEN progress END, progress_at,
             workflow_id, '{}'::bigint[], budget, tags, redriven_at, redrive_count, deadline,
-            start_by
+            start_by, suspended_on, wake_at, parent_id
      FROM workhorse.job_history h
      WHERE (%(status)s::text IS NULL OR %(status)s::text IN ('succeeded', 'expired'))
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

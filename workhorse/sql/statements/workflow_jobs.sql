@@ -6,7 +6,7 @@ SELECT id, task, queue, NULLIF(ckey, '') AS concurrency_key, priority, payload, 
        workflow_id,
        ARRAY(SELECT d.parent_id FROM workhorse.job_deps d WHERE d.job_id = j.id
              ORDER BY d.position, d.parent_id) AS depends_on,
-       budget, tags, redriven_at, redrive_count, deadline, start_by
+       budget, tags, redriven_at, redrive_count, deadline, start_by, suspended_on, wake_at, parent_id
 FROM workhorse.jobs j
 WHERE workflow_id = %s
 ORDER BY id

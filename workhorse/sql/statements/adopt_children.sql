@@ -1,0 +1,1 @@
+SELECT workhorse.adopt_children_v1(%s::bigint, %s::bigint, %s::text, %s::bigint[])
