@@ -146,7 +146,7 @@ def test_health_json_is_queue_health_field_by_field(
     assert set(data["reasons"][0]) == {"code", "count", "detail", "queue"}
     assert data["depth"] == {
         "scheduled": 1, "ready": 2, "active": 1, "succeeded": 1, "failed": 1, "held": 2,
-        "canceled": 1, "waiting": 0, "expired": 0,
+        "canceled": 1, "waiting": 0, "expired": 0, "suspended": 0,
     }
     by_queue = {p["queue"]: p for p in data["policies"]}
     assert set(by_queue["active"]) == {

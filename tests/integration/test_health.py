@@ -48,7 +48,7 @@ def test_depth_counts_every_status(queue: Queue) -> None:
     queue.conn.execute("UPDATE workhorse.jobs SET status = 'canceled' WHERE id = %s", (jobs[3].id,))
     assert queue.health().depth == {
         "scheduled": 2, "ready": 3, "active": 2, "succeeded": 2, "failed": 1, "held": 1,
-        "canceled": 1, "waiting": 0, "expired": 0,
+        "canceled": 1, "waiting": 0, "expired": 0, "suspended": 0,
     }
 
 
