@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import _ops
 from ..app import App
+from ..durable import StepStore
 from ..errors import InvalidOptionsError
 from ..handle import JobHandle
 from ..task import Call, Task
@@ -48,7 +49,10 @@ def eager(app: App) -> Iterator[None]:
       - `timeout=`: an async handler is cancelled at the limit; a sync one runs to its end and its
         attempt then fails with JobTimeoutError, as in a worker;
       - nothing is concurrent: a task that enqueues another runs it inside its own call;
-      - limits and rate limits are not applied (there is no claim).
+      - limits and rate limits are not applied (there is no claim);
+      - durable steps are kept in memory: a `step.sleep` or a wait's timeout ends at once (time
+        jumps to it), children run at their enqueue, and a `step.wait_for` with no timeout
+        fails the job (no signal can come while it runs in the caller: test it with `drain`).
     The block applies in this context: the tasks and threads it starts through asyncio or anyio
     copy it; a bare `threading.Thread` does not (wrap its target in `context.in_context`).
 
@@ -70,6 +74,10 @@ class EagerRunner:
     _idempotent: dict[tuple[str, str], int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _workflow_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    step_store: EagerStepStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.step_store = EagerStepStore(self)
 
     # ---- the Enqueuer protocol ------------------------------------------------------------------
 
@@ -117,11 +125,11 @@ class EagerRunner:
         return self.get_attempts(job_id)
 
     def get_steps(self, job_id: int) -> list[Step]:
-        """Eager jobs keep no steps: they run once, in the caller, with no store."""
-        return []
+        """The eager job's steps, as kept in memory."""
+        return list(self.step_store.recorded.get(job_id, {}).values())
 
     async def get_steps_async(self, job_id: int) -> list[Step]:
-        return []
+        return self.get_steps(job_id)
 
     def wait_for(self, job_id: int, timeout: float | None) -> bool:
         return True  # every eager job has ended by the time its handle exists
@@ -248,7 +256,8 @@ class EagerRunner:
         from ..worker.executor import Executor
 
         executor = Executor({task.name: task}, app_name=self.app.name,
-                            default_lease=EAGER_LEASE, threads=InCallerThread(), traced=False)
+                            default_lease=EAGER_LEASE, threads=InCallerThread(), traced=False,
+                            step_store=self.step_store)
         scheduled_for = job.run_at  # the first run_at: a retry does not move it
         snoozes = 0
         while True:
@@ -274,7 +283,18 @@ class EagerRunner:
                 _, done, total, message = execution.progress
                 job = replace(job, progress=Progress(done, total, message, datetime.now(UTC)))
                 self.jobs[job.id] = job
-            if outcome.snooze is not None or outcome.backoff is not None:
+            point = outcome.suspend
+            if point is not None:
+                self.step_store.pending(job.id, point.name, point.kind, point.wake_at,
+                                        point.signal)
+                if point.reason == "signal" and point.wake_at is None:
+                    return self._ended(job, JobStatus.FAILED, error={
+                        "type": "Suspended", "message": (
+                            f"step {point.name!r} waits for signal {point.signal!r} under "
+                            "eager(), where no signal can come while the job runs in the "
+                            "caller (test it with workhorse.testing.drain)"), "traceback": None})
+            if (outcome.snooze is not None or outcome.backoff is not None
+                    or point is not None):
                 # A Backoff, like a snooze, gives its attempt back; eager has no fleet to back
                 # off, so the job runs again at once.
                 snoozes += 1
@@ -283,9 +303,10 @@ class EagerRunner:
                     continue
                 kind, delay = (("Snooze", outcome.snooze) if outcome.snooze is not None
                                else ("Backoff", outcome.backoff.retry_after
-                                     if outcome.backoff is not None else 0.0))
+                                     if outcome.backoff is not None else 0.0)
+                               if point is None else ("Suspended", 0.0))
                 error = {"type": kind, "message": (
-                    f"{'snoozed' if kind == 'Snooze' else 'backed off'} {snoozes} times in a "
+                    f"{_AGAIN[kind]} {snoozes} times in a "
                     f"row under eager() (last: for {delay:g}s); a worker would wait out each "
                     "delay"), "traceback": None}
                 return self._ended(job, JobStatus.FAILED, error=error)
@@ -308,3 +329,58 @@ class EagerRunner:
                         finished_at=datetime.now(UTC))
         self.jobs[job.id] = ended
         return ended
+
+
+_AGAIN = {"Snooze": "snoozed", "Backoff": "backed off", "Suspended": "suspended"}
+
+
+class EagerStepStore(StepStore):
+    """Durable steps under `eager()`, in memory (docs/durable.md "Testing"): the clock a job's
+    steps read is the latest of now and its pending timers, so a sleep or a wait's timeout ends
+    when the job runs again (at once); children are enqueued on the eager runner, which runs
+    them at their enqueue; no signal is ever waiting."""
+
+    def __init__(self, runner: EagerRunner) -> None:
+        super().__init__(None, runner.enqueue_calls)
+        self.runner = runner
+        self.recorded: dict[int, dict[str, Step]] = {}
+        self.kids: dict[int, dict[str, list[int]]] = {}
+
+    def steps(self, job_id: int) -> tuple[list[Step], datetime | None]:
+        steps = self.recorded.get(job_id, {})
+        timers = [step.wake_at for step in steps.values()
+                  if step.recorded_at is None and step.wake_at is not None]
+        return list(steps.values()), max([datetime.now(UTC), *timers])
+
+    def children(self, job_id: int) -> dict[str, list[tuple[int, JobStatus, Any, Any]]]:
+        found: dict[str, list[tuple[int, JobStatus, Any, Any]]] = {}
+        for name, ids in self.kids.get(job_id, {}).items():
+            jobs = [self.runner.jobs[child] for child in ids]
+            found[name] = [(job.id, job.status, job.result, job.error) for job in jobs]
+        return found
+
+    def record(self, job_id: int, fence: int, name: str, kind: str, *,
+               encoded: str | None = None, error: dict[str, Any] | None = None) -> None:
+        steps = self.recorded.setdefault(job_id, {})
+        old = steps.get(name)
+        if old is not None and old.recorded_at is not None:
+            return
+        now = datetime.now(UTC)
+        result = json.loads(encoded) if encoded is not None and error is None else None
+        steps[name] = Step(name=name, kind=kind, recorded_at=now, result=result, error=error,
+                           created_at=old.created_at if old is not None else now)
+
+    def pending(self, job_id: int, name: str, kind: str, wake_at: datetime | None,
+                signal: str | None) -> None:
+        steps = self.recorded.setdefault(job_id, {})
+        if name not in steps:
+            steps[name] = Step(name=name, kind=kind, recorded_at=None, result=None, error=None,
+                               created_at=datetime.now(UTC), wake_at=wake_at, signal=signal)
+
+    def wait_signal(self, job_id: int, fence: int, name: str, signal: str) -> tuple[bool, Any]:
+        return False, None
+
+    def spawn(self, job_id: int, fence: int, name: str, calls: Sequence[Call]) -> list[int]:
+        ids = [handle.id for handle in self.runner.enqueue_calls(calls)]
+        self.kids.setdefault(job_id, {})[name] = ids
+        return ids

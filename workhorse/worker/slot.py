@@ -493,6 +493,10 @@ class Slot:
                 self.claimer.retry_due(job.queue, outcome.retry_delay or 0.0)
             elif outcome.snooze is not None:
                 self.claimer.retry_due(job.queue, outcome.snooze)
+            elif outcome.suspend is not None and outcome.suspend.wake_at is not None:
+                # A durable sleep or a wait's timeout: look again when it falls due.
+                self.claimer.retry_due(job.queue, max(
+                    (outcome.suspend.wake_at - datetime.now(UTC)).total_seconds(), 0.0))
             self.recorder.add(outcome)
         elif execution.lost:
             self.stats.add(self.index, _shared.LOST)
