@@ -501,7 +501,11 @@ class AppEnqueuer(Enqueuer):
 
     async def signal_async(self, job: Any, name: str, payload: Any = None,
                            key: str | None = None) -> bool:
-        """`signal` for async code."""
+        """`signal` for async code.
+
+        >>> await app.signal_async(42, "approval", {"by": "ana"})     # doctest: +SKIP
+        True
+        """
         operation = _ops.signal(_job_id_of(job), name, payload, key)
         return bool(await self._run_async(_single(operation), self._using(psycopg.AsyncConnection)))
 
@@ -515,7 +519,11 @@ class AppEnqueuer(Enqueuer):
         return list(steps)
 
     async def get_steps_async(self, job_id: int) -> list[Step]:
-        """`get_steps` for async code."""
+        """`get_steps` for async code.
+
+        >>> [s.name for s in await app.get_steps_async(42)]           # doctest: +SKIP
+        ['charge', 'cool-off']
+        """
         conn = self._using(psycopg.AsyncConnection)
         steps, _ = await self._run_async(_single(_ops.job_steps(job_id)), conn)
         return list(steps)

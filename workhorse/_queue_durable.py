@@ -53,6 +53,10 @@ class AsyncDurableMethods:
         return bool(await self._run(_ops.signal(job_id, name, payload, key)))
 
     async def job_steps(self, job_id: int) -> list[Step]:
-        """`Queue.job_steps`, awaitable."""
+        """`Queue.job_steps`, awaitable.
+
+        >>> [s.name for s in await aq.job_steps(42)]                  # doctest: +SKIP
+        ['charge']
+        """
         steps, _ = await self._run(_ops.job_steps(job_id))
         return list(steps)

@@ -166,6 +166,11 @@ class SignalTimeoutError(WorkhorseError, TimeoutError):
     """A durable `step.wait_for(name, signal=..., timeout=...)` whose timeout passed before its
     signal came (docs/design.md "Durable execution"). Recorded with the step: a later run of the
     job raises it again at the same wait.
+
+    >>> try:                                              # in a handler  # doctest: +SKIP
+    ...     approval = current_job().step.wait_for("approve", signal="approval", timeout="1d")
+    ... except SignalTimeoutError:
+    ...     approval = None
     """
 
 

@@ -207,7 +207,11 @@ class JobHandle:
         return self.enqueuer.get_steps(self.id)
 
     async def steps_async(self) -> list[Step]:
-        """`steps()` for async code."""
+        """`steps()` for async code.
+
+        >>> [s.name for s in await h.steps_async()]  # doctest: +SKIP
+        ['charge', 'cool-off']
+        """
         return await self.enqueuer.get_steps_async(self.id)
 
     def wait(self, timeout: float | None = None) -> Job:

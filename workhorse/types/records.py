@@ -317,7 +317,11 @@ class Step:
 
     @property
     def pending(self) -> bool:
-        """Whether the step is a suspension point not satisfied yet."""
+        """Whether the step is a suspension point not satisfied yet.
+
+        >>> Step(name="nap", kind="sleep", recorded_at=None, result=None, error=None).pending
+        True
+        """
         return self.recorded_at is None
 
 
