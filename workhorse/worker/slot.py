@@ -298,7 +298,9 @@ class Slot:
 
     def _connect_steps(self) -> psycopg.Connection[Any]:
         """A connection for durable steps (called in a handler's thread, never on the loop)."""
+        # No prepared statements: PgBouncer in transaction mode keeps no session for them.
         conn = psycopg.connect(self.config.url, autocommit=True, connect_timeout=10,
+                               prepare_threshold=None,
                                application_name=f"workhorse-slot{self.index}-steps")
         conn.add_notice_handler(_log_server_warning)
         return conn
