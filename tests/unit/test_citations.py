@@ -179,9 +179,8 @@ def _repository(roots: Iterable[str]) -> dict[str, str]:
 # ---- on the repository --------------------------------------------------------------------------
 
 
-def test_the_contract_states_invariants_one_to_eleven_and_thirteen() -> None:
-    # 12 is kept for durable execution's suspended jobs, not built yet.
-    assert stated_invariants(DESIGN.read_text()) == set(range(1, 12)) | {13}
+def test_the_contract_states_invariants_one_to_thirteen() -> None:
+    assert stated_invariants(DESIGN.read_text()) == set(range(1, 14))
 
 
 def test_every_heading_citation_names_a_heading_of_the_contract() -> None:
