@@ -104,6 +104,25 @@ def _from_policy(p: PolicyHealth, now: datetime) -> Iterable[Reason]:
                      p.queue)
 
 
+# What a suspended job waits for (`Job.suspended_on`), in words, in the order details list them.
+SUSPENDED_WORDS = (("sleep", "sleeping"), ("signal", "waiting for a signal"),
+                   ("children", "waiting for their children"))
+
+
+def suspended_detail(counts: Mapping[str, int]) -> str:
+    """"12 suspended: 10 sleeping, 2 waiting for a signal": a queue's suspended jobs by what
+    they wait for (`QueueHealth.suspended`'s counts; a reason without words is named as is).
+
+    >>> suspended_detail({"sleep": 10, "signal": 2, "children": 0})
+    '12 suspended: 10 sleeping, 2 waiting for a signal'
+    """
+    words = dict(SUSPENDED_WORDS)
+    order = [key for key, _ in SUSPENDED_WORDS] + sorted(set(counts) - set(words))
+    parts = [f"{counts[key]} {words.get(key, f'waiting on {key}')}" for key in order
+             if counts.get(key)]
+    return f"{sum(counts.values())} suspended: {', '.join(parts)}"
+
+
 def budget_reasons(budget: BudgetHealth, now: datetime) -> list[Reason]:
     """`BudgetHealth.reasons`: `backed_off` while its backoff is in force and it has ready
     work (then only that: nothing of it starts before the backoff ends, whatever its limits),
@@ -141,6 +160,7 @@ def queue_reasons(
     budgets: Sequence[BudgetHealth] = (),
     expired: Mapping[str, int] | None = None,
     past_deadline: Mapping[str, int] | None = None,
+    suspended: Mapping[str, Mapping[str, int]] | None = None,
     now: datetime,
     level: int = 2,
 ) -> list[Reason]:
@@ -149,7 +169,9 @@ def queue_reasons(
     `backlog` and `workers` as `_incident.backlog` reads them, `unknown` as
     `_incident.unknown_task_ready`, `expired`: queue -> its active jobs with an expired lease,
     `past_deadline`: queue -> its jobs that ended `expired` (not started by their expiry or
-    deadline) in the last hour, `level` the feature level of this release's claim."""
+    deadline) in the last hour, `suspended`: queue -> its suspended jobs by what they wait for
+    (`QueueHealth.suspended`; the code `suspended` while a queue has any: informational, the
+    jobs wait as their handler asked), `level` the feature level of this release's claim."""
     found: dict[tuple[str, str], Reason] = {}
 
     def add(reasons: Iterable[Reason]) -> None:
@@ -170,6 +192,9 @@ def queue_reasons(
             add([Reason("expired", count,
                         f"{count} jobs ended expired in the last hour: not started by their "
                         "expiry or deadline (docs/design.md \"Deadlines\")", queue)])
+    for queue, counts in (suspended or {}).items():
+        if sum(counts.values()):
+            add([Reason("suspended", sum(counts.values()), suspended_detail(counts), queue)])
     for queue, count in (expired or {}).items():
         if count:
             add([Reason("stalled", count,

@@ -138,7 +138,7 @@ def test_health_json_is_queue_health_field_by_field(
     data = ok_json(database_url, "health")
     assert data == json.loads(json.dumps(dataclasses.asdict(queue.health())))
     assert set(data) == {"policies", "depth", "stalled", "unknown_task_ready", "budgets",
-                         "reasons"}
+                         "reasons", "suspended", "suspended_next_wake_at"}
     # No supervisor runs: every queue with ready work says no_worker; "active" is at its limit.
     codes = {(r["queue"], r["code"]): r["count"] for r in data["reasons"]}
     assert codes[("active", "at_limit")] == 1

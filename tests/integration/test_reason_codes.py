@@ -1,7 +1,8 @@
 """Reason codes (docs/design.md "Reason codes"): every code health reports is produced here by a
 real cause on a real database, with the number behind it, and is gone at the first health read
 after its cause ends (`backed_off`'s causes are in tests/integration/test_backoff_health.py).
-The code still reserved (`suspended`) names a feature not built yet; the test of the set says so.
+`suspended` (durable jobs waiting at a sleep, a signal or their children) is in
+tests/integration/test_durable_health.py.
 
 The CLI's `health --fail-on` is driven as a probe would: exit 1 with the code present, 0 when it
 is gone, 2 for a code outside the set.
@@ -28,7 +29,7 @@ from workhorse import (
 )
 from workhorse.types import REASON_CODES
 
-RESERVED = {"suspended"}
+RESERVED: set[str] = set()
 
 
 def _codes(q: Queue, queue: str) -> dict[str, int]:

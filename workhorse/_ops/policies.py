@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from .. import _incident, _reasons, _sql
@@ -34,6 +35,7 @@ from ..types import (
 )
 from .admission import FEATURE_LEVEL
 from .budgets import budget_health
+from .durable import SUSPEND_REASONS
 from .jobs import HEALTH_SAMPLE
 
 # ---- policies and health ------------------------------------------------------------------------
@@ -142,6 +144,7 @@ def health() -> Operation[QueueHealth]:
     unknown = yield from _incident.unknown_task_ready(HEALTH_SAMPLE)
     backlog, workers = yield from _incident.backlog(HEALTH_SAMPLE)
     budgets = yield from budget_health()
+    suspended, next_wake = yield from suspended_health()
     # Last, so that the server's clock it reads is later than every next start read above.
     expired_rows = yield _sql.statement("expired_leases"), ()
     now, expired_queues, expired_counts, ended_queues, ended_counts = expired_rows[0]
@@ -149,12 +152,28 @@ def health() -> Operation[QueueHealth]:
     reasons = _reasons.queue_reasons(
         policies=policies, backlog=backlog, workers=workers, unknown=unknown, budgets=budgets,
         expired=dict(zip(expired_queues, expired_counts, strict=True)),
-        past_deadline=dict(zip(ended_queues, ended_counts, strict=True)), now=now,
-        level=FEATURE_LEVEL)
+        past_deadline=dict(zip(ended_queues, ended_counts, strict=True)),
+        suspended=suspended, now=now, level=FEATURE_LEVEL)
     return QueueHealth(policies=policies, depth=depth,
                        stalled=_incident.stalled_from(backlog, workers, unknown),
                        unknown_task_ready={queue: n for queue, (n, _) in unknown.items()},
-                       budgets=budgets, reasons=reasons)
+                       budgets=budgets, reasons=reasons, suspended=suspended,
+                       suspended_next_wake_at=next_wake)
+
+
+def suspended_health() -> Operation[tuple[dict[str, dict[str, int]], dict[str, datetime]]]:
+    """`QueueHealth.suspended` and `suspended_next_wake_at` (suspended_health.sql, through
+    jobs_suspended_idx): queue -> its suspended jobs by what they wait for (sleep, signal,
+    children: each key there), and queue -> the soonest timer among them."""
+    rows = yield _sql.statement("suspended_health"), ()
+    counts: dict[str, dict[str, int]] = {}
+    next_wake: dict[str, datetime] = {}
+    for queue, reason, n, wake_at in rows:
+        found = counts.setdefault(queue, dict.fromkeys(SUSPEND_REASONS, 0))
+        found[reason or "unknown"] = found.get(reason or "unknown", 0) + int(n)
+        if wake_at is not None and (queue not in next_wake or wake_at < next_wake[queue]):
+            next_wake[queue] = wake_at
+    return counts, next_wake
 
 # ---- operator controls ------------------------------------------------------------------------
 

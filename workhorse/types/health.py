@@ -9,8 +9,7 @@ from datetime import datetime
 from .options import KeyLimit
 from .records import BudgetOverride, PolicyOverride
 
-# docs/design.md "Reason codes": the stable set, in the order health lists them. `suspended`
-# names the cause of a feature still to come (suspended jobs); no health reports it yet.
+# docs/design.md "Reason codes": the stable set, in the order health lists them.
 REASON_CODES = (
     "no_worker", "unknown_task", "feature_level", "paused", "at_limit", "key_saturated",
     "rate_limited", "budget_full", "backed_off", "suspended", "expired", "stalled",
@@ -181,14 +180,18 @@ class QueueHealth:
     `stalled`: queue -> why its ready or due work cannot move (no live supervisor serves it or
     declares its task, paused, a limit of 0; docs/design.md "The dashboard in an incident"),
     `unknown_task_ready`: queue -> ready jobs whose task no live supervisor serving the queue
-    declares (within the bounded sample), and `reasons`: every queue's reason codes, for
-    alerting rules (docs/design.md "Reason codes").
+    declares (within the bounded sample), `reasons`: every queue's reason codes, for
+    alerting rules (docs/design.md "Reason codes"), and `suspended`: queue -> its suspended
+    jobs by what they wait for (docs/design.md "Durable execution"), with
+    `suspended_next_wake_at` the soonest timer among them.
 
     >>> health = q.health()  # doctest: +SKIP
     >>> health.depth["ready"], [p.queue for p in health.policies]  # doctest: +SKIP
     (3, ['mail'])
     >>> health.stalled  # doctest: +SKIP
     {'mail': 'no live supervisor: none is registered'}
+    >>> health.suspended  # doctest: +SKIP
+    {'orders': {'sleep': 10, 'signal': 2, 'children': 0}}
     """
     policies: list[PolicyHealth]
     depth: dict[str, int]
@@ -200,3 +203,9 @@ class QueueHealth:
     budgets: list[BudgetHealth] = field(default_factory=list)
     # docs/design.md "Reason codes": per queue, by queue and then in REASON_CODES' order.
     reasons: list[Reason] = field(default_factory=list)
+    # docs/design.md "Durable execution": queue -> its suspended jobs by what they wait for,
+    # {"sleep": n, "signal": n, "children": n} (each key always there); only queues with any.
+    suspended: dict[str, dict[str, int]] = field(default_factory=dict)
+    # queue -> the soonest timer of its suspended jobs (a sleep's end or a wait's timeout);
+    # only queues with a suspended job that has one.
+    suspended_next_wake_at: dict[str, datetime] = field(default_factory=dict)

@@ -9,6 +9,7 @@ WITH counted AS (
     UNION ALL SELECT 'failed', (SELECT count(*) FROM workhorse.jobs WHERE status = 'failed')
     UNION ALL SELECT 'canceled', (SELECT count(*) FROM workhorse.jobs WHERE status = 'canceled')
     UNION ALL SELECT 'expired', (SELECT count(*) FROM workhorse.jobs WHERE status = 'expired')
+    UNION ALL SELECT 'suspended', (SELECT count(*) FROM workhorse.jobs WHERE status = 'suspended')
 ), live AS (
     SELECT GREATEST(COALESCE(s.n_live_tup, 0), COALESCE(c.reltuples, 0)::bigint) AS n
     FROM pg_class c

@@ -15,6 +15,10 @@ WITH depth AS (
     SELECT j.queue, 'active', count(*)::bigint
     FROM workhorse.jobs j WHERE j.status = 'active' GROUP BY j.queue
     UNION ALL
+    -- Suspended jobs (docs/design.md "Durable execution"), through jobs_suspended_idx.
+    SELECT j.queue, 'suspended', count(*)::bigint
+    FROM workhorse.jobs j WHERE j.status = 'suspended' GROUP BY j.queue
+    UNION ALL
     SELECT j.queue, j.status, count(*)::bigint
     FROM workhorse.jobs j
     WHERE j.status IN ('held', 'failed', 'canceled', 'expired')
