@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from .. import _sql
 from .._driver import Operation
 from ..errors import (
     InvalidOptionsError,
 )
 from ..types import (
+    JobStatus,
     KeyPressure,
     KeyShare,
     ThroughputMinute,
+    check_id,
     check_name,
 )
 from .jobs import HEALTH_SAMPLE
@@ -91,3 +96,58 @@ def schedules_present() -> Operation[bool]:
     rows = yield _sql.statement("schedules_present"), ()
     return bool(rows and rows[0][0])
 
+
+
+# A parent's children listed on its job page and by `workhorse jobs show` (then "more").
+CHILDREN_SHOWN = 50
+
+
+def job_children_page(job_id: int, limit: int = CHILDREN_SHOWN
+                      ) -> Operation[list[tuple[int, str | None, str, JobStatus]]]:
+    """A parent's first `limit` children (docs/design.md "Children"), by step and id: (id,
+    step, task, status); one more than `limit` says there are more."""
+    rows = yield _sql.statement("dashboard_job_children"), {"id": check_id(job_id),
+                                                            "limit": limit}
+    return [(child, step, task, JobStatus.of_row(status)) for child, step, task, status in rows]
+
+
+# A job's steps shown on its page (then "more"), and how much of each result and error.
+STEPS_SHOWN = 200
+STEP_TEXT_SHOWN = 500
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One step on a job's page: a `Step` with its result as JSON text, cut to
+    STEP_TEXT_SHOWN characters (`result_length`: the whole text's), and its error's type and
+    message (cut)."""
+
+    name: str
+    kind: str
+    created_at: datetime | None
+    recorded_at: datetime | None
+    wake_at: datetime | None
+    signal: str | None
+    result: str | None
+    result_length: int
+    error_type: str | None
+    error_message: str | None
+
+    @property
+    def pending(self) -> bool:
+        return self.recorded_at is None
+
+    @property
+    def cut(self) -> bool:
+        return self.result is not None and self.result_length > len(self.result)
+
+
+def job_step_rows(job_id: int, limit: int = STEPS_SHOWN) -> Operation[list[StepRow]]:
+    """A job's first `limit` steps, in the order it reached them, results cut short
+    (dashboard_job_steps.sql); one more than `limit` says there are more."""
+    rows = yield _sql.statement("dashboard_job_steps"), {
+        "id": check_id(job_id), "limit": limit, "width": STEP_TEXT_SHOWN}
+    return [StepRow(name, kind, created, recorded, wake_at, signal, result, length or 0,
+                    error_type, error_message)
+            for (name, kind, created, recorded, wake_at, signal, result, length, error_type,
+                 error_message) in rows]

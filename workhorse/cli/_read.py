@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.text import Text
 
 from .. import _incident, _ops, telemetry
+from .._ops.dashboard import CHILDREN_SHOWN, job_children_page
 from .._text import literal
 from ..errors import WorkhorseError
 from ..queue import Queue
@@ -31,7 +32,11 @@ from ._render import (
     queue_backoff_texts,
     queue_limits_text,
     reasons_table,
+    step_detail,
+    step_outcome,
+    suspended_table,
     top_backoff_line,
+    waiting_text,
 )
 
 # `workhorse top` shows at most this many backoffs, one line each (then how many more).
@@ -70,6 +75,8 @@ def health(ctx: click.Context, as_json: bool, fail_on: frozenset[str]) -> None:
         backoffs = backoffs_table(result)
         if backoffs is not None:
             console.print(backoffs)
+        if result.suspended:
+            console.print(suspended_table(result))
         if result.reasons or any(b.reasons for b in result.budgets):
             console.print(reasons_table(result))
     present = {r.code for r in result.reasons} | {
@@ -133,7 +140,8 @@ def queues(ctx: click.Context, as_json: bool) -> None:
         # The named budgets the queues' jobs name, with their units and limits in force.
         budgeted = any(row.budgets for row in rows)
         in_force = _ops.execute(conn, _ops.budget_health()) if budgeted else []
-    statuses = ("waiting", "ready", "active", "scheduled", "held", "failed", "canceled")
+    statuses = ("waiting", "ready", "active", "scheduled", "suspended", "held", "failed",
+                "canceled")
     table = DataTable(title="queues")
     table.add_column("queue", no_wrap=True)
     for status in statuses:
@@ -214,18 +222,27 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: st
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """One job, with its attempts (each failure's error), and its error and traceback while it
-    rests because of them."""
+    """One job, with its attempts (each failure's error), its durable steps and what it waits
+    for while suspended, its parent and children, and its error and traceback while it rests
+    because of them."""
     with connect(ctx) as conn:
         job = Queue(conn).get_job(job_id)
         attempts = _ops.execute(conn, _ops.job_attempts(job_id)) if job is not None else None
+        steps = Queue(conn).job_steps(job_id) if job is not None else []
+        children = (_ops.execute(conn, job_children_page(job_id, CHILDREN_SHOWN + 1))
+                    if job is not None else [])
     if job is None:
         raise WorkhorseError(f"no job with id {job_id}")
     attempts = attempts or []
     if as_json:
-        # The Job's fields, and its attempts (a list; `attempts` stays the number of claims).
+        # The Job's fields, its attempts (a list; `attempts` stays the number of claims), its
+        # steps (docs/design.md "Durable execution"; each Step whole) and its first children.
         print_json({**dataclasses.asdict(job),
-                    "attempt_history": [dataclasses.asdict(a) for a in attempts]})
+                    "attempt_history": [dataclasses.asdict(a) for a in attempts],
+                    "steps": [dataclasses.asdict(s) for s in steps],
+                    "children": [{"id": child, "step": step, "task": task,
+                                  "status": status.value}
+                                 for child, step, task, status in children[:CHILDREN_SHOWN]]})
         return
     table = DataTable(show_header=False, title=f"job {job.id}")
     table.add_column("field", style="bold")
@@ -240,6 +257,9 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
             value = json.dumps(value, default=json_default)
         table.add_row(field.name, "-" if value is None else str(value))
     console.print(table)
+    waiting = waiting_text(job, steps)
+    if waiting is not None:
+        console.print(literal(f"suspended: {waiting}", "bold yellow"), soft_wrap=True)
     if attempts:
         # One line an attempt (never folded into a narrow table: an error message stays whole).
         console.print(Text("attempts", style="bold"))
@@ -251,6 +271,24 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
             if error:
                 line += f"  {error.get('type')}: {error.get('message')}"
             console.print(literal(line, "red" if attempt.failed else ""), soft_wrap=True)
+    if steps:
+        # One line a step: its name, kind, when it was recorded (or "pending"), what it waits
+        # for, and its result or error, cut short (--json has them whole).
+        console.print(Text("steps", style="bold"))
+        for step in steps:
+            recorded = (f"{step.recorded_at:%Y-%m-%d %H:%M:%S}" if step.recorded_at
+                        else "pending")
+            parts = [f"  {step.name}", step.kind, recorded, step_detail(step),
+                     step_outcome(step)]
+            console.print(literal("  ".join(p for p in parts if p),
+                                  "red" if step.error else "yellow" if step.pending else ""),
+                          soft_wrap=True)
+    if children:
+        more = f" (the first {CHILDREN_SHOWN})" if len(children) > CHILDREN_SHOWN else ""
+        console.print(Text(f"children{more}", style="bold"))
+        for child, parent_step, task, status in children[:CHILDREN_SHOWN]:
+            console.print(literal(f"  {child}  {status.value}  {task}  (step {parent_step})"),
+                          soft_wrap=True)
     # Job.error is the last failure; shown as the job's own only while the job rests because of
     # it (a job that succeeded on a later attempt shows it under its attempts only).
     own = _ops.job_own_error(job, attempts)

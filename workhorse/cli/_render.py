@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,7 @@ from ..types import (
     PolicyOverride,
     QueueControl,
     QueueHealth,
+    Step,
 )
 
 
@@ -276,3 +278,79 @@ def budget_line(name: str, override: BudgetOverride | None) -> str:
     until = (f" until {override.expires_at.isoformat(timespec='seconds')}"
              if override.expires_at else " until cleared")
     return f"budget {name}: override " + ", ".join(fields) + until
+
+
+# ---- durable execution (docs/design.md "Durable execution") -----------------------------------
+
+# A step's result or error is cut to this many characters in `jobs show` (--json has it whole).
+STEP_VALUE_SHOWN = 120
+
+
+def short_json(value: Any, width: int = STEP_VALUE_SHOWN) -> str:
+    """`value` as compact JSON, cut to `width` characters with how long it was.
+
+    >>> short_json({"a": "x" * 200}, 20)
+    '{"a": "xxxxxxxxxxxx… (209 chars)'
+    """
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else f"{text[:width - 1]}… ({len(text)} chars)"
+
+
+def _stamp(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def step_detail(step: Step) -> str:
+    """What a step waits for or waited for: "signal approval, times out 2026-…", "wakes
+    2026-…", or "" (a run step, a children step)."""
+    parts = []
+    if step.signal is not None:
+        parts.append(f"signal {step.signal}")
+    if step.wake_at is not None:
+        parts.append(f"{'times out' if step.kind == 'wait' else 'wakes'} {_stamp(step.wake_at)}")
+    return ", ".join(parts)
+
+
+def step_outcome(step: Step, width: int = STEP_VALUE_SHOWN) -> str:
+    """A recorded step's result (as short JSON) or its error ("error Type: message"), "" for a
+    pending one."""
+    if step.error is not None:
+        text = f"{step.error.get('type')}: {step.error.get('message')}"
+        return "error " + (text if len(text) <= width else f"{text[:width - 1]}…")
+    if step.recorded_at is None:
+        return ""
+    return "-> " + short_json(step.result, width)
+
+
+def waiting_text(job: Job, steps: list[Step]) -> str | None:
+    """What a suspended job waits for, in words ("sleeping at step 'cool-off' until …"); None
+    for a job that is not suspended."""
+    if job.status != JobStatus.SUSPENDED:
+        return None
+    reason = job.suspended_on
+    pending = [s for s in steps if s.pending]
+    step = pending[-1] if pending else None
+    at = f" at step {step.name!r}" if step is not None else ""
+    if reason == "sleep":
+        return f"sleeping{at} until {_stamp(job.wake_at)}"
+    if reason == "signal":
+        signal = f" {step.signal!r}" if step is not None and step.signal else ""
+        timeout = (f" (times out {_stamp(job.wake_at)})" if job.wake_at is not None
+                   else " (no timeout)")
+        return f"waiting for signal{signal}{at}{timeout}"
+    if reason == "children":
+        return f"waiting for its children{at}"
+    return f"suspended on {reason}{at}"
+
+
+def suspended_table(health: QueueHealth) -> Table:
+    """Per queue, its suspended jobs by what they wait for, and the soonest timer among them
+    (`QueueHealth.suspended`, `suspended_next_wake_at`)."""
+    table = DataTable(title="suspended")
+    for column in ("queue", "sleep", "signal", "children", "next timer"):
+        table.add_column(column, justify="left" if column in ("queue", "next timer")
+                         else "right")
+    for queue, counts in sorted(health.suspended.items()):
+        table.add_row(queue, *(str(counts.get(k, 0)) for k in ("sleep", "signal", "children")),
+                      _stamp(health.suspended_next_wake_at.get(queue)))
+    return table

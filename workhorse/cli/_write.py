@@ -4,6 +4,7 @@ end of a backoff, retry, cancel and prune. Each says which namespace owns what i
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -13,9 +14,9 @@ import psycopg
 
 from .. import _incident, _ops
 from .._text import literal
-from ..errors import InvalidPolicyError, WorkhorseError
+from ..errors import InvalidOptionsError, InvalidPolicyError, WorkhorseError
 from ..queue import Queue
-from ..types import BackoffState, QueueControl, RateLimit
+from ..types import NAME_MAX, BackoffState, QueueControl, RateLimit, check_name
 from ._base import DURATION, connect, console, error_console, fail, handle_errors, print_json
 from ._read import budgets, jobs, policies, queues
 from ._render import backoff_target, backoff_until_text, budget_line, control_line
@@ -345,3 +346,45 @@ def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None
         print_json(None)
     else:
         console.print(literal(budget_line(name, None)), soft_wrap=True)
+
+
+@jobs.command("signal")
+@click.argument("job_id", type=int)
+@click.argument("name")
+@click.option("--payload", "payload_text", default=None, metavar="JSON",
+              help="The signal's payload, a JSON document (default: null).")
+@click.option("--key", default=None,
+              help="An idempotency key: a second signal of the same job, name and key is "
+                   "ignored (printed as a duplicate).")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"job": ID, "signal": NAME, "delivered": true|false}.')
+@click.pass_context
+@handle_errors
+def jobs_signal(ctx: click.Context, job_id: int, name: str, payload_text: str | None,
+                key: str | None, as_json: bool) -> None:
+    """Send signal NAME to job JOB_ID (docs/design.md "Signals"): a step waiting for it takes
+    it, and the job, if suspended waiting for it, is ready again. Exit 1 for a job that does
+    not exist or has finished, and for a payload that is not JSON."""
+    # Names and keys PostgreSQL cannot store (NUL, lone surrogates) are refused here, in one
+    # line, before anything is sent; the API checks their length.
+    for what, value in (("a signal's name", name), ("a signal's key", key)):
+        if value:
+            check_name(what, value[:NAME_MAX])
+    payload = None
+    if payload_text is not None:
+        try:
+            payload = json.loads(payload_text)
+        except ValueError as exc:
+            raise InvalidOptionsError(f"--payload is not JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidOptionsError("--payload is nested too deeply to be JSON") from None
+    with connect(ctx) as conn:
+        delivered = Queue(conn).signal(job_id, name, payload, key)
+    if as_json:
+        print_json({"job": job_id, "signal": name, "delivered": delivered})
+        return
+    if delivered:
+        console.print(literal(f"delivered: signal {name!r} to job {job_id}"), soft_wrap=True)
+    else:
+        console.print(literal(f"duplicate: job {job_id} already has signal {name!r} with key "
+                              f"{key!r}; nothing sent"), soft_wrap=True)
