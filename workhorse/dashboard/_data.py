@@ -13,6 +13,7 @@ import psycopg
 
 from .. import _incident, _ops
 from .._occurrences import MISSED_AFTER
+from .._ops import dashboard as _ops_dashboard
 from ..errors import InvalidPolicyError
 from ..types import (
     Attempt,
@@ -20,6 +21,7 @@ from ..types import (
     BudgetHealth,
     ConcurrencyPolicy,
     Job,
+    JobStatus,
     KeyLimitSet,
     KeyPressure,
     KeyShare,
@@ -255,6 +257,10 @@ class QueuePage:
     # by key; `key_limit_count` is health()'s count of its keys' rows (bounded by the sample).
     key_limits: KeyLimitSet | None = None
     key_limit_count: int = 0
+    # Its suspended jobs by what they wait for (QueueHealth.suspended; None: it has none), and
+    # the soonest timer among them (docs/design.md "Durable execution").
+    suspended: dict[str, int] | None = None
+    next_wake_at: datetime | None = None
 
     @property
     def key_limit_default(self) -> str | None:
@@ -581,6 +587,8 @@ def queue_page(conn: psycopg.Connection[Any], queue: str) -> QueuePage:
         budget_backoffs={name: b for name, b in sorted(held.budgets.items()) if name in named},
         key_limits=_ops.execute(conn, _ops.key_limits(queue, limit=KEY_LIMITS_SHOWN)),
         key_limit_count=row.key_limits if row is not None else 0,
+        suspended=health.suspended.get(queue),
+        next_wake_at=health.suspended_next_wake_at.get(queue),
     )
 
 
@@ -605,6 +613,58 @@ def names(conn: psycopg.Connection[Any], chosen: JobFilter) -> _queries.Names:
 
 def job(conn: psycopg.Connection[Any], job_id: int) -> Job | None:
     return _ops.execute(conn, _ops.get_job(job_id))
+
+
+@dataclass(frozen=True)
+class Durable:
+    """A job's durable side on its page (docs/design.md "Durable execution"): its first steps
+    (results cut short), whether there are more, what it waits for while suspended, and its
+    first children (id, step, task, status), whether there are more."""
+
+    steps: list[_ops_dashboard.StepRow] = field(default_factory=list)
+    more_steps: bool = False
+    waiting: str | None = None
+    children: list[tuple[int, str | None, str, JobStatus]] = field(default_factory=list)
+    more_children: bool = False
+    steps_shown: int = _ops_dashboard.STEPS_SHOWN
+    children_shown: int = _ops_dashboard.CHILDREN_SHOWN
+
+
+def waiting_text(job: Job, steps: list[_ops_dashboard.StepRow]) -> str | None:
+    """What a suspended job waits for, in words ("sleeping at step 'cool-off' until
+    2026-12-04 23:55:36 UTC"); None when it is not suspended."""
+    if job.status != JobStatus.SUSPENDED:
+        return None
+    pending = [s for s in steps if s.pending]
+    step = pending[-1] if pending else None
+    at = f" at step {step.name!r}" if step is not None else ""
+    until = _stamp_text(job.wake_at)
+    if job.suspended_on == "sleep":
+        return f"sleeping{at} until {until}"
+    if job.suspended_on == "signal":
+        signal = f" {step.signal!r}" if step is not None and step.signal else ""
+        timeout = f" (times out {until})" if job.wake_at is not None else " (no timeout)"
+        return f"waiting for signal{signal}{at}{timeout}"
+    if job.suspended_on == "children":
+        return f"waiting for its children{at}"
+    return f"suspended on {job.suspended_on}{at}"
+
+
+def _stamp_text(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def durable(conn: psycopg.Connection[Any], job: Job) -> Durable:
+    """The job's steps and children, bounded (two index reads)."""
+    steps = _ops.execute(conn, _ops_dashboard.job_step_rows(
+        job.id, _ops_dashboard.STEPS_SHOWN + 1))
+    children = _ops.execute(conn, _ops_dashboard.job_children_page(
+        job.id, _ops_dashboard.CHILDREN_SHOWN + 1))
+    shown = steps[:_ops_dashboard.STEPS_SHOWN]
+    return Durable(steps=shown, more_steps=len(steps) > len(shown),
+                   waiting=waiting_text(job, steps),
+                   children=children[:_ops_dashboard.CHILDREN_SHOWN],
+                   more_children=len(children) > _ops_dashboard.CHILDREN_SHOWN)
 
 
 def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:

@@ -40,7 +40,9 @@ RATE_SAMPLE = 1000
 TAG_SCAN = 1_000
 # What each action applies to (docs/design.md's status table).
 RETRYABLE = _ops.RETRYABLE
-CANCELABLE = _ops.CANCELABLE
+# A suspended job is canceled as a ready one is (docs/design.md "Durable execution"; its
+# children with it), so the job page offers Cancel on it too.
+CANCELABLE = tuple(dict.fromkeys((*_ops.CANCELABLE, "suspended")))
 
 
 @dataclass(frozen=True)

@@ -417,6 +417,9 @@ def read_job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
     attempts = _data.attempts(conn, job_id)
     return {"job": found, "redacted": not shown_in_full,
             "revealed": dashboard.redact and shown_in_full, "attempts": attempts,
+            # Its steps, what it waits for while suspended, its children (docs/design.md
+            # "Durable execution"); step results are hidden under --redact, as its result is.
+            "durable": _data.durable(conn, found),
             # The last failure is the job's own only while the job rests because of it.
             "own_error": _ops.job_own_error(found, attempts)}
 
@@ -676,6 +679,7 @@ async def reveal(request: Request) -> Response:
             raise Refused(404, f"no job {job_id}")
         attempts = _data.attempts(conn, job_id)
         return {"job": found, "redacted": False, "revealed": True, "attempts": attempts,
+                "durable": _data.durable(conn, found),
                 "own_error": _ops.job_own_error(found, attempts)}
     try:
         context = await _in_thread(dashboard, read, request)
