@@ -535,6 +535,91 @@ def test_clear_key_limits_keys_not_iterable_is_refused_typed(world, conn, keys):
         assert _state(world["url"]) == before
 
 
+# ---- signals (docs/design.md "Signals"): Queue.signal, AsyncQueue.signal, app.signal ----------
+
+# Names and keys PostgreSQL cannot store: the durable owner's check_step_name/check_signal_key
+# (workhorse/_ops/durable.py) check only type and length, so these reach the database.
+_UNSTORABLE = (("NUL", NUL), ("surrogate", SURROGATE))
+
+
+def _signal_cases(world: dict[str, Any], q: Queue | None, aq_run: Callable[[Any], Any] | None
+                  ) -> list[tuple[str, Callable[[], Any]]]:
+    """Each refused typed (a WorkhorseError: InvalidOptionsError, PayloadError) and before
+    anything is written; `world["ready"]` is a live job that could take a signal."""
+    app, ready = world["app"], world["ready"]
+    cases: list[tuple[str, Callable[[], Any]]] = []
+    senders: list[tuple[str, Callable[..., Any]]] = [
+        ("Queue.signal", lambda *a, **k: q.signal(*a, **k)),  # type: ignore[union-attr]
+        ("app.signal", lambda *a, **k: app.signal(*a, **k)),
+        ("AsyncQueue.signal", lambda *a, **k: aq_run(  # type: ignore[misc]
+            lambda aq: aq.signal(*a, **k))),
+    ]
+    for label, send in senders:
+        def add(name: str, *args: Any, send: Callable[..., Any] = send, label: str = label,
+                **kwargs: Any) -> None:
+            cases.append((f"{label} {name}", lambda: send(*args, **kwargs)))
+
+        for id_label, bad in (("2**70", BIG), ("2**63", BEYOND), ("below bigint", BELOW),
+                              ("bool", True), ("float", 1.0), ("str", "1"), ("NaN", NAN),
+                              ("None", None), ("unknown", 10**12)):
+            add(f"id {id_label}", bad, "approval")
+        for name_label, bad in (("empty", ""), ("201", "s" * 201), ("10k", HUGE), ("int", 7),
+                                ("None", None), ("bytes", b"approval")):
+            add(f"name {name_label}", ready, bad)
+        for key_label, bad in (("256", "k" * 256), ("empty", ""), ("int", 7),
+                               ("bytes", b"k")):
+            add(f"key {key_label}", ready, "approval", key=bad)
+        for payload_label, bad in (("object", object()), ("NaN", NAN), ("inf", math.inf),
+                                   ("nested 100k", _nested(100_000)), ("NUL", {"x": "\x00"}),
+                                   ("surrogate", {"x": "\udfff"}),
+                                   ("over 1 MiB", "x" * (1024 * 1024 + 1))):
+            add(f"payload {payload_label}", ready, "approval", payload=bad)
+    return cases
+
+
+def _unstorable_signal_cases(world: dict[str, Any], q: Queue
+                             ) -> list[tuple[str, Callable[[], Any]]]:
+    app, ready = world["app"], world["ready"]
+    cases: list[tuple[str, Callable[[], Any]]] = []
+    for label, bad in _UNSTORABLE:
+        cases.append((f"Queue.signal name {label}", lambda bad=bad: q.signal(ready, bad)))
+        cases.append((f"app.signal name {label}", lambda bad=bad: app.signal(ready, bad)))
+        cases.append((f"Queue.signal key {label}",
+                      lambda bad=bad: q.signal(ready, "approval", key=bad)))
+    return cases
+
+
+def _aq_runner(url: str) -> Callable[[Callable[[AsyncQueue], Any]], Any]:
+    def aq_run(call: Callable[[AsyncQueue], Any]) -> Any:
+        async def run() -> Any:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+                return await call(AsyncQueue(aconn))
+        return asyncio.run(run())
+    return aq_run
+
+
+def test_signals_refuse_bad_input_typed_and_write_nothing(world, conn):
+    cases = _signal_cases(world, Queue(conn), _aq_runner(world["url"]))
+    before = _state(world["url"])
+    wrong = _wrong_outcomes((name, call, WorkhorseError) for name, call in cases)
+    assert wrong == [], "\n".join(wrong)
+    assert _state(world["url"]) == before
+    assert Queue(conn).signal(world["ready"], "approval")  # a good one is taken
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "product bug: a signal's name or key with a NUL or a lone surrogate passes "
+    "workhorse/_ops/durable.py check_step_name / check_signal_key (type and length only) and "
+    "fails in the driver as psycopg.DataError / UnicodeEncodeError, not InvalidOptionsError; "
+    "check_name's checks (workhorse/types/_validate.py) would refuse them typed"))
+def test_signal_names_and_keys_postgresql_cannot_store_are_refused_typed(world, conn):
+    before = _state(world["url"])
+    wrong = _wrong_outcomes((name, call, WorkhorseError)
+                            for name, call in _unstorable_signal_cases(world, Queue(conn)))
+    assert _state(world["url"]) == before
+    assert wrong == [], "\n".join(wrong)
+
+
 _CLI_CASES: list[tuple[str, list[str]]] = [
     ("jobs show 2**70", ["jobs", "show", str(BIG)]),
     ("jobs show below bigint", ["jobs", "show", str(BELOW)]),
@@ -597,6 +682,28 @@ _CLI_CASES: list[tuple[str, list[str]]] = [
     ("keys clear --all and a key", ["keys", "clear", "api", "acme", "--all"]),
     ("keys clear a stored key and key surrogate", ["keys", "clear", "api", "acme", SURROGATE]),
     ("keys list --key NUL", ["keys", "list", "api", "--key", NUL]),
+    # Signals (docs/design.md "Signals"): job 1 is the world's ready job.
+    ("jobs signal 2**70", ["jobs", "signal", str(BIG), "approval"]),
+    ("jobs signal 2**63", ["jobs", "signal", str(BEYOND), "approval"]),
+    ("jobs signal below bigint", ["jobs", "signal", str(BELOW), "approval"]),
+    ("jobs signal id NaN", ["jobs", "signal", "nan", "approval"]),
+    ("jobs signal unknown job", ["jobs", "signal", str(10**12), "approval"]),
+    ("jobs signal name empty", ["jobs", "signal", "1", ""]),
+    ("jobs signal name 201", ["jobs", "signal", "1", "s" * 201]),
+    ("jobs signal name 10k", ["jobs", "signal", "1", HUGE]),
+    ("jobs signal name NUL", ["jobs", "signal", "1", NUL]),
+    ("jobs signal name surrogate", ["jobs", "signal", "1", SURROGATE]),
+    ("jobs signal --key 256", ["jobs", "signal", "1", "approval", "--key", "k" * 256]),
+    ("jobs signal --key NUL", ["jobs", "signal", "1", "approval", "--key", NUL]),
+    ("jobs signal --key empty", ["jobs", "signal", "1", "approval", "--key", ""]),
+    ("jobs signal --payload not JSON", ["jobs", "signal", "1", "approval", "--payload", "{x"]),
+    ("jobs signal --payload NaN", ["jobs", "signal", "1", "approval", "--payload", "NaN"]),
+    ("jobs signal --payload NUL", ["jobs", "signal", "1", "approval", "--payload",
+                                   '"\\u0000"']),
+    ("jobs signal --payload lone surrogate", ["jobs", "signal", "1", "approval", "--payload",
+                                              '"\\ud800"']),
+    ("jobs signal --payload 100k deep", ["jobs", "signal", "1", "approval", "--payload",
+                                         "[" * 100_000 + "]" * 100_000]),
 ]
 
 
@@ -863,6 +970,7 @@ def test_the_sweep_has_at_least_80_cases():
         "key limits": (len(_key_limit_cases(None, None))  # type: ignore[arg-type]
                        + len(_app_key_limit_cases(None, None))),  # type: ignore[arg-type]
         "cli": len(_CLI_CASES) + 1,  # and the real process with a non-UTF-8 name
+        "signals": len(_signal_cases(stub, None, None)),
         "dashboard": (len(_dashboard_cases(1)) + len(_CSRF_CASES) + len(_LOGIN_CASES)
                       + len(_BEARER_PATHS)),
     }
