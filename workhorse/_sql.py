@@ -5,7 +5,7 @@
     sql/<subsystem>/NAME.sql      the live functions, one per file, named after it, version
                                   included, one folder per subsystem: claim/ (the claim and every
                                   helper it calls), enqueue/, outcomes/, policies/, budgets/,
-                                  schedules/, workflows/, housekeeping/
+                                  schedules/, workflows/, housekeeping/, durable/
     sql/released/X.Y.Z/NAME.sql   bodies only release X.Y.Z's workers call (applied only by the
                                   migrations; no live function calls them)
     sql/statements/NAME.sql       one statement the Python sends, per file
@@ -82,7 +82,7 @@ def checksum(text: str) -> str:
 
 # The folders of the live functions, one per subsystem.
 SUBSYSTEMS = ("claim", "enqueue", "outcomes", "policies", "budgets", "schedules", "workflows",
-              "housekeeping")
+              "housekeeping", "durable")
 # Bodies only an older release's workers call, by release: `released/0.2.0/`.
 RELEASED = "released"
 

@@ -76,7 +76,7 @@ def record_step(
 
 def suspend(job_id: int, fence: int, name: str, kind: str, reason: str,
             wake_at: datetime | None, signal: str | None, retention: str) -> Operation[JobStatus]:
-    """Suspend the running job at step `name` (see suspend_v1.sql): its new status (`suspended`,
+    """Suspend the running job at step `name` (see sql/durable/): its new status (`suspended`,
     `ready` when its cause had come already, `canceled`). StaleLeaseError when the fence is
     stale."""
     assert reason in SUSPEND_REASONS and kind in STEP_KINDS

@@ -2702,6 +2702,7 @@ CREATE OR REPLACE FUNCTION workhorse.adopt_children_v1(p_id bigint, p_fence bigi
 AS $function$
 DECLARE
     v_queue text;
+    v_tags text[];
 BEGIN
     PERFORM 1 FROM workhorse.jobs j
     WHERE j.id = p_id AND j.fence = p_fence AND j.status IN ('active', '')
@@ -2709,8 +2710,21 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    UPDATE workhorse.jobs c SET parent_id = p_id, parent_step = p_name, durable = true
+    -- Children inherit their parent's tags after their own (docs/design.md "Tags"), at most 16,
+    -- each once, with their job_tags rows.
+    SELECT j.tags INTO v_tags FROM workhorse.jobs j WHERE j.id = p_id;
+    UPDATE workhorse.jobs c
+    SET parent_id = p_id, parent_step = p_name, durable = true,
+        tags = CASE WHEN v_tags IS NULL THEN c.tags ELSE ARRAY(
+            SELECT u.tag FROM unnest(COALESCE(c.tags, '{}') || v_tags) WITH ORDINALITY AS u(tag, n)
+            GROUP BY u.tag ORDER BY min(u.n) LIMIT 16) END
     WHERE c.id = ANY(p_children);
+    IF v_tags IS NOT NULL THEN
+        INSERT INTO workhorse.job_tags (tag, job_id)
+        SELECT t.tag, c.id FROM workhorse.jobs c CROSS JOIN LATERAL unnest(c.tags) AS t(tag)
+        WHERE c.id = ANY(p_children)
+        ON CONFLICT DO NOTHING;
+    END IF;
     FOR v_queue IN SELECT DISTINCT c.queue FROM workhorse.jobs c WHERE c.id = ANY(p_children)
     LOOP
         PERFORM workhorse._durable_level_v1(v_queue);
