@@ -57,10 +57,10 @@ def _no_backoff(signal: Backoff) -> None:
 
 
 def _no_steps() -> Any:
-    from .durable import steps_for
-
-    # A context built by hand (a unit test of a handler): steps that need a runner's store.
-    return steps_for(0, 0, None, False)
+    # A context built by hand (a unit test of a handler): no runner keeps its steps.
+    raise WorkhorseError(
+        "current_job().step needs a runner that keeps the job's steps: a worker, "
+        "workhorse.testing.drain() or eager()")
 
 
 @dataclass(frozen=True, slots=True)
