@@ -81,8 +81,8 @@ class Suspended(BaseException):
 class StepStore:
     """The database side of the running jobs' steps, for one process: up to `STORE_CONNECTIONS`
     sync connections made by `connect()` (or the one `connection` given, a framework's, used as
-    it is), each call in its own transaction. Thread-safe. `enqueue(calls, conn)` enqueues
-    children on a connection in its open transaction (the app's `enqueue_calls`)."""
+    it is), each call one statement in its own transaction. Thread-safe. `enqueue(calls, conn)`
+    enqueues children on a connection in its open transaction (the app's `enqueue_calls`)."""
 
     def __init__(
         self,
@@ -123,11 +123,10 @@ class StepStore:
                 self._idle.append(conn)
 
     def _execute(self, operation: _ops.Operation[Any]) -> Any:
+        # Each of these operations is one statement: on an autocommit connection it is its own
+        # transaction, one round trip (BEGIN and COMMIT around it would make three).
         with self._connection() as conn:
-            if self._shared is not None:
-                return _ops.execute(conn, operation)
-            with conn.transaction():
-                return _ops.execute(conn, operation)
+            return _ops.execute(conn, operation)
 
     def steps(self, job_id: int) -> tuple[list[Step], datetime | None]:
         return self._execute(_ops.job_steps(job_id))

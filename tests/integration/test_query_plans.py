@@ -516,3 +516,46 @@ def test_health_is_planned_below_the_jit_threshold_on_tables_never_analyzed(
         costs.append((float(match.group(1)), text.splitlines()[1][:100]))
     over = [(cost, query) for cost, query in costs if cost >= JIT_ABOVE_COST]
     assert not over, over
+
+
+def test_durable_execution_plans_use_indexes(explained: Any) -> None:
+    """A step's record, a suspension, a signal, a wait, children and their parent's wake-up, and
+    the claim's timer probe look jobs up by index (docs/design.md "Durable execution")."""
+    q, plans = explained
+    _fill(q)
+    conn = q.conn
+
+    def run(operation: Any) -> Any:
+        return _ops.execute(conn, operation)
+
+    parent, sleeper, waiter = q.claim("free", 3, 30)
+    _check(plans(lambda: run(_ops.record_step(parent.id, parent.fence, "a", "run", 1))))
+    _check(plans(lambda: run(_ops.job_steps(parent.id))))
+    # Children: enqueued, adopted, the parent suspended on them; one child ends.
+    kids = q.enqueue_many([("t", {}, EnqueueOptions(queue="kids"))] * 2)
+    _check(plans(lambda: run(_ops.adopt_children(parent.id, parent.fence, "kids", kids))))
+    _check(plans(lambda: run(_ops.suspend(parent.id, parent.fence, "kids", "children",
+                                          "children", None, None, "{}"))),
+           expect=("jobs_parent_idx",))
+    _check(plans(lambda: run(_ops.job_children(parent.id))), expect=("jobs_parent_idx",))
+    # A sleep due at once, and a wait for a signal.
+    due = datetime.now(UTC) + timedelta(seconds=0.05)
+    _check(plans(lambda: run(_ops.suspend(sleeper.id, sleeper.fence, "nap", "sleep", "sleep",
+                                          due, None, "{}"))))
+    _check(plans(lambda: run(_ops.wait_signal(waiter.id, waiter.fence, "w", "go"))))
+    _check(plans(lambda: run(_ops.suspend(waiter.id, waiter.fence, "w", "wait", "signal", None,
+                                          "go", "{}"))))
+    _check(plans(lambda: run(_ops.signal(waiter.id, "go", {"n": 1}, "k1"))))
+    conn.execute("ANALYZE workhorse.jobs")
+    time.sleep(0.1)
+    # The claim wakes the due sleeper; a child's success wakes its parent (the last child:
+    # the children's own claim and completion).
+    texts = plans(lambda: q.claim("free", 500, 30))
+    _check(texts, expect=("jobs_suspended_idx",))
+    first, second = q.claim("kids", 10, 30)
+    q.complete(first.id, first.fence)
+    _check(plans(lambda: q.complete(second.id, second.fence)),
+           expect=("jobs_children_wait_idx", "jobs_parent_idx"))
+    assert q.get_job(parent.id).status == JobStatus.READY  # type: ignore[union-attr]
+    # A parent's cancel finds its children by index.
+    _check(plans(lambda: q.cancel_jobs([parent.id])), expect=("jobs_parent_idx",))
