@@ -607,11 +607,6 @@ def test_signals_refuse_bad_input_typed_and_write_nothing(world, conn):
     assert Queue(conn).signal(world["ready"], "approval")  # a good one is taken
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: a signal's name or key with a NUL or a lone surrogate passes "
-    "workhorse/_ops/durable.py check_step_name / check_signal_key (type and length only) and "
-    "fails in the driver as psycopg.DataError / UnicodeEncodeError, not InvalidOptionsError; "
-    "check_name's checks (workhorse/types/_validate.py) would refuse them typed"))
 def test_signal_names_and_keys_postgresql_cannot_store_are_refused_typed(world, conn):
     before = _state(world["url"])
     wrong = _wrong_outcomes((name, call, WorkhorseError)

@@ -9,7 +9,7 @@ from typing import Any
 from .. import _sql
 from .._driver import Operation, encode_json
 from ..errors import InvalidOptionsError, StaleLeaseError
-from ..types import STEP_KINDS, JobStatus, Step, check_id
+from ..types import STEP_KINDS, JobStatus, Step, check_id, check_name, shown
 
 # A step's or a signal's name, and a signal's idempotency key (docs/design.md "Signals").
 STEP_NAME_MAX = 200
@@ -25,17 +25,14 @@ def check_step_name(name: object, what: str = "a step's name") -> str:
     """
     if not isinstance(name, str) or not 1 <= len(name) <= STEP_NAME_MAX:
         raise InvalidOptionsError(
-            f"{what} must be a str of 1 to {STEP_NAME_MAX} characters, got {name!r:.80}")
-    return name
+            f"{what} must be a str of 1 to {STEP_NAME_MAX} characters, got {shown(name)}")
+    return check_name(what, name)  # no NUL, no lone surrogate: what PostgreSQL can store
 
 
 def check_signal_key(key: object) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not 1 <= len(key) <= SIGNAL_KEY_MAX:
-        raise InvalidOptionsError(
-            f"a signal's key must be a str of 1 to {SIGNAL_KEY_MAX} characters, got {key!r:.80}")
-    return key
+    return check_name("a signal's key", key)  # 1-255 characters PostgreSQL can store
 
 
 def job_steps(job_id: int) -> Operation[tuple[list[Step], datetime | None]]:
