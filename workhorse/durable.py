@@ -43,6 +43,7 @@ from .errors import (
     InvalidOptionsError,
     PayloadError,
     SignalTimeoutError,
+    StaleLeaseError,
     TaskCanceledError,
     TaskFailedError,
     WorkhorseError,
@@ -165,10 +166,12 @@ class _Run:
     """What the steps of one run of one job share: the job, its store, the steps recorded before
     this run (read at the first step call, with the database's clock), the names used."""
 
-    def __init__(self, job_id: int, fence: int, store: StepStore | None) -> None:
+    def __init__(self, job_id: int, fence: int, store: StepStore | None,
+                 lost: Callable[[], bool] = lambda: False) -> None:
         self.job_id = job_id
         self.fence = fence
         self.store = store
+        self.lost = lost
         self.recorded: dict[str, Step] | None = None
         self.clock: tuple[datetime, float] | None = None  # database time, monotonic then
         self.used: set[str] = set()
@@ -181,6 +184,14 @@ class _Run:
                 "of a job needs its own name")
         self.used.add(name)
         return name
+
+    def check_lease(self, name: str) -> None:
+        """StaleLeaseError when this run lost its lease: another claim may own the job now, and
+        may have recorded the step this run would call again."""
+        if self.lost():
+            raise StaleLeaseError(
+                f"job {self.job_id}: its lease was lost; step {name!r} was not run (another "
+                "claim may own the job)")
 
     def get_store(self) -> StepStore:
         if self.store is None:
@@ -313,6 +324,7 @@ class Steps:
             return run.replay(step)
         attempt = 1
         while True:
+            run.check_lease(name)
             try:
                 value = fn(*args, **kwargs)
                 if inspect.isawaitable(value):
@@ -396,6 +408,7 @@ class Steps:
         if results is not None:
             return results
         if not spawned:
+            run.check_lease(name)
             run.get_store().spawn(run.job_id, run.fence, name, calls)
         raise Suspended(name, kind, "children", None, None)
 
@@ -422,6 +435,7 @@ class AsyncSteps:
             return run.replay(step)
         attempt = 1
         while True:
+            run.check_lease(name)
             try:
                 value = fn(*args, **kwargs)
                 if inspect.isawaitable(value):
@@ -470,8 +484,9 @@ def _again(retry: RetryPolicy | None, attempt: int, exc: Exception) -> bool:
     return retry is not None and attempt < retry.max_attempts and isinstance(exc, retry.retry_on)
 
 
-def steps_for(job_id: int, fence: int, store: StepStore | None, is_async: bool
-              ) -> Steps | AsyncSteps:
-    """The `step` of one run of a job: sync or async as its handler is."""
-    run = _Run(job_id, fence, store)
+def steps_for(job_id: int, fence: int, store: StepStore | None, is_async: bool,
+              lost: Callable[[], bool] = lambda: False) -> Steps | AsyncSteps:
+    """The `step` of one run of a job: sync or async as its handler is; `lost()` says whether
+    the run's lease was lost (its steps then refuse to run)."""
+    run = _Run(job_id, fence, store, lost)
     return AsyncSteps(run) if is_async else Steps(run)

@@ -193,7 +193,8 @@ class Executor:
         if execution.steps is None:
             task = execution.task
             execution.steps = steps_for(execution.job.id, execution.job.fence, self.step_store,
-                                        task is not None and task.is_async)
+                                        task is not None and task.is_async,
+                                        lambda: execution.lost)
         return execution.steps
 
     async def run(self, execution: Execution) -> Outcome | None:
