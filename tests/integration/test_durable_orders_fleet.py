@@ -41,7 +41,7 @@ executions whose record a kill lost. The checker (`check`):
 
 The same checker fails on two deliberately broken runners, each on a small fleet with no kills
 (the resumes alone rerun the steps): a `step.run` that ignores its record
-(DURABLE_FLEET_BROKEN=replay in the app) makes "a recorded step ran again"; a record_step_v1
+(DURABLE_FLEET_BROKEN=replay in the app) makes "a recorded step ran again"; the live record-step
 that records no `run` step (installed in the test's database) makes "a step a run had gone past
 ran again" (and "never recorded").
 
@@ -63,15 +63,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import _durable_orders_app as da
 import psycopg
 import pytest
+from _integration import install_broken
 
-from workhorse import App
+from workhorse import App, _sql
 from workhorse.errors import InvalidOptionsError
 
 # A fleet with kills: CI's first pass; the intact runner also in its second (marker `fleet`), the
@@ -453,7 +453,7 @@ def check(conn: psycopg.Connection[Any], orders: dict[int, int], sent: Sent) -> 
             found.add("a wait did not record its signal's payload",
                       f"{where}: {wait} vs {payload}")
         elif wait.recorded_at - wait.created_at > timedelta(milliseconds=5):
-            # suspend_v1 wrote it pending first (a wait that found its signal wrote it once)
+            # the suspension wrote it pending first (a wait that found its signal wrote it once)
             found.woken += 1
 
         # The children: two, spawned once, each its step recorded once; their results, in
@@ -603,7 +603,6 @@ def test_orders_complete_under_kill_9s_each_step_once_per_record(
 
 # ---- the checker fails on broken runners -----------------------------------------------------
 
-RECORD_STEP = "durable/record_step_v1.sql"
 RECORDS_NO_RUN = ("    IF NOT v_durable THEN",
                   "    IF p_kind = 'run' THEN\n        RETURN true;\n    END IF;\n"
                   "    IF NOT v_durable THEN")
@@ -614,12 +613,8 @@ BROKEN: dict[str, tuple[dict[str, str], tuple[str, str] | None, str]] = {
 
 
 def install_broken_record(conn: psycopg.Connection[Any], old: str, new: str) -> None:
-    """A deliberately broken record_step_v1 in this test's database (read from its file here:
-    `_sql.function_files()`, which _integration.install_broken uses, does not list sql/durable/)."""
-    text = (resources.files("workhorse") / "sql" / RECORD_STEP).read_text()
-    assert text.count(old) == 1, old
-    conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-                 .replace(old, new))
+    """A deliberately broken copy of the live record-step function in this test's database."""
+    install_broken(conn, _sql.function_name("record_step"), old, new)
 
 
 @pytest.mark.parametrize("broken", list(BROKEN))
