@@ -6779,6 +6779,14 @@ BEGIN
         WHERE j.id = p_id;
         PERFORM workhorse._wake_v1(v_job.queue);
         PERFORM workhorse._ended_v2(ARRAY[p_id]);
+        -- Its children that have not finished go with it (docs/design.md "Children"): the
+        -- cancel that was requested while it ran could not see those it enqueued afterwards
+        -- (adopt_children_v1 checks the fence alone), and they would run with no parent.
+        PERFORM workhorse.cancel_jobs_v2(ARRAY(
+            SELECT c.id FROM workhorse.jobs c
+            WHERE c.parent_id = p_id
+              AND c.status NOT IN ('succeeded', 'failed', 'held', 'canceled', 'expired')),
+            p_retention);
         RETURN 'canceled';
     END IF;
     PERFORM workhorse._durable_level_v1(v_job.queue);

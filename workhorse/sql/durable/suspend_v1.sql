@@ -9,7 +9,8 @@
 -- that all ended, a timer already due. Then the job goes back to `ready` at once (hinted and
 -- its claimers woken) instead of waiting for a cause that has come. The row lock orders this
 -- with signal_v1 and _wake_parents_v1, which lock the job's row before they look at its status:
--- whichever commits second sees the other. A job whose cancel was requested ends `canceled`.
+-- whichever commits second sees the other. A job whose cancel was requested ends `canceled`,
+-- and its children that have not finished with it (cancel_jobs_v2).
 --
 -- Returns the job's new status, or NULL when the fence is stale (nothing written). A resend of
 -- a suspension already recorded (the reply was lost) returns the status it left.
@@ -43,6 +44,14 @@ BEGIN
         WHERE j.id = p_id;
         PERFORM workhorse._wake_v1(v_job.queue);
         PERFORM workhorse._ended_v2(ARRAY[p_id]);
+        -- Its children that have not finished go with it (docs/design.md "Children"): the
+        -- cancel that was requested while it ran could not see those it enqueued afterwards
+        -- (adopt_children_v1 checks the fence alone), and they would run with no parent.
+        PERFORM workhorse.cancel_jobs_v2(ARRAY(
+            SELECT c.id FROM workhorse.jobs c
+            WHERE c.parent_id = p_id
+              AND c.status NOT IN ('succeeded', 'failed', 'held', 'canceled', 'expired')),
+            p_retention);
         RETURN 'canceled';
     END IF;
     PERFORM workhorse._durable_level_v1(v_job.queue);
