@@ -353,7 +353,7 @@ def check_tag(tag: object) -> str:
 # What a retry and a cancel act on (docs/design.md's status table): the statuses a retry or a
 # cancel by tag, and the dashboard's bulk actions, look at.
 RETRYABLE = ("failed", "held", "canceled")
-CANCELABLE = ("waiting", "scheduled", "ready", "active", "held")
+CANCELABLE = ("waiting", "scheduled", "ready", "active", "held", "suspended")
 
 
 def tagged_job_ids(tag: str, statuses: Sequence[str], queue: str | None = None

@@ -41,8 +41,8 @@ TAG_SCAN = 1_000
 # What each action applies to (docs/design.md's status table).
 RETRYABLE = _ops.RETRYABLE
 # A suspended job is canceled as a ready one is (docs/design.md "Durable execution"; its
-# children with it), so the job page offers Cancel on it too.
-CANCELABLE = tuple(dict.fromkeys((*_ops.CANCELABLE, "suspended")))
+# children with it), so the job page offers Cancel on it too, as `jobs cancel --tag` takes it.
+CANCELABLE = _ops.CANCELABLE
 
 
 @dataclass(frozen=True)
