@@ -7,18 +7,18 @@ milliseconds, each read one snapshot:
 - the active jobs (never more than 2), and how many of them are working jobs;
 - the suspended jobs, and those of them that hold a lease or an attempt (must be none);
 - the jobs that hold a place after suspending: `active` while their current fence has recorded a
-  pending step, what suspend_v1 writes in the same transaction as `suspended` (must be none).
+  pending step, what the suspension writes in the same transaction as `suspended` (must be none).
 
 The working jobs report when they really ran (time.time() at their start and end): two ran at once
 while the 100 slept, and never three; a sample saw all 100 suspended and 2 working jobs active,
 so the sleepers counted toward nothing. At the end the 100 are still suspended, with no lease and
 no attempt used.
 
-The checker is shown to fail on broken copies of suspend_v1 installed in the test's database
-before the worker starts: one that leaves the job `active` with its lease (the sleepers hold the
-queue's two places until their leases run out), one that suspends it with its lease, and one that
-keeps its attempt. They test the checker, not the server: CI's first pass only (marker `slow`
-alone); the intact run also in its second (`fleet`).
+The checker is shown to fail on broken copies of the live suspend function installed in the
+test's database before the worker starts: one that leaves the job `active` with its lease (the
+sleepers hold the queue's two places until their leases run out), one that suspends it with its
+lease, and one that keeps its attempt. They test the checker, not the server: CI's first pass
+only (marker `slow` alone); the intact run also in its second (`fleet`).
 """
 
 from __future__ import annotations

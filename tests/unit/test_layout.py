@@ -113,3 +113,20 @@ def test_the_version_check_can_fail() -> None:
     assert versioned_names(bad) == ["claim" + "_v5"]
     assert versioned_names("workhorse._limits" + "_v12(q)") == ["_limits" + "_v12"]
     assert versioned_names("a v2 release, version_v, pg_v") == []
+
+
+def test_every_sql_folder_ships_in_the_wheel() -> None:
+    """pyproject.toml's package data names every folder of workhorse/sql/ that holds .sql files:
+    a folder left out would be missing from a built wheel, and install_schema() would fail there
+    though every test of a source checkout passes."""
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["workhorse"]
+    shipped = {Path(glob).parent.as_posix() for glob in globs if glob.endswith(".sql")}
+    folders = {path.parent.relative_to(PACKAGE).as_posix()
+               for path in (PACKAGE / "sql").rglob("*.sql")}
+    released = {folder for folder in folders if folder.startswith("sql/released/")}
+    assert "sql/released/*" in shipped and released, "the released bodies must ship"
+    missing = sorted(folders - released - shipped)
+    assert missing == [], f"not in pyproject.toml's package-data: {missing}"
