@@ -30,7 +30,7 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -91,10 +91,14 @@ class StepStore:
         enqueue: Callable[[Sequence[Call], Any], list[Any]],
         *,
         connection: psycopg.Connection[Any] | None = None,
+        tasks: Collection[str] | None = None,
     ) -> None:
         self._connect = connect
         self._enqueue = enqueue
         self._shared = connection
+        # The app's task names: a child of a task it does not declare would never run (no
+        # worker of this app claims it), and its parent would wait for ever.
+        self.tasks = tasks
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._turns = threading.BoundedSemaphore(STORE_CONNECTIONS)
@@ -289,7 +293,7 @@ def _signal_name(signal: object) -> str:
     return _ops.check_step_name(signal, "a signal's name")
 
 
-def _calls(name: str, signatures: Sequence[Any]) -> list[Call]:
+def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) -> list[Call]:
     from .canvas import Signature
 
     if isinstance(signatures, str | bytes) or not isinstance(signatures, Sequence) or not all(
@@ -299,7 +303,15 @@ def _calls(name: str, signatures: Sequence[Any]) -> list[Call]:
             f"{signatures!r:.100}")
     if not signatures:
         raise InvalidOptionsError(f"step {name!r}: children need at least one signature")
-    return [signature.call(incoming=False) for signature in signatures]
+    calls = [signature.call(incoming=False) for signature in signatures]
+    strangers = sorted({call.task for call in calls
+                        if tasks is not None and call.task not in tasks})
+    if strangers:
+        raise InvalidOptionsError(
+            f"step {name!r}: {', '.join(map(repr, strangers))} is not a task of this app; a "
+            "child must be one (no worker of this app would run it, and the parent would wait "
+            "for ever)")
+    return calls
 
 
 class Steps:
@@ -403,7 +415,7 @@ class Steps:
         step = run.recorded_step(name, kind)
         if step is not None and step.recorded_at is not None:
             return run.replay(step)
-        calls = _calls(name, signatures)
+        calls = _calls(name, signatures, run.get_store().tasks)
         spawned, results = run.children_outcome(name, kind, len(calls))
         if results is not None:
             return results

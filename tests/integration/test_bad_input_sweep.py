@@ -972,3 +972,100 @@ def test_the_sweep_has_at_least_80_cases():
     assert counts["api"] >= 80 and counts["cli"] >= 20 and counts["dashboard"] >= 40, counts
     assert counts["key limits"] >= 100, counts
     assert sum(counts.values()) >= 80
+
+
+def _durable_state(url: str) -> tuple[Any, ...]:
+    """What a step call may write: the steps, the signals, the jobs (children) and their tags."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return tuple(conn.execute(
+            "SELECT (SELECT count(*) || md5(coalesce(string_agg(s::text, ',' ORDER BY s::text),"
+            " '')) FROM workhorse.job_steps s),"
+            " (SELECT count(*) FROM workhorse.job_signals),"
+            " (SELECT count(*) FROM workhorse.jobs),"
+            " (SELECT count(*) FROM workhorse.job_tags)").fetchone() or ())
+
+
+def test_durable_steps_refuse_bad_input_typed_and_write_nothing(database_url: str) -> None:
+    """Inside a running job (docs/design.md "Durable execution"): each bad step call raises its
+    own typed error before anything is written: names (empty, 201 characters, NUL, a
+    surrogate, not a str, used twice in one run), durations, a naive datetime, results that are
+    not JSON, retry policies, children that are no signatures or of another app's task, signal
+    names; the job then goes on."""
+    import datetime as dt
+
+    from workhorse import InvalidOptionsError, PayloadError, current_job
+    from workhorse.retry import RetryPolicy
+    from workhorse.testing import drain
+
+    app = App("sweep-durable", database_url)
+    other = App("sweep-other", database_url)
+
+    @other.task
+    def foreign() -> None:
+        return None
+
+    @app.task
+    def kid() -> int:
+        return 1
+
+    outcomes: list[str] = []
+
+    @app.task(max_attempts=1)
+    def durable() -> str:
+        step = current_job().step
+        step.run("good", lambda: 1)
+        cases: list[tuple[str, Callable[[], Any], type[WorkhorseError]]] = [
+            ("run name empty", lambda: step.run("", lambda: 1), InvalidOptionsError),
+            ("run name 201", lambda: step.run("s" * 201, lambda: 1), InvalidOptionsError),
+            ("run name NUL", lambda: step.run(NUL, lambda: 1), InvalidOptionsError),
+            ("run name surrogate", lambda: step.run(SURROGATE, lambda: 1), InvalidOptionsError),
+            ("run name int", lambda: step.run(7, lambda: 1), InvalidOptionsError),
+            ("run name used twice", lambda: step.run("good", lambda: 2), InvalidOptionsError),
+            ("run result object", lambda: step.run("obj", object), PayloadError),
+            ("run result NaN", lambda: step.run("nan", lambda: math.nan), PayloadError),
+            ("run result over 1 MiB", lambda: step.run("big", lambda: "x" * (1 << 20)),
+             PayloadError),
+            ("run retry not a policy", lambda: step.run("r", lambda: 1, retry=3),
+             InvalidOptionsError),
+            ("RetryPolicy max_attempts 0", lambda: RetryPolicy(max_attempts=0),
+             InvalidOptionsError),
+            ("RetryPolicy retry_on not types", lambda: RetryPolicy(retry_on=("E",)),  # type: ignore[arg-type]
+             InvalidOptionsError),
+            ("sleep bad duration", lambda: step.sleep("s1", "soon"), InvalidOptionsError),
+            ("sleep negative", lambda: step.sleep("s2", -1), InvalidOptionsError),
+            ("sleep 400 days", lambda: step.sleep("s3", "400d"), InvalidOptionsError),
+            ("sleep naive datetime", lambda: step.sleep("s4", dt.datetime(2030, 1, 1)),
+             InvalidOptionsError),
+            ("wait signal empty", lambda: step.wait_for("w1", signal=""), InvalidOptionsError),
+            ("wait signal 201", lambda: step.wait_for("w2", signal="s" * 201),
+             InvalidOptionsError),
+            ("wait timeout bad", lambda: step.wait_for("w3", signal="go", timeout="later"),
+             InvalidOptionsError),
+            ("children empty", lambda: step.children("c1", []), InvalidOptionsError),
+            ("children not signatures", lambda: step.children("c2", ["kid"]),
+             InvalidOptionsError),
+            ("children a str", lambda: step.children("c3", "kid"), InvalidOptionsError),
+            ("child of another app's task", lambda: step.child("c4", foreign.s()),
+             InvalidOptionsError),
+            ("children one of another app's task",
+             lambda: step.children("c5", [kid.s(), foreign.s()]), InvalidOptionsError),
+        ]
+        for label, call, expected in cases:
+            before = _durable_state(database_url)
+            try:
+                call()
+            except expected:
+                pass
+            except BaseException as exc:  # any other outcome is the finding
+                outcomes.append(f"{label}: {type(exc).__name__}: {exc}")
+            else:
+                outcomes.append(f"{label}: no error")
+            if _durable_state(database_url) != before:
+                outcomes.append(f"{label}: wrote something")
+        return "went on"
+
+    handle = durable.delay()
+    drain(app, timeout=30)
+    assert outcomes == []
+    assert handle.get(timeout=5) == "went on"
+    assert [s.name for s in handle.steps()] == ["good"]

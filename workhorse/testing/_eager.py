@@ -341,7 +341,7 @@ class EagerStepStore(StepStore):
     them at their enqueue; no signal is ever waiting."""
 
     def __init__(self, runner: EagerRunner) -> None:
-        super().__init__(None, runner.enqueue_calls)
+        super().__init__(None, runner.enqueue_calls, tasks=runner.app.tasks)
         self.runner = runner
         self.recorded: dict[int, dict[str, Step]] = {}
         self.kids: dict[int, dict[str, list[int]]] = {}

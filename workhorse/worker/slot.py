@@ -199,7 +199,8 @@ class Slot:
         self._wake = _Flag()
         # Durable steps (docs/design.md "Durable execution") on connections of their own, opened
         # at the first step a job of this slot calls.
-        self.step_store = StepStore(self._connect_steps, self.app.enqueue_calls)
+        self.step_store = StepStore(self._connect_steps, self.app.enqueue_calls,
+                                    tasks=self.app.tasks)
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             threads=hooks.handler_threads(self.config.concurrency, f"workhorse-slot{self.index}"),
