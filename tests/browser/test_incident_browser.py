@@ -384,8 +384,8 @@ def test_confirms_name_the_queue_or_count_and_only_applicable_actions_show(fleet
     page.click("#cancel-selected")  # a failed job: nothing to cancel, and it says why
     problem = page.locator(".problem").inner_text()
     assert problem == ("nothing changed: canceled (or asked to cancel) 0 of 1; not canceled: "
-                       "1 failed (cancel applies to waiting, scheduled, ready, active or held "
-                       "jobs)")
+                       "1 failed (cancel applies to waiting, scheduled, ready, active, held or "
+                       "suspended jobs)")
 
 
 def test_the_override_form_keeps_its_entries_and_says_until_cleared(fleet, page):
