@@ -203,12 +203,13 @@ def test_retry_due_makes_a_dry_queue_eligible(database_url: str) -> None:
         assert claimer.eligible(time.monotonic()) == []
         claimer.retry_due("nope", 0)  # ignored
         claimer.retry_due("a", 0)
-        claimer.retry_due("a", 5.0)  # the sooner one stands
+        claimer.retry_due("a", 5.0)  # kept too: each falls due in its turn
+        claimer.retry_due("a", 7200.0)  # beyond the horizon: the supervisor's due reading's
         a = claimer.queues[0]
-        assert a.local_due is not None
+        assert len(a.local_dues) == 2
         assert claimer.idle_timeout(time.monotonic()) == 0.001
         assert _names(claimer.eligible(time.monotonic())) == ["a"]
-        assert a.local_due is None and a.dry_since is None
+        assert len(a.local_dues) == 1 and a.dry_since is None
 
         await claimer.claim(aconn, claimer.eligible(time.monotonic()), 1, _starter([]))
         assert claimer.eligible(time.monotonic()) == []
@@ -216,7 +217,7 @@ def test_retry_due_makes_a_dry_queue_eligible(database_url: str) -> None:
         now = time.monotonic()
         assert claimer.eligible(now) == []
         assert 4.0 < claimer.idle_timeout(now) <= 5.0
-        assert _names(claimer.eligible(now + 5.0)) == ["b"]
+        assert _names(claimer.eligible(now + 5.0)) == ["a", "b"]  # a's second due, b's
 
     _run(database_url, body)
 

@@ -16,9 +16,10 @@ came back full, that is when there may be room left for another slot.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -38,6 +39,10 @@ FAIR_SHARE_LAP = 8
 # bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
 # the 0.5 s poll's, and every lap would idle the slot for a whole poll interval.
 FAIR_SHARE_YIELD = 0.01
+# Due times a slot keeps for its own retries and timers: those within the hour (the supervisor's
+# reading of the database's due times finds the later ones), at most this many.
+LOCAL_DUE_HORIZON = 3600.0
+LOCAL_DUES_MAX = 10_000
 
 
 @dataclass(eq=False)
@@ -45,7 +50,10 @@ class QueueState:
     name: str
     dry_since: float | None = None  # monotonic; None: worth a claim
     hints: int = 0  # bumped by every hint, so a claim can tell a hint raced it
-    local_due: float | None = None  # monotonic; a retry this slot scheduled
+    # monotonic, a heap: when the retries, snoozes and durable timers this slot scheduled fall
+    # due. Every one is kept (not only the soonest): jobs suspended 20 ms apart each resume at
+    # their own time, not at the supervisor's next reading of the due times.
+    local_dues: list[float] = field(default_factory=list)
     # monotonic; no claim before then: a rate limit's next allowed start, or a fair-share lap's
     # yield. A hint clears it.
     due_at: float | None = None
@@ -123,9 +131,9 @@ class Claimer:
     def retry_due(self, queue: str, delay: float) -> None:
         """This slot scheduled a retry in `queue`: look again when it falls due."""
         state = self._by_name.get(queue)
-        if state is not None:
-            due = time.monotonic() + delay
-            state.local_due = due if state.local_due is None else min(state.local_due, due)
+        if (state is not None and delay <= LOCAL_DUE_HORIZON
+                and len(state.local_dues) < LOCAL_DUES_MAX):
+            heapq.heappush(state.local_dues, time.monotonic() + delay)
 
     def freed(self, queues: Iterable[str], has_room: bool) -> bool:
         """Our own outcomes freed capacity in these queues. Their NOTIFY is not relayed back to
@@ -164,8 +172,9 @@ class Claimer:
                 state.due_at = None
                 state.dry_since = None
             if state.dry_since is not None:
-                if state.local_due is not None and state.local_due <= now:
-                    state.local_due = None
+                if state.local_dues and state.local_dues[0] <= now:
+                    while state.local_dues and state.local_dues[0] <= now:
+                        heapq.heappop(state.local_dues)
                     state.dry_since = None
                 elif now - state.dry_since >= self._poll_interval(state):
                     state.dry_since = None
@@ -190,8 +199,8 @@ class Claimer:
                 continue
             if state.dry_since is not None:
                 soonest = min(soonest, state.dry_since + self._poll_interval(state) - now)
-            if state.local_due is not None:
-                soonest = min(soonest, state.local_due - now)
+            if state.local_dues:
+                soonest = min(soonest, state.local_dues[0] - now)
         return max(soonest, 0.001)
 
     async def claim(
