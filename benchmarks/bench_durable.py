@@ -2,7 +2,7 @@
 suspended job resumes, and what the feature costs a job that uses no step.
 
     .venv/bin/python benchmarks/bench_durable.py [--database-url URL] [--quick] [--format plain]
-        [--only steps|resume|noop] [--baseline REV] [--skip-baseline]
+        [--only steps|resume|noop] [--baseline REV] [--skip-baseline] [--pgbouncer]
 
 Every figure but the round trips comes from real workers: `python -m workhorse worker
 bench_durable:app --slots 2 --concurrency 16` (this file is also the app module; its handlers are
@@ -25,6 +25,8 @@ database `wh_bench_durable` of the chosen server.
    signal: J jobs suspended in `step.wait_for("go", signal="go")`, then signaled one at a time,
    20 ms apart, with `app.signal(id, "go")` (autocommit); the latency is the resumed handler's
    start minus the moment the signal's call returned (its commit acknowledged). p50, p99, max.
+   `--pgbouncer` measures it again with the worker behind Debian's PgBouncer in transaction
+   mode (tests/pgbouncer_server.py), where it cannot LISTEN and polls for wake-ups.
 3. A no-op job's throughput at this checkout against the commit before durable execution
    (`--baseline`, default 66d2d3f~1, exported with `git archive` to a temporary directory and
    put first on the worker's PYTHONPATH; it gets a scratch database of its own, installed and
@@ -142,10 +144,27 @@ def fill_with(code: Path | None, url: str, task: str, jobs: int, arg: int) -> No
                     str(jobs), str(arg)], cwd=tempfile.gettempdir(), env=env, check=True)
 
 
+# Behind PgBouncer, how long a worker's start-up (its LISTEN probe) is let pass before signals.
+STARTUP_SETTLE = 4.0
+# The worker's URL for a scratch database, when it is not the database's own (PgBouncer).
+WORKER_URLS: dict[str, str] = {}
+
+
+def pgbouncer(server: str) -> Any:
+    """Debian's pgbouncer in transaction mode in front of `server` (tests/pgbouncer_server.py)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from pgbouncer_server import PgBouncer
+
+    bouncer = PgBouncer(server, Path(tempfile.mkdtemp(prefix="bench-pgbouncer-")), pool_size=20)
+    bouncer.start()
+    return bouncer
+
+
 @contextlib.contextmanager
 def worker(url: str, queue: str, code: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """One supervisor on `queue` (workhorse from `code`, else this checkout); SIGTERM on exit."""
-    env = {**os.environ, c.ENV_URL: url}
+    """One supervisor on `queue` (workhorse from `code`, else this checkout); SIGTERM on exit.
+    With `--pgbouncer` the resume measurement's worker connects through PgBouncer instead."""
+    env = {**os.environ, c.ENV_URL: WORKER_URLS.get(url, url)}
     if code is not None:
         env["PYTHONPATH"] = str(code)
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
@@ -284,11 +303,13 @@ def latency_row(table: c.Table, label: str, values: list[float]) -> None:
               c.ms(max(values)) if values else "-")
 
 
-def bench_resume(url: str, out: c.Printer, gate: c.QuietGate, *, jobs: int) -> None:
+def bench_resume(url: str, out: c.Printer, gate: c.QuietGate, *, jobs: int,
+                 through: str | None = None) -> None:
     from workhorse import Queue
 
     out.heading(f"Resume latency: {jobs} jobs after a {SLEEP_SECONDS:g} s timer, {jobs} after a "
-                f"signal; one worker --slots {SLOTS} --concurrency {CONCURRENCY}")
+                f"signal; one worker --slots {SLOTS} --concurrency {CONCURRENCY}"
+                + (f", its connections through {through}" if through else ""))
     table = c.Table("Resume latency, ms", ["resumed by", "jobs", "p50", "p99", "max"])
     os.environ[c.ENV_URL] = url
     with psycopg.connect(url, autocommit=True) as conn:
@@ -320,6 +341,10 @@ def bench_resume(url: str, out: c.Printer, gate: c.QuietGate, *, jobs: int) -> N
             wait_until(conn, process,
                        "SELECT count(*) = %s FROM workhorse.jobs WHERE status = 'suspended'",
                        (jobs,), 120, "waits")
+            if through:
+                # Past the supervisor's start: its LISTEN probe (about 2 s through PgBouncer,
+                # which refuses LISTEN) ends before it polls; a signal sent meanwhile waits.
+                time.sleep(STARTUP_SETTLE)
             sent: dict[int, float] = {}
             for (job_id,) in conn.execute("SELECT id FROM workhorse.jobs ORDER BY id").fetchall():
                 q.signal(job_id, "go")
@@ -410,6 +435,9 @@ def main() -> None:
     parser.add_argument("--skip-baseline", action="store_true",
                         help="measure the no-op job at this checkout only")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5, quick 3)")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="also measure resume latency with the worker behind PgBouncer "
+                        "(transaction mode, Debian's pgbouncer)")
     parser.add_argument("--quiet-wait", type=float, default=None,
                         help="before each measurement wait up to this many seconds for the "
                         "machine to be quiet (default 60, quick 5)")
@@ -436,6 +464,18 @@ def main() -> None:
                         rounds=2 if args.quick else 3)
         if args.only in (None, "resume"):
             bench_resume(url, out, gate, jobs=100 if args.quick else 200)
+            if args.pgbouncer:
+                bouncer = pgbouncer(server)
+                try:
+                    WORKER_URLS[url] = bouncer.url_for(url)
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        conn.execute("TRUNCATE workhorse.jobs, workhorse.job_steps, "
+                                     "workhorse.job_signals")
+                    bench_resume(url, out, gate, jobs=100 if args.quick else 200,
+                                 through="PgBouncer in transaction mode (no LISTEN: polling)")
+                finally:
+                    WORKER_URLS.pop(url, None)
+                    bouncer.stop()
         if args.only in (None, "noop"):
             bench_noop(server, url, args.db_name, out, gate,
                        jobs=10_000 if args.quick else 50_000, rounds=rounds,
