@@ -277,3 +277,40 @@ def test_a_parent_canceled_while_it_runs_takes_the_children_it_enqueues_then(
     assert all(status == "canceled" for _, status, _ in kids), kids
     drain(app)
     assert all(status == "canceled" for _, status, _ in children_of(conn, handle.id))
+
+
+def test_an_async_parent_awaits_its_children_and_a_failed_one(
+        app: App, conn: psycopg.Connection[Any], effects: Effects) -> None:
+    """An async handler's `await step.children(...)` and `await step.child(...)`: the same
+    suspension, results in order, a failed child's TaskFailedError, each child enqueued once."""
+    @app.task(name="dc.double", queue=KIDS)
+    async def double(n: int) -> int:
+        effects(f"kid{n}")
+        return n * 2
+
+    @app.task(name="dc.broken", queue=KIDS, max_attempts=1)
+    async def broken() -> None:
+        raise RuntimeError("no")
+
+    @app.task(name="dc.async_parent", queue=Q)
+    async def parent() -> Any:
+        effects("parent")
+        step = current_job().step
+        doubled = await step.children("doubles", [double.s(n) for n in (1, 2, 3)])
+        try:
+            await step.child("broken", broken.s())
+        except TaskFailedError as exc:
+            failed = str(exc)
+        return {"doubled": doubled, "failed": failed}
+
+    handle = parent.delay()
+    drain(app)
+    done = job(app, handle.id)
+    assert done.status is JobStatus.SUCCEEDED, done.error
+    assert done.result["doubled"] == [2, 4, 6]
+    assert "RuntimeError" in done.result["failed"]
+    assert effects.count("parent") == 3  # first run, after the doubles, after the broken child
+    assert sorted(line for line in effects.lines() if line.startswith("kid")) == [
+        "kid1", "kid2", "kid3"]
+    assert [(s, p) for _, s, p in children_of(conn, handle.id)] == [
+        ("succeeded", "doubles")] * 3 + [("failed", "broken")]
