@@ -41,7 +41,6 @@ from . import _ops
 from ._durations import parse_duration
 from .errors import (
     InvalidOptionsError,
-    PayloadError,
     SignalTimeoutError,
     StaleLeaseError,
     TaskCanceledError,
@@ -62,6 +61,24 @@ STORE_CONNECTIONS = 4
 _FAILED = (JobStatus.FAILED, JobStatus.HELD)
 _CANCELED = (JobStatus.CANCELED, JobStatus.EXPIRED)
 _ENDED = frozenset({JobStatus.SUCCEEDED, *_FAILED, *_CANCELED})
+
+
+def usage_error(message: str) -> InvalidOptionsError:
+    """The InvalidOptionsError of a step called in a way no retry can change (a name used twice
+    in one run, a name recorded as another kind of step, a bad name, duration or child), marked
+    so that the runner fails the job at once instead of using its retries (`no_retry`).
+
+    >>> type(usage_error("step name 'a' is used twice")).__name__
+    'InvalidOptionsError'
+    """
+    error = InvalidOptionsError(message)
+    error.workhorse_no_retry = True  # type: ignore[attr-defined]
+    return error
+
+
+def no_retry(exc: BaseException) -> bool:
+    """Whether `exc` is a step's usage error (see usage_error): no retry could change it."""
+    return getattr(exc, "workhorse_no_retry", False) is True
 
 
 class Suspended(BaseException):
@@ -181,9 +198,9 @@ class _Run:
         self.used: set[str] = set()
 
     def use(self, name: object) -> str:
-        name = _ops.check_step_name(name)
+        name = _usage(_ops.check_step_name, name)
         if name in self.used:
-            raise InvalidOptionsError(
+            raise usage_error(
                 f"step name {name!r} is used twice in one run of job {self.job_id}: each step "
                 "of a job needs its own name")
         self.used.add(name)
@@ -221,7 +238,7 @@ class _Run:
     def recorded_step(self, name: str, kind: str) -> Step | None:
         step = self.load().get(name)
         if step is not None and step.kind != kind:
-            raise InvalidOptionsError(
+            raise usage_error(
                 f"step {name!r} of job {self.job_id} was recorded as a {step.kind} step, and is "
                 f"now a {kind}: a deploy changed the handler's steps (give the new step a new "
                 "name)")
@@ -234,13 +251,13 @@ class _Run:
             return step.wake_at
         if isinstance(until, datetime):
             if until.tzinfo is None or until.utcoffset() is None:
-                raise InvalidOptionsError(
+                raise usage_error(
                     f"{what} {name!r}: a datetime must be aware, got {until!r}")
             return until
         try:
             seconds = parse_duration(until, maximum=MAX_SUSPEND_SECONDS)
         except (TypeError, ValueError) as exc:
-            raise InvalidOptionsError(f"{what} {name!r}: bad duration {until!r}: {exc}") from None
+            raise usage_error(f"{what} {name!r}: bad duration {until!r}: {exc}") from None
         return self.now() + timedelta(seconds=seconds)
 
     def record_json(self, name: str, kind: str, value: Any) -> Any:
@@ -290,7 +307,15 @@ def _child_error(failure: dict[str, Any]) -> WorkhorseError:
 
 
 def _signal_name(signal: object) -> str:
-    return _ops.check_step_name(signal, "a signal's name")
+    return _usage(_ops.check_step_name, signal, "a signal's name")
+
+
+def _usage(check: Callable[..., str], *args: Any) -> str:
+    """`check(*args)`, its InvalidOptionsError marked as a usage error (inside a running job)."""
+    try:
+        return check(*args)
+    except InvalidOptionsError as exc:
+        raise usage_error(str(exc)) from None  # the same type, marked
 
 
 def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) -> list[Call]:
@@ -298,16 +323,16 @@ def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) 
 
     if isinstance(signatures, str | bytes) or not isinstance(signatures, Sequence) or not all(
             isinstance(signature, Signature) for signature in signatures):
-        raise InvalidOptionsError(
+        raise usage_error(
             f"step {name!r}: children are a list of task signatures (task.s(...)), got "
             f"{signatures!r:.100}")
     if not signatures:
-        raise InvalidOptionsError(f"step {name!r}: children need at least one signature")
+        raise usage_error(f"step {name!r}: children need at least one signature")
     calls = [signature.call(incoming=False) for signature in signatures]
     strangers = sorted({call.task for call in calls
                         if tasks is not None and call.task not in tasks})
     if strangers:
-        raise InvalidOptionsError(
+        raise usage_error(
             f"step {name!r}: {', '.join(map(repr, strangers))} is not a task of this app; a "
             "child must be one (no worker of this app would run it, and the parent would wait "
             "for ever)")
@@ -342,12 +367,12 @@ class Steps:
                 if inspect.isawaitable(value):
                     with contextlib.suppress(Exception):
                         value.close()  # type: ignore[attr-defined]
-                    raise InvalidOptionsError(
+                    raise usage_error(
                         f"step {name!r}: {fn!r} returned an awaitable; a sync handler's step "
                         "runs a sync function")
                 break
             except Exception as exc:
-                if isinstance(exc, InvalidOptionsError | PayloadError) or not _again(
+                if no_retry(exc) or not _again(
                         retry, attempt, exc):
                     raise
                 time.sleep(backoff_delay(retry.backoff, attempt))  # type: ignore[union-attr]
@@ -454,7 +479,7 @@ class AsyncSteps:
                     value = await value
                 break
             except Exception as exc:
-                if isinstance(exc, InvalidOptionsError | PayloadError) or not _again(
+                if no_retry(exc) or not _again(
                         retry, attempt, exc):
                     raise
                 await anyio.sleep(backoff_delay(retry.backoff, attempt))  # type: ignore[union-attr]
@@ -489,7 +514,7 @@ class AsyncSteps:
 
 def _check_retry(retry: object) -> None:
     if retry is not None and not isinstance(retry, RetryPolicy):
-        raise InvalidOptionsError(f"retry= takes a RetryPolicy, got {retry!r:.80}")
+        raise usage_error(f"retry= takes a RetryPolicy, got {retry!r:.80}")
 
 
 def _again(retry: RetryPolicy | None, attempt: int, exc: Exception) -> bool:

@@ -82,14 +82,28 @@ def test_a_wait_with_no_timeout_fails_under_eager_and_says_why(app: App) -> None
         assert handle.job().status == JobStatus.FAILED
 
 
-def test_a_name_used_twice_in_one_run_fails_the_job(app: App) -> None:
-    @app.task(max_attempts=1)
+def test_a_name_used_twice_in_one_run_fails_the_job_at_once(app: App) -> None:
+    """A step's usage error is an InvalidOptionsError that no retry could change: the job fails
+    on its first attempt, though it has three and retries every Exception."""
+    @app.task(max_attempts=3)
     def twice() -> None:
         current_job().step.run("same", lambda: 1)
         current_job().step.run("same", lambda: 2)
 
-    with eager(app), pytest.raises(TaskFailedError, match="InvalidOptionsError"):
-        twice.delay().get()
+    @app.task(max_attempts=3)
+    def raises_its_own() -> None:
+        current_job().step.run("own", lambda: (_ for _ in ()).throw(InvalidOptionsError("x")))
+
+    with eager(app):
+        handle = twice.delay()
+        with pytest.raises(TaskFailedError, match="InvalidOptionsError"):
+            handle.get()
+        assert handle.job().attempts == 1
+        # An InvalidOptionsError the step's own function raises is the job's to retry.
+        own = raises_its_own.delay()
+        with pytest.raises(TaskFailedError, match="InvalidOptionsError"):
+            own.get()
+        assert own.job().attempts == 3
 
 
 def test_bad_step_input_is_a_typed_error(app: App) -> None:

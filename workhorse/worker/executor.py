@@ -33,7 +33,7 @@ from opentelemetry import trace
 from .. import _ops, context, telemetry
 from .._ops import encode_json, error_document
 from ..context import Backoff, JobContext, Retry, Snooze
-from ..durable import AsyncSteps, Steps, StepStore, Suspended, steps_for
+from ..durable import AsyncSteps, Steps, StepStore, Suspended, no_retry, steps_for
 from ..errors import JobTimeoutError, PayloadError, UnknownTaskError
 from ..retry import backoff_delay
 from ..task import Task
@@ -301,6 +301,7 @@ class Executor:
             return None
         job, task = execution.job, execution.task
         retry_at = None
+        final = final or no_retry(exc)  # a step's usage error: no retry could change it
         if not final and task is not None and job.attempts < job.max_attempts:
             if isinstance(exc, Retry):
                 delay = exc.delay if exc.delay is not None else backoff_delay(
