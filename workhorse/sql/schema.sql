@@ -2026,36 +2026,27 @@ BEGIN
         PERFORM workhorse._ended_v2(v_ended);
     END IF;
 
-    -- `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated at a few hundred
-    -- rows makes the planner hash the whole jobs table, on every claim.
+    -- Scheduled jobs due, and suspended jobs whose timer is due (a durable sleep's end, a
+    -- wait's timeout: their handler runs again and finds the sleep done, or the wait timed out),
+    -- in one statement. `id = ANY(ARRAY(...))`, not a join with the due rows: a join estimated
+    -- at a few hundred rows makes the planner hash the whole jobs table, on every claim.
     WITH promoted AS (
-        UPDATE workhorse.jobs j SET status = 'ready'
+        UPDATE workhorse.jobs j SET status = 'ready', suspended_on = NULL, wake_at = NULL
         WHERE j.id = ANY(ARRAY(
                 SELECT d.id FROM workhorse.jobs d
                 WHERE d.queue = p_queue AND d.status = 'scheduled' AND d.run_at <= p_now
                 ORDER BY d.queue, d.run_at
                 LIMIT 1000
-                FOR UPDATE SKIP LOCKED))
-          AND j.status = 'scheduled'
-        RETURNING j.ckey
-    )
-    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
-    PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
-
-    -- Suspended jobs whose timer is due (a durable sleep's end, a wait's timeout) become ready
-    -- the same way; their handler runs again and finds the sleep done, or the wait timed out.
-    WITH woken AS (
-        UPDATE workhorse.jobs j SET status = 'ready', suspended_on = NULL, wake_at = NULL
-        WHERE j.id = ANY(ARRAY(
+                FOR UPDATE SKIP LOCKED) || ARRAY(
                 SELECT d.id FROM workhorse.jobs d
                 WHERE d.queue = p_queue AND d.status = 'suspended' AND d.wake_at <= p_now
                 ORDER BY d.queue, d.wake_at
                 LIMIT 1000
                 FOR UPDATE SKIP LOCKED))
-          AND j.status = 'suspended'
+          AND j.status IN ('scheduled', 'suspended')
         RETURNING j.ckey
     )
-    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM woken WHERE ckey <> '';
+    SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
 END
 $function$;
