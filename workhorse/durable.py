@@ -26,6 +26,7 @@ recorded steps are read once).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import threading
@@ -171,6 +172,15 @@ class StepStore:
                            else conn.transaction())
             with transaction:
                 handles = self._enqueue(calls, conn)
+                taken = [call.task for call, handle in zip(calls, handles, strict=True)
+                         if getattr(handle, "duplicate", False)]
+                if taken:
+                    # A unique, idempotent or keyed child that found an existing job would
+                    # adopt someone else's job (and leave that job's parent waiting for ever).
+                    raise usage_error(
+                        f"step {name!r}: a child must be a new job, but {taken[0]!r} found an "
+                        "existing one (unique=, idempotency_key= or job_key=): give children "
+                        "no duplicate rule")
                 ids = [handle.id for handle in handles]
                 _ops.execute(conn, _ops.adopt_children(job_id, fence, name, ids))
                 return ids
@@ -444,6 +454,12 @@ class Steps:
         spawned, results = run.children_outcome(name, kind, len(calls))
         if results is not None:
             return results
+        if not spawned and step is not None:
+            # Pending: this job suspended on its children, which are gone (a hand-run prune).
+            # Enqueueing them again would run them twice.
+            raise WorkhorseError(
+                f"step {name!r} of job {run.job_id}: its children are gone (pruned before it "
+                "resumed); their outcome is lost, and they are not enqueued again")
         if not spawned:
             run.check_lease(name)
             run.get_store().spawn(run.job_id, run.fence, name, calls)
@@ -474,9 +490,14 @@ class AsyncSteps:
         while True:
             run.check_lease(name)
             try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(*args, **kwargs)
+                else:
+                    # A sync function runs in a worker thread: on the loop it would stall the
+                    # slot's heartbeats, claims and records for as long as it blocks.
+                    value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                    if inspect.isawaitable(value):
+                        value = await value
                 break
             except Exception as exc:
                 if no_retry(exc) or not _again(

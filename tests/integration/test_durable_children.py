@@ -314,3 +314,122 @@ def test_an_async_parent_awaits_its_children_and_a_failed_one(
         "kid1", "kid2", "kid3"]
     assert [(s, p) for _, s, p in children_of(conn, handle.id)] == [
         ("succeeded", "doubles")] * 3 + [("failed", "broken")]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["intact", "unlocked-look"])
+def test_a_child_ending_while_its_parent_suspends_still_wakes_it(
+        app: App, database_url: str, conn: psycopg.Connection[Any], broken: bool) -> None:
+    """The race of a child's completion with its parent's suspension, both in flight: the
+    completion locks the parent before it looks (whether or not any parent is suspended yet),
+    so the suspension waits for it and then sees the child done: the parent is ready, never
+    left suspended with every child finished. Fails when a job's end decides by an unlocked
+    look at whether any parent waits (the suspension then commits first, unseen)."""
+    import threading
+
+    from workhorse import _sql
+
+    @app.task(name="dc.racing_kid", queue=KIDS)
+    def kid(n: int) -> int:
+        return n
+
+    @app.task(name="dc.racing_parent", queue=Q)
+    def parent() -> Any:
+        return current_job().step.child("k", kid.s(1))
+
+    if broken:
+        from _integration import install_broken
+
+        install_broken(conn, _sql.function_name("_ended"),
+                       "WHERE c.id = ANY(p_ids) AND c.parent_id IS NOT NULL)",
+                       "WHERE c.status = 'suspended' AND c.suspended_on = 'children')")
+    handle = parent.delay()
+    drain(app, queues=[Q])  # the child is enqueued, the parent suspended
+    (kid_id,) = conn.execute("SELECT id FROM workhorse.jobs WHERE parent_id = %s",
+                             (handle.id,)).fetchone() or ()
+    # Back to the instant between the children's enqueue and the suspension: the parent active
+    # under fence 1001 with no pending step, its child active under fence 1002.
+    conn.execute("DELETE FROM workhorse.job_steps WHERE job_id = %s", (handle.id,))
+    conn.execute("UPDATE workhorse.jobs SET status = 'active', suspended_on = NULL, fence = 1001,"
+                 " attempts = attempts + 1, lease_until = now() + interval '1 hour'"
+                 " WHERE id = %s", (handle.id,))
+    conn.execute("UPDATE workhorse.jobs SET status = 'active', fence = 1002, attempts = 1,"
+                 " lease_until = now() + interval '1 hour', started_at = now() WHERE id = %s",
+                 (kid_id,))
+    complete = _sql.function_name("complete")
+    suspend = _sql.function_name("suspend")
+    with psycopg.connect(database_url) as completion:  # not autocommit: held open
+        completion.execute(
+            f"SELECT * FROM workhorse.{complete}(ARRAY[%s]::bigint[], ARRAY[1002]::bigint[],"
+            " ARRAY['1']::text[], NULL, ARRAY['{}']::text[])", (kid_id,))
+        suspended: list[Any] = []
+
+        def suspend_parent() -> None:
+            with psycopg.connect(database_url, autocommit=True) as other:
+                suspended.append(other.execute(
+                    f"SELECT workhorse.{suspend}(%s, 1001, 'k', 'child', 'children', NULL, NULL,"
+                    " '{}')", (handle.id,)).fetchone())
+
+        thread = threading.Thread(target=suspend_parent)
+        thread.start()
+        thread.join(0.5)
+        completion.commit()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert suspended and suspended[0][0] in ("ready", "suspended")
+    if broken:  # the checker can fail: the suspension committed unseen, the wake-up lost
+        assert job(app, handle.id).status is JobStatus.SUSPENDED
+        return
+    assert job(app, handle.id).status is JobStatus.READY, suspended
+    drain(app, queues=[Q])
+    assert job(app, handle.id).status is JobStatus.SUCCEEDED
+
+
+def test_a_child_that_expires_wakes_its_parent(app: App) -> None:
+    """A child not started by its expiry ends `expired` at its queue's next claim, and that end
+    wakes its parent like any other: the parent's step raises TaskCanceledError."""
+    import time
+
+    @app.task(name="dc.stale_kid", queue=KIDS, expires=0.2)
+    def kid(n: int) -> int:
+        return n
+
+    @app.task(name="dc.waits_for_stale", queue=Q)
+    def parent() -> str:
+        try:
+            current_job().step.child("k", kid.s(1))
+        except TaskCanceledError:
+            return "expired child"
+        return "ran"
+
+    handle = parent.delay()
+    drain(app, queues=[Q])
+    time.sleep(0.4)
+    drain(app, queues=[KIDS])  # the claim ends the child expired
+    assert job(app, handle.id).status is JobStatus.READY
+    drain(app, queues=[Q])
+    assert handle.get(timeout=5) == "expired child"
+
+
+def test_a_child_with_a_duplicate_rule_is_refused_not_adopted(
+        app: App, conn: psycopg.Connection[Any]) -> None:
+    """A child is always a new job: a unique child that finds another parent's child is refused
+    (InvalidOptionsError, nothing enqueued or adopted) instead of taking that job over."""
+    from workhorse import Unique
+
+    @app.task(name="dc.unique_kid", queue=KIDS, unique=Unique())
+    def kid(n: int) -> int:
+        return n
+
+    @app.task(name="dc.unique_parent", queue=Q, max_attempts=3)
+    def parent(tag: str) -> Any:
+        return current_job().step.child("k", kid.s(1))
+
+    first, second = parent.delay("A"), parent.delay("B")
+    drain(app, queues=[Q])
+    kids = conn.execute("SELECT id, parent_id FROM workhorse.jobs WHERE task = 'dc.unique_kid'"
+                        ).fetchall()
+    assert kids == [(kids[0][0], first.id)]  # one child, still the first parent's
+    refused = job(app, second.id)
+    assert refused.status is JobStatus.FAILED and refused.attempts == 1, refused
+    assert refused.error is not None and "must be a new job" in refused.error["message"]
+    assert job(app, first.id).status is JobStatus.SUSPENDED

@@ -679,7 +679,7 @@ CREATE INDEX jobs_budget_active_idx ON workhorse.jobs USING btree (budget, lease
 
 CREATE INDEX jobs_budget_ready_idx ON workhorse.jobs USING btree (budget, queue, rank, id) WHERE (status = 'ready'::text);
 
-CREATE INDEX jobs_children_wait_idx ON workhorse.jobs USING btree (id) WHERE ((status = 'suspended'::text) AND (suspended_on = 'children'::text));
+CREATE INDEX jobs_child_idx ON workhorse.jobs USING btree (id) WHERE (parent_id IS NOT NULL);
 
 CREATE INDEX jobs_expires_idx ON workhorse.jobs USING btree (expires_at) WHERE (expires_at IS NOT NULL);
 
@@ -1661,12 +1661,14 @@ BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
         RETURN;
     END IF;
-    -- Both probes in one statement (each statement's start-up costs more than its probe): a
-    -- parent suspended on its children (docs/design.md "Children") is one probe of
-    -- jobs_children_wait_idx, empty unless a job waits for children.
+    -- Both probes in one statement (each statement's start-up costs more than its probe):
+    -- whether any of these jobs is a child (docs/design.md "Children"), through
+    -- jobs_child_idx, which holds children only (empty unless jobs use step.child). Asked of
+    -- these jobs, not "is any parent waiting": a parent whose suspension has not committed yet
+    -- must still be locked and looked at (_wake_parents_v1), or its wake-up would be lost.
     SELECT EXISTS (SELECT 1 FROM workhorse.result_listeners),
-           EXISTS (SELECT 1 FROM workhorse.jobs w
-                   WHERE w.status = 'suspended' AND w.suspended_on = 'children')
+           EXISTS (SELECT 1 FROM workhorse.jobs c
+                   WHERE c.id = ANY(p_ids) AND c.parent_id IS NOT NULL)
     INTO v_listened, v_parents;
     IF v_parents THEN
         PERFORM workhorse._wake_parents_v1(p_ids);
@@ -1694,6 +1696,7 @@ AS $function$
 DECLARE
     v_keys text[];
     v_ended integer;
+    v_ids bigint[];
 BEGIN
     WITH ended AS (
         UPDATE workhorse.jobs j
@@ -1716,14 +1719,17 @@ BEGIN
           AND j.start_by <= p_now
           AND (j.status IN ('ready', 'scheduled')
                OR (j.status = 'active' AND j.lease_until <= p_now))
-        RETURNING j.ckey
+        RETURNING j.id, j.ckey
     )
-    SELECT array_agg(DISTINCT e.ckey) FILTER (WHERE e.ckey <> ''), count(*)::integer
-    INTO v_keys, v_ended
+    SELECT array_agg(DISTINCT e.ckey) FILTER (WHERE e.ckey <> ''), count(*)::integer,
+           array_agg(e.id)
+    INTO v_keys, v_ended, v_ids
     FROM ended e;
     IF v_keys IS NOT NULL THEN
         PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
     END IF;
+    -- Like every end: result waiters are told, and a child's parent woken (_ended_v2).
+    PERFORM workhorse._ended_v2(v_ids);
     RETURN v_ended;
 END
 $function$;
@@ -2049,6 +2055,17 @@ BEGIN
     SELECT array_agg(DISTINCT ckey) INTO v_keys FROM promoted WHERE ckey <> '';
     PERFORM workhorse._hint_keys_v2(p_queue, v_keys);
 END
+$function$;
+
+CREATE OR REPLACE FUNCTION workhorse._prunable_child_v1(p_parent bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT p_parent IS NULL OR NOT EXISTS (
+        SELECT 1 FROM workhorse.jobs p
+        WHERE p.id = p_parent
+          AND p.status NOT IN ('succeeded', 'failed', 'held', 'canceled', 'expired'))
 $function$;
 
 CREATE OR REPLACE FUNCTION workhorse._prune_durable_v1(p_ids bigint[])
@@ -4913,7 +4930,7 @@ BEGIN
                   WHERE u.ukey IS NOT NULL AND NOT u.done) AS s
             WHERE j.id = s.id AND j.unique_key = s.ukey
               AND NOT (j.status = ANY(COALESCE(string_to_array(s.states, ','),
-                                               '{waiting,scheduled,ready,active}')));
+                                               '{waiting,scheduled,ready,active,suspended}')));
         END IF;
         WITH input AS (
             SELECT t.*,
@@ -4976,7 +4993,7 @@ BEGIN
                              WHERE j.task = t.task AND j.unique_key = t.ukey
                                AND j.unique_key IS NOT NULL
                                AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
-                                                           '{waiting,scheduled,ready,active}')))
+                                                           '{waiting,scheduled,ready,active,suspended}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
                  WITH ORDINALITY AS t(task, idem, ukey, states, cand, done, ord)
@@ -5912,6 +5929,7 @@ BEGIN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.expires_at IS NOT NULL AND e.expires_at <= now() AND e.workflow_id IS NULL
+              AND workhorse._prunable_child_v1(e.parent_id)
             ORDER BY e.expires_at
             LIMIT p_limit);
         v_left := p_limit - cardinality(v_ids);
@@ -5937,6 +5955,7 @@ BEGIN
               AND e.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
               AND e.finished_at <= v_cutoff
               AND e.workflow_id IS NULL
+              AND workhorse._prunable_child_v1(e.parent_id)
             LIMIT p_limit);
         v_left := p_limit - cardinality(v_ids);
         IF v_left > 0 THEN
@@ -6648,6 +6667,10 @@ BEGIN
     RETURNING id INTO v_id;
     IF v_id IS NULL THEN
         RETURN 'duplicate';
+    END IF;
+    IF NOT v_job.durable THEN
+        -- Its signals go with it when it is pruned, so it stays where the pruner finds them.
+        UPDATE workhorse.jobs j SET durable = true WHERE j.id = p_id;
     END IF;
     IF v_job.status = 'suspended' AND v_job.suspended_on = 'signal'
        AND EXISTS (SELECT 1 FROM workhorse.job_steps s

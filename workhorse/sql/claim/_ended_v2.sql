@@ -16,12 +16,14 @@ BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
         RETURN;
     END IF;
-    -- Both probes in one statement (each statement's start-up costs more than its probe): a
-    -- parent suspended on its children (docs/design.md "Children") is one probe of
-    -- jobs_children_wait_idx, empty unless a job waits for children.
+    -- Both probes in one statement (each statement's start-up costs more than its probe):
+    -- whether any of these jobs is a child (docs/design.md "Children"), through
+    -- jobs_child_idx, which holds children only (empty unless jobs use step.child). Asked of
+    -- these jobs, not "is any parent waiting": a parent whose suspension has not committed yet
+    -- must still be locked and looked at (_wake_parents_v1), or its wake-up would be lost.
     SELECT EXISTS (SELECT 1 FROM workhorse.result_listeners),
-           EXISTS (SELECT 1 FROM workhorse.jobs w
-                   WHERE w.status = 'suspended' AND w.suspended_on = 'children')
+           EXISTS (SELECT 1 FROM workhorse.jobs c
+                   WHERE c.id = ANY(p_ids) AND c.parent_id IS NOT NULL)
     INTO v_listened, v_parents;
     IF v_parents THEN
         PERFORM workhorse._wake_parents_v1(p_ids);

@@ -27,6 +27,10 @@ BEGIN
     IF v_id IS NULL THEN
         RETURN 'duplicate';
     END IF;
+    IF NOT v_job.durable THEN
+        -- Its signals go with it when it is pruned, so it stays where the pruner finds them.
+        UPDATE workhorse.jobs j SET durable = true WHERE j.id = p_id;
+    END IF;
     IF v_job.status = 'suspended' AND v_job.suspended_on = 'signal'
        AND EXISTS (SELECT 1 FROM workhorse.job_steps s
                    WHERE s.job_id = p_id AND s.recorded_at IS NULL AND s.kind = 'wait'

@@ -12,6 +12,9 @@
 -- History (job_history, docs/design.md "History") is pruned first, by whole days
 -- (_prune_history_v1); its count adds to the batch's.
 --
+-- A child whose parent has not finished stays (docs/design.md "Children"): its parent reads its
+-- outcome when it resumes, and would enqueue it again if it were gone.
+--
 -- Jobs outside workflows go as in prune_jobs_v1, up to `p_limit`; the rest of the batch is
 -- filled with whole workflows (their release state, dependencies and workflow row go with
 -- them), so a batch may exceed `p_limit` by one workflow's members, and returns fewer than
@@ -41,6 +44,7 @@ BEGIN
         v_ids := ARRAY(
             SELECT e.id FROM workhorse.jobs e
             WHERE e.expires_at IS NOT NULL AND e.expires_at <= now() AND e.workflow_id IS NULL
+              AND workhorse._prunable_child_v1(e.parent_id)
             ORDER BY e.expires_at
             LIMIT p_limit);
         v_left := p_limit - cardinality(v_ids);
@@ -66,6 +70,7 @@ BEGIN
               AND e.status IN ('succeeded', 'failed', 'held', 'canceled', 'expired')
               AND e.finished_at <= v_cutoff
               AND e.workflow_id IS NULL
+              AND workhorse._prunable_child_v1(e.parent_id)
             LIMIT p_limit);
         v_left := p_limit - cardinality(v_ids);
         IF v_left > 0 THEN

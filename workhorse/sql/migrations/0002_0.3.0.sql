@@ -529,9 +529,9 @@ ALTER TABLE workhorse.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
      'expired', 'suspended'));
 -- The claim's timer probe and health's counts: a queue's suspended jobs by their wake time.
 CREATE INDEX jobs_suspended_idx ON workhorse.jobs (queue, wake_at) WHERE status = 'suspended';
--- Whether any parent waits for its children: one probe at every job's end (_ended_v2).
-CREATE INDEX jobs_children_wait_idx ON workhorse.jobs (id)
-    WHERE status = 'suspended' AND suspended_on = 'children';
+-- Whether the jobs that end are children: probes of an index of children only, at every job's
+-- end (_ended_v2).
+CREATE INDEX jobs_child_idx ON workhorse.jobs (id) WHERE parent_id IS NOT NULL;
 -- A parent's children.
 CREATE INDEX jobs_parent_idx ON workhorse.jobs (parent_id, parent_step, id)
     WHERE parent_id IS NOT NULL;
@@ -761,6 +761,7 @@ CREATE TABLE workhorse.key_limits (
 \ir ../housekeeping/move_to_history_v1.sql
 \ir ../housekeeping/_prune_history_v1.sql
 \ir ../housekeeping/_prune_durable_v1.sql
+\ir ../housekeeping/_prunable_child_v1.sql
 \ir ../housekeeping/prune_jobs_v2.sql
 -- Durable execution.
 \ir ../claim/_durable_level_v1.sql
