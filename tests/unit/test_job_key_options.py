@@ -14,7 +14,7 @@ from workhorse._ops import unique_digest
 def test_unique_defaults_and_normal_forms() -> None:
     rule = Unique()
     assert (rule.by, rule.keys, rule.period, rule.states) == (
-        ("args",), None, None, ("waiting", "scheduled", "ready", "active", "suspended"))
+        ("args",), None, None, ("waiting", "scheduled", "ready", "active"))
     assert Unique(by=["args", "queue"], keys=["user_id"]).by == ("args", "queue")
     assert Unique(period="1h") == Unique(period=3600) == Unique(period=timedelta(hours=1))
     assert Unique(period="1h").period == 3600.0

@@ -4929,8 +4929,11 @@ BEGIN
                         AND x.unique_key IS NOT NULL) AS h
                   WHERE u.ukey IS NOT NULL AND NOT u.done) AS s
             WHERE j.id = s.id AND j.unique_key = s.ukey
-              AND NOT (j.status = ANY(COALESCE(string_to_array(s.states, ','),
-                                               '{waiting,scheduled,ready,active,suspended}')));
+              -- A suspended job is an active one that waits (docs/design.md "Durable
+              -- execution"): it stays unique wherever `active` does.
+              AND NOT (CASE WHEN j.status = 'suspended' THEN 'active' ELSE j.status END
+                       = ANY(COALESCE(string_to_array(s.states, ','),
+                                      '{waiting,scheduled,ready,active}')));
         END IF;
         WITH input AS (
             SELECT t.*,
@@ -4992,8 +4995,10 @@ BEGIN
                             (SELECT j.id FROM workhorse.jobs j
                              WHERE j.task = t.task AND j.unique_key = t.ukey
                                AND j.unique_key IS NOT NULL
-                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
-                                                           '{waiting,scheduled,ready,active,suspended}')))
+                               AND CASE WHEN j.status = 'suspended' THEN 'active'
+                                        ELSE j.status END
+                                   = ANY(COALESCE(string_to_array(t.states, ','),
+                                                  '{waiting,scheduled,ready,active}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
                  WITH ORDINALITY AS t(task, idem, ukey, states, cand, done, ord)

@@ -129,7 +129,7 @@ def check_count(value: object, what: str, low: int = 1, high: int = INT_MAX) -> 
 
 
 UNIQUE_BY = ("args", "queue", "concurrency_key")
-UNIQUE_STATES_DEFAULT = ("waiting", "scheduled", "ready", "active", "suspended")
+UNIQUE_STATES_DEFAULT = ("waiting", "scheduled", "ready", "active")
 # What `Unique.states` may name: every status a job can be in (workflows add `waiting`).
 JOB_STATUSES = ("waiting", "scheduled", "ready", "active", "succeeded", "failed", "held",
                 "canceled", "expired", "suspended")

@@ -11,7 +11,7 @@
 --   any unique index does); the same key twice in one batch gives the first one's id twice.
 -- * `p_unique_keys` (a digest of the job's `by` values, made by the caller), with
 --   `p_unique_periods` (seconds, or NULL) and `p_unique_states` (comma-separated statuses, or
---   NULL: waiting,scheduled,ready,active,suspended): a duplicate of the job of the same task with an equal
+--   NULL: waiting,scheduled,ready,active; a suspended job counts as active): a duplicate of the job of the same task with an equal
 --   digest (and, with a period, enqueued in the same period bucket, counted from the Unix epoch
 --   on the database's clock) whose status is one of the states; otherwise inserted. The bucket
 --   is part of the stored `unique_key`, and the index on (task, unique_key) is exact under
@@ -443,8 +443,11 @@ BEGIN
                         AND x.unique_key IS NOT NULL) AS h
                   WHERE u.ukey IS NOT NULL AND NOT u.done) AS s
             WHERE j.id = s.id AND j.unique_key = s.ukey
-              AND NOT (j.status = ANY(COALESCE(string_to_array(s.states, ','),
-                                               '{waiting,scheduled,ready,active,suspended}')));
+              -- A suspended job is an active one that waits (docs/design.md "Durable
+              -- execution"): it stays unique wherever `active` does.
+              AND NOT (CASE WHEN j.status = 'suspended' THEN 'active' ELSE j.status END
+                       = ANY(COALESCE(string_to_array(s.states, ','),
+                                      '{waiting,scheduled,ready,active}')));
         END IF;
         WITH input AS (
             SELECT t.*,
@@ -506,8 +509,10 @@ BEGIN
                             (SELECT j.id FROM workhorse.jobs j
                              WHERE j.task = t.task AND j.unique_key = t.ukey
                                AND j.unique_key IS NOT NULL
-                               AND j.status = ANY(COALESCE(string_to_array(t.states, ','),
-                                                           '{waiting,scheduled,ready,active,suspended}')))
+                               AND CASE WHEN j.status = 'suspended' THEN 'active'
+                                        ELSE j.status END
+                                   = ANY(COALESCE(string_to_array(t.states, ','),
+                                                  '{waiting,scheduled,ready,active}')))
                    END AS job_id
             FROM unnest(p_tasks, p_idempotency_keys, v_ukeys, p_unique_states, v_cand, v_done)
                  WITH ORDINALITY AS t(task, idem, ukey, states, cand, done, ord)
