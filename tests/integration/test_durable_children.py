@@ -433,3 +433,57 @@ def test_a_child_with_a_duplicate_rule_is_refused_not_adopted(
     assert refused.status is JobStatus.FAILED and refused.attempts == 1, refused
     assert refused.error is not None and "must be a new job" in refused.error["message"]
     assert job(app, first.id).status is JobStatus.SUSPENDED
+
+
+def test_canceling_a_parent_while_its_child_completes_does_not_deadlock(
+        app: App, database_url: str, conn: psycopg.Connection[Any]) -> None:
+    """A child's completion holds its row and then locks its parent's (to wake it); a cancel of
+    the parent locks the children first, the deepest first, so it waits for that completion
+    instead of holding the parent it wants. (Locking parent and children together in (queue,
+    id) order, as the cancel did first, deadlocked here: PostgreSQL aborted the cancel.)"""
+    import threading
+
+    from workhorse import _sql
+
+    @app.task(name="dc.finishing_kid", queue="z-kids")  # sorts after the parent's queue
+    def kid(n: int) -> int:
+        return n
+
+    @app.task(name="dc.canceled_parent", queue="a-parents")
+    def parent() -> Any:
+        return current_job().step.child("k", kid.s(1))
+
+    handle = parent.delay()
+    drain(app, queues=["a-parents"])
+    (kid_id,) = conn.execute("SELECT id FROM workhorse.jobs WHERE parent_id = %s",
+                             (handle.id,)).fetchone() or ()
+    conn.execute("UPDATE workhorse.jobs SET status = 'active', fence = 2002, attempts = 1,"
+                 " lease_until = now() + interval '1 hour', started_at = now() WHERE id = %s",
+                 (kid_id,))
+    complete = _sql.function_name("complete")
+    cancel = _sql.function_name("cancel_jobs")
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(database_url) as completion:  # not autocommit: held open
+        completion.execute("SELECT 1 FROM workhorse.jobs WHERE id = %s FOR NO KEY UPDATE",
+                           (kid_id,))
+
+        def cancel_parent() -> None:
+            try:
+                with psycopg.connect(database_url, autocommit=True) as other:
+                    outcome["cancel"] = other.execute(
+                        f"SELECT workhorse.{cancel}(ARRAY[%s]::bigint[], '{{}}')",
+                        (handle.id,)).fetchall()
+            except psycopg.Error as exc:
+                outcome["cancel"] = exc
+
+        thread = threading.Thread(target=cancel_parent)
+        thread.start()
+        thread.join(0.5)
+        completion.execute(
+            f"SELECT * FROM workhorse.{complete}(ARRAY[%s]::bigint[], ARRAY[2002]::bigint[],"
+            " ARRAY['1']::text[], NULL, ARRAY['{}']::text[])", (kid_id,))
+        completion.commit()
+        thread.join(10)
+    assert not isinstance(outcome.get("cancel"), psycopg.Error), outcome
+    assert job(app, handle.id).status is JobStatus.CANCELED
+    assert job(app, kid_id).status is JobStatus.SUCCEEDED

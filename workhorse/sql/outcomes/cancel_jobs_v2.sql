@@ -19,6 +19,7 @@ RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_kids bigint[];
     v_waiting bigint[];
     v_ids bigint[];
     v_requested bigint[];
@@ -27,14 +28,24 @@ DECLARE
     v_at timestamptz := clock_timestamp();
 BEGIN
     -- A parent's children that have not finished go with it (docs/design.md "Children"), and
-    -- theirs: one probe of jobs_parent_idx per id, none found for jobs without children.
-    p_ids := p_ids || ARRAY(
-        WITH RECURSIVE kids(id) AS (
-            SELECT c.id FROM workhorse.jobs c WHERE c.parent_id = ANY(p_ids)
-            UNION
-            SELECT c.id FROM workhorse.jobs c JOIN kids k ON c.parent_id = k.id
-        )
-        SELECT k.id FROM kids k);
+    -- theirs: one probe of jobs_parent_idx per id, none found for jobs without children. They
+    -- are locked first, the deepest first: a child's completion holds its own row and then
+    -- locks its parent's (_wake_parents_v1), so a cancel that took the parent first and then
+    -- waited for the child would deadlock with it.
+    WITH RECURSIVE kids(id, depth) AS (
+        SELECT c.id, 1 FROM workhorse.jobs c WHERE c.parent_id = ANY(p_ids)
+        UNION
+        SELECT c.id, k.depth + 1 FROM workhorse.jobs c JOIN kids k ON c.parent_id = k.id
+    )
+    SELECT array_agg(k.id ORDER BY k.depth DESC, k.id) INTO v_kids FROM kids k;
+    IF v_kids IS NOT NULL THEN
+        PERFORM 1 FROM workhorse.jobs j
+        JOIN unnest(v_kids) WITH ORDINALITY AS k(id, n) ON j.id = k.id
+        WHERE j.status IN ('scheduled', 'ready', 'active', 'held', 'suspended')
+        ORDER BY k.n
+        FOR UPDATE OF j;
+        p_ids := p_ids || v_kids;
+    END IF;
     PERFORM 1 FROM workhorse.jobs j
     WHERE j.id = ANY(p_ids) AND j.status IN ('scheduled', 'ready', 'active', 'held', 'suspended')
     ORDER BY j.queue, j.id
