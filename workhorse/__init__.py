@@ -1,6 +1,7 @@
 """workhorse: a Python task framework on PostgreSQL with fleet-wide concurrency budgets."""
 
-from .app import App, UndeclaredBudgetWarning, load_app
+from ._sync import UndeclaredBudgetWarning
+from .app import App, load_app
 from .canvas import Signature, WorkflowHandle, chain, chord, group
 from .context import Backoff, JobContext, Retry, Snooze, current_job
 from .errors import (

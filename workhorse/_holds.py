@@ -90,6 +90,8 @@ class Holding:
         _ops.check_hold(budget, units, self.lease, key)
         self.timeout = None if timeout is None else _seconds("timeout", timeout, zero=True)
         self.app, self.budget, self.units, self.key = app, budget, units, key
+        # The app's database the budget lives in (docs/design.md "Several databases").
+        self.database: str = app.database_of_budget(budget) or database.DEFAULT_DATABASE
         self.id: int | None = None
         self.lease_until: datetime | None = None
         self.lost = False
@@ -118,7 +120,7 @@ class Holding:
     def __enter__(self) -> Holding:
         tries = _Tries(self)
         while True:
-            with self.app.connection() as conn:
+            with self.app.connection(self.database) as conn:
                 reply = _ops.execute(conn, self._operation())
             if self._granted(reply):
                 return self
@@ -127,7 +129,7 @@ class Holding:
     async def __aenter__(self) -> Holding:
         tries = _Tries(self)
         while True:
-            async with self.app.async_connection() as conn:
+            async with self.app.async_connection(self.database) as conn:
                 reply = await _ops.execute_async(conn, self._operation())
             if self._granted(reply):
                 return self
@@ -136,13 +138,13 @@ class Holding:
     def __exit__(self, *exc_info: object) -> None:
         hold_id = self._ending()
         if hold_id is not None:
-            with self.app.connection() as conn:
+            with self.app.connection(self.database) as conn:
                 _ops.execute(conn, _ops.release_hold(hold_id))
 
     async def __aexit__(self, *exc_info: object) -> None:
         hold_id = self._ending()
         if hold_id is not None:
-            async with self.app.async_connection() as conn:
+            async with self.app.async_connection(self.database) as conn:
                 await _ops.execute_async(conn, _ops.release_hold(hold_id))
 
     def _ending(self) -> int | None:
@@ -235,13 +237,16 @@ class _Keeper:
             app = self._app()
             if not due or app is None:
                 continue
-            try:
-                with app.connection() as conn:
-                    renewed = _ops.execute(conn, _ops.renew_holds([h.id or 0 for h in due],
-                                                                  [h.lease for h in due]))
-            except Exception as exc:  # the next beat tries again, while the leases last
-                log.warning("renewing %d budget hold(s) failed: %s", len(due), exc)
-                continue
+            renewed = {}
+            for where in sorted({h.database for h in due}):
+                here = [h for h in due if h.database == where]
+                try:
+                    with app.connection(where) as conn:
+                        renewed.update(_ops.execute(conn, _ops.renew_holds(
+                            [h.id or 0 for h in here], [h.lease for h in here])))
+                except Exception as exc:  # the next beat tries again, while the leases last
+                    log.warning("renewing %d budget hold(s) failed: %s", len(here), exc)
+                    due = [h for h in due if h.database != where]
             for holding in due:
                 if holding.id in renewed:
                     holding.lease_until, holding.renewed = renewed[holding.id], now

@@ -12,19 +12,20 @@ import inspect
 import os
 import sys
 import traceback
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, overload
 
-from . import _ops
 from ._calls import Call, check_call_options
 from ._durations import parse_lease
 from ._enqueue import AppEnqueuer, Plan
 from ._holds import AppBudget
+from ._placement import Placement
+from ._sync import summed_reports, sync_plan
 from .canvas import Signature
+from .database import DEFAULT_DATABASE
 from .errors import (
     AppLoadError,
     InvalidOptionsError,
@@ -137,6 +138,7 @@ class TaskOptions:
     tags: Sequence[str] = ()
     expires: float | str | timedelta | datetime | None = None
     deadline: float | str | timedelta | datetime | None = None
+    database: str | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any]) -> TaskOptions:
@@ -157,7 +159,7 @@ class TaskOptions:
         return cls(**options)
 
 
-class App(AppEnqueuer):
+class App(Placement, AppEnqueuer):
     """A workhorse application: tasks, their queues and limits, and where the database is.
 
     >>> app = App("billing")
@@ -173,11 +175,16 @@ class App(AppEnqueuer):
         name: str,
         database_url: str | None = None,
         *,
+        databases: dict[str, str] | None = None,
         retention: dict[str, Any] | None = None,
     ) -> None:
         check_name("app name", name, InvalidPolicyError)
-        super().__init__(database_url)
+        super().__init__(database_url, databases)
         self.name = name
+        # docs/design.md "Several databases": where each queue and budget lives, as declared
+        # (a queue or budget not here lives in the default database, or its queues').
+        self.placement: dict[str, str] = {}
+        self.budget_placement: dict[str, str] = {}
         # How long this app's finished jobs are kept: fixed on each job when it ends.
         self.retention = retention_seconds(retention)
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -205,19 +212,22 @@ class App(AppEnqueuer):
         *,
         rate_burst: int | None = None,
         rate_burst_per_key: int | None = None,
+        database: str | None = None,
     ) -> QueueSpec:
         """Declare a queue that several tasks share, with one combined set of limits.
         `fairness="key"` shares `max_active` among the concurrency keys (see
         docs/fair-share.md); `on_key_full=` says what an enqueue does when its job's key is
         full (docs/job-keys.md). `rate_burst=B` beside `rate_limit="N/P"` allows at most B
         starts in any window of P*B/N (and `rate_burst_per_key` per key; docs/budgets.md).
+        `database=` places the queue in one of the app's databases (docs/design.md "Several
+        databases"; the default one otherwise).
 
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
         return self._declare_queue(
             QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
-                      fairness, on_key_full, rate_burst, rate_burst_per_key)
+                      fairness, on_key_full, rate_burst, rate_burst_per_key, database)
         )
 
     def budget(
@@ -227,6 +237,7 @@ class App(AppEnqueuer):
         rate_limit: str | None = None,
         rate_burst: int | None = None,
         adaptive: bool = False,
+        database: str | None = None,
     ) -> AppBudget:
         """Declare a named budget: one limit shared by every queue whose jobs name it
         (`@app.task(budget=...)`, or `budget=` at the call site). `max_active` counts cost
@@ -237,13 +248,17 @@ class App(AppEnqueuer):
         prunes it. Declaring one name twice with different limits is an InvalidPolicyError. With no
         limits it declares nothing: it names a budget (this app's, or one another app
         declares), to pass as `budget=` or to take a hold of (`.hold(...)`, docs/design.md
-        "Holds").
+        "Holds"). `database=` says which of the app's databases it lives in (docs/design.md
+        "Several databases"): every queue whose jobs name it must live there too; without it,
+        the database of the queues that name it.
 
         >>> openai = App("docs").budget("openai", max_active=50, rate_limit="3000/m",
         ...                             rate_burst=100)
         >>> openai.name, openai.rate_limit, openai.rate_burst
         ('openai', '3000/m', 100)
         """
+        if database is not None:
+            self._place_budget(name, database)
         if max_active is None and rate_limit is None and rate_burst is None and not adaptive:
             check_name("budget", name)
             declared = self.budgets.get(name)
@@ -335,6 +350,7 @@ class App(AppEnqueuer):
     def _declare_queue(self, spec: QueueSpec) -> QueueSpec:
         check_name("queue", spec.name, InvalidPolicyError)
         spec.definition()  # validates the limits now, at declaration
+        self._place(spec.name, spec.database)
         existing = self.queues.get(spec.name)
         if existing is None or not existing.governed:
             self.queues[spec.name] = spec if (existing is None or spec.governed) else existing
@@ -439,7 +455,8 @@ class App(AppEnqueuer):
         if isinstance(o.queue, QueueSpec):
             if (any(value is not None for value in (*limits, *bursts))
                     or rules != ("fifo", "queue")):
-                spec = self._declare_queue(QueueSpec(o.queue.name, *limits, *rules, *bursts))
+                spec = self._declare_queue(QueueSpec(o.queue.name, *limits, *rules, *bursts,
+                                                     o.queue.database))
             else:
                 spec = self._declare_queue(o.queue)
         elif o.queue is not None:
@@ -450,6 +467,7 @@ class App(AppEnqueuer):
                 task_name, o.max_active if o.max_active is not None else default_limit,
                 *limits[1:], *rules, *bursts,
             ))
+        self._place(spec.name, o.database)
         if isinstance(o.budget, BudgetSpec):
             self._declare_budget(o.budget)  # declared with this app (a conflict raises here)
 
@@ -463,6 +481,12 @@ class App(AppEnqueuer):
             deadline=o.deadline,
         )
         self.tasks[task_name] = task
+        if budget_text is not None:
+            try:
+                self._check_budgets()
+            except InvalidPolicyError:
+                del self.tasks[task_name]
+                raise
         return task
 
     @staticmethod
@@ -720,12 +744,16 @@ class App(AppEnqueuer):
 
     def sync(self, prune: bool = True) -> SyncReport:
         """Push every declared policy and schedule under this app's namespace, in one
-        transaction; `SyncReport.schedules` reports the schedules (None when there are none).
+        transaction a database; `SyncReport.schedules` reports the schedules (None when there
+        are none). With several databases (docs/design.md "Several databases") each gets what
+        lives there, and prunes what no longer does; the report is their sum.
 
         >>> app.sync()                                                # doctest: +SKIP
         SyncReport(created=['mail'], updated=[], pruned=[], unchanged=[], schedules=None)
         """
-        return self._run(self._sync(prune), transaction=True)
+        plans = self._sync_plans(prune)
+        reports = [self._run(plan, transaction=True, database=name) for name, plan in plans]
+        return summed_reports(reports)
 
     async def sync_async(self, prune: bool = True) -> SyncReport:
         """`sync` for async code.
@@ -733,63 +761,48 @@ class App(AppEnqueuer):
         >>> await app.sync_async()                                    # doctest: +SKIP
         SyncReport(created=['mail'], updated=[], pruned=[], unchanged=[], schedules=None)
         """
-        return await self._run_async(self._sync(prune), transaction=True)
+        plans = self._sync_plans(prune)
+        reports = [await self._run_async(plan, transaction=True, database=name)
+                   for name, plan in plans]
+        return summed_reports(reports)
 
-    def _sync(self, prune: bool) -> Plan[SyncReport]:
+    def sync_database(self, name: str, prune: bool = True) -> SyncReport:
+        """`sync` of one of the app's databases: what lives there (the worker's `--sync`
+        for the databases it serves).
+
+        >>> app.sync_database("eu")                                   # doctest: +SKIP
+        SyncReport(created=['eu-mail'], updated=[], pruned=[], unchanged=[], schedules=None)
+        """
+        plans = dict(self._sync_plans(prune, only=name))
+        return self._run(plans[name], transaction=True, database=name)
+
+    def _sync_plans(self, prune: bool, only: str | None = None
+                    ) -> list[tuple[str, Plan[SyncReport]]]:
         # The declarations are read (and checked) now, before any connection is taken.
-        return _sync_plan(self.name, self.policy_definitions(), self.schedule_definitions(),
-                          prune, self.budget_definitions(), self.named_budgets(),
-                          self.key_limit_definitions())
+        self.check_placement()
+        policies = self.policy_definitions()
+        schedules = self.schedule_definitions()
+        budgets = self.budget_definitions()
+        named = self.named_budgets()
+        key_limits = self.key_limit_definitions()
+        plans = []
+        for name in self.database_names if only is None else [only]:
+            self.database_url_of(name)  # InvalidOptionsError for a name the app lacks
 
+            def here(queue: str, name: str = name) -> bool:
+                return self.database_of(queue) == name
 
-def _sync_plan(
-    namespace: str, definitions: list[ConcurrencyPolicyDefinition],
-    schedules: list[ScheduleDefinition], prune: bool,
-    budgets: list[BudgetDefinition] | None = None, named: list[str] | None = None,
-    key_limits: dict[str, tuple[dict[str, KeyLimit], KeyLimit | None]] | None = None,
-) -> Plan[SyncReport]:
-    # Queues' locks (policies, then their key limits, which need the policies) before budgets'
-    # locks: the order every claim takes them in.
-    report, _ = yield _ops.sync_policies(namespace, definitions, prune)
-    keyed = yield _ops.sync_key_limits(namespace, key_limits or {}, prune)
-    scheduled, _ = yield _ops.sync_schedules(namespace, schedules, prune)
-    budgeted, _ = yield _ops.sync_budgets(namespace, budgets or [], prune)
-    if named:
-        declared = yield _ops.budgets_present(named)
-        missing = [name for name in named if name not in declared]
-        if missing:
-            warnings.warn(
-                f"app {namespace!r} names budget(s) {', '.join(map(repr, missing))} that no "
-                "namespace declares: their jobs are limited by their queues alone until one "
-                "syncs them (app.budget(...) in the owning app)",
-                UndeclaredBudgetWarning, stacklevel=2)
-    report = _with_nested(_with_nested(report, "schedules", scheduled), "budgets", budgeted)
-    return _with_nested(report, "key_limits", keyed)
+            def budget_here(budget: str, name: str = name) -> bool:
+                return (self.database_of_budget(budget) or DEFAULT_DATABASE) == name
 
-
-class UndeclaredBudgetWarning(UserWarning):
-    """`app.sync()` found budgets that the app's tasks name and no namespace declares
-    (docs/design.md "Named budgets": such jobs are limited by their queue alone).
-
-    >>> with warnings.catch_warnings(record=True) as caught:  # doctest: +SKIP
-    ...     app.sync()
-    >>> caught[0].category.__name__                            # doctest: +SKIP
-    'UndeclaredBudgetWarning'
-    """
-
-
-def _with_nested(report: SyncReport, field: str, nested: SyncReport) -> SyncReport:
-    """The policies' report, with a nested one (schedules', budgets') set in `field`; left None
-    when it touched nothing at all."""
-    if not (nested.created or nested.updated or nested.pruned or nested.unchanged):
-        return report
-    nested_reports: dict[str, Any] = {field: nested}
-    return dataclasses.replace(report, **nested_reports)
-
-
-def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:
-    """The policies' report, with the schedules' nested (None when there were none at all)."""
-    return _with_nested(report, "schedules", scheduled)
+            plans.append((name, sync_plan(
+                self.name, [d for d in policies if here(d.queue)],
+                [d for d in schedules if here(d.queue or self.tasks[d.task].queue.name)],
+                prune,
+                [b for b in budgets if budget_here(b.name)],
+                [b for b in named if budget_here(b)],
+                {q: limits for q, limits in key_limits.items() if here(q)})))
+        return plans
 
 
 def _check_arguments(fn: Callable[..., Any], args: Sequence[Any],

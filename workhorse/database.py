@@ -19,6 +19,7 @@ Every connection workhorse opens names itself (`application_name = workhorse-<ro
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +28,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _ops
-from .errors import DatabaseError, first_line
+from .errors import DatabaseError, InvalidOptionsError, first_line
+from .types import check_database_name
 
 ENV_URL = "WORKHORSE_DATABASE_URL"
+# docs/design.md "Several databases": `default=url,eu=url2`, below `App(databases=...)` in code.
+ENV_DATABASES = "WORKHORSE_DATABASES"
+# The database of every queue that names none, and the one `database_url` names.
+DEFAULT_DATABASE = "default"
 ENV_AUTO_MIGRATE = "WORKHORSE_AUTO_MIGRATE"
 
 _migrated: set[str] = set()
@@ -99,6 +105,58 @@ def resolve_url(explicit: str | None = None) -> str:
     from . import embedded
 
     return embedded.ensure_running()
+
+
+# One `name=` that starts an entry of WORKHORSE_DATABASES (a URL's own `=` follows a `?` or a
+# space, never a comma and a bare name).
+_ENTRY = re.compile(r"(?:^|,)\s*([A-Za-z_][A-Za-z0-9_.-]{0,62})\s*=")
+
+
+def parse_databases(text: str, source: str = ENV_DATABASES) -> dict[str, str]:
+    """`default=url,eu=url2` as a mapping (InvalidOptionsError naming `source` when it is not
+    one: an entry without a name, a name twice, an empty URL).
+
+    >>> parse_databases("default=postgresql://a/x,eu=postgresql://b/y?sslmode=require")
+    {'default': 'postgresql://a/x', 'eu': 'postgresql://b/y?sslmode=require'}
+    """
+    starts = list(_ENTRY.finditer(text))
+    if not starts or starts[0].start() != 0 or not text.strip():
+        raise InvalidOptionsError(
+            f"{source} must read name=url[,name=url...], got {text[:200]!r}")
+    found: dict[str, str] = {}
+    for index, match in enumerate(starts):
+        end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
+        name, url = match.group(1), text[match.end():end].strip()
+        if name in found:
+            raise InvalidOptionsError(f"{source} names the database {name!r} twice")
+        if not url:
+            raise InvalidOptionsError(f"{source} gives the database {name!r} no URL")
+        found[name] = url
+    return found
+
+
+def check_databases(databases: object) -> dict[str, str]:
+    """A copy of `App(databases=...)`: a mapping of database names to URLs, checked.
+
+    >>> check_databases({"eu": "postgresql://eu.internal/app"})
+    {'eu': 'postgresql://eu.internal/app'}
+    """
+    if not isinstance(databases, dict) or not databases:
+        raise InvalidOptionsError(
+            f"databases= is a dict of names to URLs, got {str(databases)[:200]!r}")
+    checked: dict[str, str] = {}
+    for name, url in databases.items():
+        check_database_name(name)
+        if not isinstance(url, str) or not url.strip() or "\x00" in url:
+            raise InvalidOptionsError(f"the database {name!r} needs a URL (a non-empty str)")
+        checked[name] = url
+    return checked
+
+
+def databases_from_environment() -> dict[str, str] | None:
+    """WORKHORSE_DATABASES as a mapping, or None when it is unset or empty."""
+    text = os.environ.get(ENV_DATABASES, "").strip()
+    return parse_databases(text) if text else None
 
 
 def auto_migrate_enabled() -> bool:

@@ -112,6 +112,9 @@ class JobHandle:
     # True when the enqueue that made this handle inserted no row: an idempotency hit, a unique
     # duplicate or a job_key update returned an existing job's id (False for `app.handle(id)`).
     duplicate: bool = field(default=False, repr=False, compare=False)
+    # The app's database the job lives in (docs/design.md "Several databases"); `enqueuer`
+    # reads and controls it there.
+    database: str = field(default="default", repr=False)
 
     def __post_init__(self) -> None:
         # A handle is made for a stored id (a bigint): `app.handle(2**70)` fails here, typed.

@@ -418,7 +418,8 @@ class Task(Generic[P, R]):
         handle = self.enqueuer.enqueue_workflow(
             plan.members, plan.result, plan.kind, None, connection)
         ids = handle.eager[0] if handle.eager is not None else handle.member_ids
-        return JobHandle(ids[0], self.enqueuer)
+        return JobHandle(ids[0], handle.enqueuer, database=getattr(handle.enqueuer, "database",
+                                                                   "default"))
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this task (docs/design.md "Workflows"): in a chain it gets the previous

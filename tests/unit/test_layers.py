@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                       "workhorse.contrib", "workhorse.testing", "workhorse.pytest_plugin",
                       "workhorse._demo"]),
     ("worker", ["workhorse.worker"]),
-    ("app", ["workhorse.app"]),
+    ("app", ["workhorse.app", "workhorse._placement", "workhorse._sync"]),
     ("task", ["workhorse.task"]),
     ("canvas and queue", ["workhorse.canvas", "workhorse.queue", "workhorse._queue_dead",
                           "workhorse._queue_history", "workhorse._queue_backoffs",

@@ -3,6 +3,7 @@ one at a time, and report what became of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -63,8 +64,12 @@ def drain(
     DrainReport(succeeded=3, failed=0, retried=1, held=0)
     """
     served = _drain_checks(app, queues, with_scheduled, timeout)
-    return without_loop(_drain(app, served, with_scheduled, timeout,
-                               joined=framework_connection(app), loopless=True))
+    groups = app.queues_by_database(served)
+    if list(groups) == [database.DEFAULT_DATABASE]:
+        return without_loop(_drain(app, served, with_scheduled, timeout,
+                                   joined=framework_connection(app), loopless=True))
+
+    return without_loop(_each_database(app, groups, with_scheduled, timeout, loopless=True))
 
 
 async def drain_async(
@@ -75,7 +80,30 @@ async def drain_async(
 ) -> DrainReport:
     """`drain()` for async code (it runs on the caller's loop; sync handlers in threads)."""
     served = _drain_checks(app, queues, with_scheduled, timeout)
-    return await _drain(app, served, with_scheduled, timeout, joined=None, loopless=False)
+    groups = app.queues_by_database(served)
+    if list(groups) == [database.DEFAULT_DATABASE]:
+        return await _drain(app, served, with_scheduled, timeout, joined=None, loopless=False)
+    return await _each_database(app, groups, with_scheduled, timeout, loopless=False)
+
+
+async def _each_database(app: App, groups: dict[str, list[str]], with_scheduled: bool,
+                         timeout: float, *, loopless: bool) -> DrainReport:
+    """An app's queues on several databases (docs/design.md "Several databases"): each
+    database's in turn, again until a round finds nothing (a job may enqueue on another)."""
+    deadline = time.monotonic() + timeout
+    total = DrainReport()
+    while True:
+        before = total
+        for name, served in groups.items():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(_timed_out(timeout, dataclasses.asdict(total)))
+            report = await _drain(app, served, with_scheduled, left, joined=None,
+                                  loopless=loopless, database_name=name)
+            total = DrainReport(*(a + b for a, b in zip(
+                dataclasses.astuple(total), dataclasses.astuple(report), strict=True)))
+        if total == before:
+            return total
 
 
 def _drain_checks(app: App, queues: Sequence[str] | None, with_scheduled: bool,
@@ -90,7 +118,7 @@ def _drain_checks(app: App, queues: Sequence[str] | None, with_scheduled: bool,
 
 async def _drain(
     app: App, served: list[str], with_scheduled: bool, timeout: float, *,
-    joined: Any, loopless: bool,
+    joined: Any, loopless: bool, database_name: str = database.DEFAULT_DATABASE,
 ) -> DrainReport:
     """The drain, written once. On the caller's loop (`loopless=False`): an async connection of
     its own, sync handlers in threads. Driven with no loop (`loopless=True`, by `drain()`):
@@ -112,7 +140,7 @@ async def _drain(
         heartbeats = _Heartbeats(None, lease, joined)
         conn = _AwaitableConnection(joined, owned=False)
     else:
-        url = app.database_url
+        url = app.database_url_of(database_name)
         if loopless:
             database.ensure_schema(url)
             heartbeats = _Heartbeats(url, lease)
@@ -128,8 +156,8 @@ async def _drain(
     # connections of their own.
     steps = (StepStore(None, app.enqueue_calls, connection=joined, tasks=app.tasks)
              if joined is not None
-             else StepStore(lambda: database.connect(app.database_url, role="drain-steps",
-                                                     autocommit=True),
+             else StepStore(lambda: database.connect(url or app.database_url,
+                                                     role="drain-steps", autocommit=True),
                             app.enqueue_calls, tasks=app.tasks))
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
                         retention=_ops.retention_json(app.retention), step_store=steps,

@@ -95,6 +95,7 @@ from ._validate import (  # isort: skip
     check_count as check_count,
     check_fairness as check_fairness,
     check_id as check_id,
+    check_database_name as check_database_name,
     check_name as check_name,
     check_on_key_full as check_on_key_full,
     check_optional_name as check_optional_name,

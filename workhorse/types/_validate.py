@@ -4,6 +4,7 @@ names (InvalidOptionsError by default) before anything is sent to PostgreSQL."""
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 from typing import Protocol
 
@@ -96,6 +97,21 @@ def check_name(
             raise error(f"{what} contains a lone surrogate (not valid Unicode): "
                         f"{shown(value)}") from None
     return value
+
+
+# A database's name: what a queue's `database=` and the CLI's `--database` say.
+_DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
+def check_database_name(name: object, error: type[Exception] = InvalidOptionsError) -> str:
+    """`name` if it can name a database of an app (a letter or `_`, then letters, digits,
+    `_`, `.` or `-`; at most 63 characters), else `error`.
+
+    >>> check_database_name("eu-west")
+    'eu-west'
+    """
+    if not isinstance(name, str) or not _DATABASE_NAME.fullmatch(name):
+        raise error(f"a database name is 1-63 letters, digits, '_', '.' or '-', starting with a "
+                    f"letter or '_', got {name!r}")
+    return name
 
 
 def check_optional_name(

@@ -26,6 +26,7 @@ from ._validate import (
     UNIQUE_STATES_DEFAULT,
     WEIGHT_MAX,
     check_cost,
+    check_database_name,
     check_fairness,
     check_limit,
     check_name,
@@ -414,8 +415,13 @@ class QueueSpec:
     on_key_full: str = "queue"
     rate_burst: int | None = None
     rate_burst_per_key: int | None = None
+    # docs/design.md "Several databases": the app's database the queue lives in (None: the
+    # default one, unless another declaration of the queue places it).
+    database: str | None = None
 
     def __post_init__(self) -> None:
+        if self.database is not None:
+            check_database_name(self.database, InvalidPolicyError)
         for name in ("rate_limit", "rate_limit_per_key"):  # "100/m" however it was spelled
             limit = RateLimit.optional(getattr(self, name), name)
             object.__setattr__(self, name, None if limit is None else str(limit))

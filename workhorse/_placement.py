@@ -1,0 +1,160 @@
+"""Where an app's queues and budgets live when it has several databases (docs/design.md
+"Several databases"): their placement as declared, its checks, and the grouping of queues by
+database that sync, drain and the worker use. `Placement` is a part of App."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .database import DEFAULT_DATABASE
+from .errors import InvalidOptionsError, InvalidPolicyError
+from .types import BudgetSpec, check_database_name
+
+
+class Placement:
+    """App's placement of queues and budgets in its databases.
+
+    >>> from workhorse import App
+    >>> app = App("docs", databases={"eu": "postgresql://eu.internal/app"})
+    >>> _ = app.queue("eu-mail", database="eu")
+    >>> app.database_of("eu-mail")
+    'eu'
+    """
+
+    # Set by App and AppEnqueuer.
+    name: str
+    tasks: dict[str, Any]
+    budgets: dict[str, BudgetSpec]
+    placement: dict[str, str]
+    budget_placement: dict[str, str]
+    _databases: dict[str, str] | None
+
+    if TYPE_CHECKING:
+        @property
+        def database_names(self) -> list[str]: ...  # AppEnqueuer's
+
+        def declared_queues(self) -> list[str]: ...  # App's
+
+    def _check_database(self, name: str, what: str) -> None:
+        # Checked at declaration when the app's databases are given in code; those named by
+        # WORKHORSE_DATABASES are read at first use (check_placement).
+        if self._databases is not None and name not in self.database_names:
+            raise InvalidPolicyError(
+                f"{what} is placed in database {name!r}, which app {self.name!r} does not have "
+                f"(its databases: {', '.join(self.database_names)})")
+
+    def _place(self, queue: str, database: str | None) -> None:
+        if database is None:
+            return
+        check_database_name(database, InvalidPolicyError)
+        placed = self.placement.get(queue)
+        if placed is not None and placed != database:
+            raise InvalidPolicyError(
+                f"queue {queue!r} is placed in database {placed!r} and in {database!r}: a "
+                "queue lives in exactly one database")
+        self._check_database(database, f"queue {queue!r}")
+        self.placement[queue] = database
+        self._check_budgets()
+
+    def _place_budget(self, budget: str, database: str) -> None:
+        check_database_name(database, InvalidPolicyError)
+        placed = self.budget_placement.get(budget)
+        if placed is not None and placed != database:
+            raise InvalidPolicyError(
+                f"budget {budget!r} is placed in database {placed!r} and in {database!r}: a "
+                "budget lives in exactly one database")
+        self._check_database(database, f"budget {budget!r}")
+        self.budget_placement[budget] = database
+        self._check_budgets()
+
+    def database_of(self, queue: str) -> str:
+        """The name of the app's database that `queue` lives in: where `app.queue(...,
+        database=)` or `@app.task(..., database=)` placed it, else `default`.
+
+        >>> app = App("docs", databases={"eu": "postgresql://eu.internal/app"})
+        >>> _ = app.queue("eu-mail", database="eu")
+        >>> app.database_of("eu-mail"), app.database_of("mail")
+        ('eu', 'default')
+        """
+        return self.placement.get(queue, DEFAULT_DATABASE)
+
+    def database_of_budget(self, budget: str) -> str | None:
+        """The database a budget lives in: where `app.budget(..., database=)` placed it, else
+        where the queues of the tasks that name it live; None when the app says nothing of it.
+
+        >>> app = App("docs")
+        >>> _ = app.budget("db", max_active=8, database="default")
+        >>> app.database_of_budget("db")
+        'default'
+        """
+        placed = self.budget_placement.get(budget)
+        if placed is not None:
+            return placed
+        for task in self.tasks.values():
+            if task.budget == budget:
+                return self.database_of(task.queue.name)
+        return DEFAULT_DATABASE if budget in self.budgets else None
+
+    def _check_budgets(self) -> None:
+        """InvalidPolicyError when a budget's queues (those of the tasks that name it) live in
+        more than one database, or not in the one the budget is placed in."""
+        homes: dict[str, dict[str, str]] = {}
+        for name, where in self.budget_placement.items():
+            homes.setdefault(name, {})[where] = f"app.budget({name!r}, database={where!r})"
+        for task in self.tasks.values():
+            if task.budget is not None:
+                where = self.database_of(task.queue.name)
+                homes.setdefault(task.budget, {}).setdefault(
+                    where, f"queue {task.queue.name!r} (task {task.name!r})")
+        for name, found in homes.items():
+            if len(found) > 1:
+                raise InvalidPolicyError(
+                    f"budget {name!r} would live in {len(found)} databases: "
+                    + "; ".join(f"{where}: {who}" for where, who in sorted(found.items()))
+                    + ". A budget lives in one database with every queue that names it")
+
+    def check_budget_placement(self, budget: str, database_name: str) -> None:
+        """InvalidOptionsError when a job of a queue in `database_name` names a budget this app
+        places in another database (its limit is counted there, and never here).
+
+        >>> App("docs").check_budget_placement("db", "default")
+        """
+        where = self.database_of_budget(budget)
+        if where is not None and where != database_name:
+            raise InvalidOptionsError(
+                f"budget {budget!r} lives in database {where!r}, and this job's queue in "
+                f"{database_name!r}: a budget governs only queues of its own database")
+
+    def check_placement(self) -> None:
+        """InvalidPolicyError when a queue or budget is placed in a database the app does not
+        have (WORKHORSE_DATABASES read now), or a budget's queues span databases. Run by sync
+        and the worker.
+
+        >>> App("docs").check_placement()
+        """
+        known = set(self.database_names)
+        for what, placed in (("queue", self.placement), ("budget", self.budget_placement)):
+            for name, where in placed.items():
+                if where not in known:
+                    raise InvalidPolicyError(
+                        f"{what} {name!r} is placed in database {where!r}, which app "
+                        f"{self.name!r} does not have (its databases: "
+                        f"{', '.join(self.database_names)}; set them with App(databases=...) "
+                        "or WORKHORSE_DATABASES)")
+        self._check_budgets()
+
+    def queues_by_database(self, queues: Sequence[str] | None = None) -> dict[str, list[str]]:
+        """The app's queues (or `queues`) grouped by the database they live in, the default
+        database first, in declaration order.
+
+        >>> app = App("docs", databases={"eu": "postgresql://eu.internal/app"})
+        >>> _ = app.queue("mail"); _ = app.queue("eu-mail", database="eu")
+        >>> app.queues_by_database()
+        {'default': ['mail'], 'eu': ['eu-mail']}
+        """
+        grouped: dict[str, list[str]] = {}
+        for queue in (self.declared_queues() if queues is None else queues):
+            grouped.setdefault(self.database_of(queue), []).append(queue)
+        order = {name: index for index, name in enumerate(self.database_names)}
+        return dict(sorted(grouped.items(), key=lambda item: order.get(item[0], len(order))))
