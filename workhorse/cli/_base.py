@@ -155,6 +155,33 @@ def resolved_url(ctx: click.Context) -> str:
     return database.resolve_url(ctx.obj.get("database_url"))
 
 
+def databases(ctx: click.Context, only: str | None = None) -> dict[str, str]:
+    """The databases a verb reads (docs/design.md "Several databases"), by name, `default`
+    first: the `--database-url` one alone; else every one WORKHORSE_DATABASES names (its
+    `default`, else the one the rule names); else the one the rule names. `only` (a verb's
+    `--database`) keeps that one, or fails naming the ones there are."""
+    explicit = ctx.obj.get("database_url")
+    named = {} if explicit else (database.databases_from_environment() or {})
+    found = {database.DEFAULT_DATABASE: database.resolve_url(
+        explicit or named.get(database.DEFAULT_DATABASE))}
+    found.update((name, url) for name, url in named.items() if name != database.DEFAULT_DATABASE)
+    if only is None:
+        return found
+    if only not in found:
+        raise click.BadParameter(
+            f"no database {only!r} (the databases: {', '.join(found)}; "
+            f"{database.ENV_DATABASES} names them)", param_hint="--database")
+    return {only: found[only]}
+
+
+@contextmanager
+def connect_to(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to `url`, the schema installed first."""
+    database.ensure_schema(url)
+    with database.connect(url, autocommit=True) as conn:
+        yield conn
+
+
 @contextmanager
 def connect(ctx: click.Context) -> Iterator[psycopg.Connection[Any]]:
     url = resolved_url(ctx)

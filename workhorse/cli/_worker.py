@@ -30,6 +30,9 @@ from ._render import DataTable, limit_text
               help="Jobs in flight per slot (async handlers usually want more).")
 @click.option("--queues", default=None, metavar="a,b",
               help="Queues to serve. Default: every queue the app declares.")
+@click.option("--databases", default=None, metavar="a,b",
+              help="The app's databases to serve (docs/design.md \"Several databases\"). "
+                   "Default: every database a served queue lives in.")
 @click.option("--max-concurrent-tasks", type=click.IntRange(min=1), default=None,
               help="A cap on jobs in flight across the whole supervisor.")
 @click.option("--lease", type=LEASE, default="30s", show_default=True,
@@ -58,6 +61,7 @@ def worker(
     slots: int | None,
     concurrency: int,
     queues: str | None,
+    databases: str | None,
     max_concurrent_tasks: int | None,
     lease: float,
     dequeue_timeout: float,
@@ -75,6 +79,12 @@ def worker(
         queue_list = [q.strip() for q in queues.split(",") if q.strip()]
         if not queue_list:  # `--queues ,,` must not mean "every queue"
             raise OneLineBadParameter(f"names no queue: {queues!r}", param_hint="--queues")
+    database_list = None
+    if databases is not None:
+        database_list = [d.strip() for d in databases.split(",") if d.strip()]
+        if not database_list:
+            raise OneLineBadParameter(f"names no database: {databases!r}",
+                                      param_hint="--databases")
     app = load_app_reference(app_reference, ctx)
     code = run_worker(
         app,
@@ -91,6 +101,7 @@ def worker(
         console=console,
         log_level=log_level,
         log_format=log_format,
+        databases=database_list,
     )
     sys.exit(code)
 

@@ -28,6 +28,7 @@ slot, drained by the first SIGTERM and its handler already gone, was killed by t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import signal
@@ -55,6 +56,7 @@ from ..types import (
     ConcurrencyPolicyDefinition,
     PolicyHealth,
     SyncReport,
+    check_database_name,
     check_name,
 )
 from . import _logs, _registry, hooks
@@ -175,12 +177,15 @@ def run_worker(
     console: Console | None = None,
     log_level: str = "info",
     log_format: str = "text",
+    databases: list[str] | None = None,
 ) -> int:
     """Start the supervisor and its slots; returns the exit code when it stops.
 
     0 after SIGTERM/SIGINT (drained, or stopped hard on a second signal or when `grace` ran
     out), 1 when a slot kept crashing. Bad settings raise InvalidOptionsError before anything
-    starts; an unreachable database raises DatabaseError.
+    starts; an unreachable database raises DatabaseError. With queues on several of the app's
+    databases (docs/design.md "Several databases"), one database supervisor a database
+    (`_databases.DatabaseFleet`); `databases` chooses which.
     """
     console = console if console is not None else Console(highlight=False)
     try:
@@ -192,11 +197,48 @@ def run_worker(
         max_concurrent_tasks=max_concurrent_tasks, lease=lease,
         dequeue_timeout=dequeue_timeout, grace=grace, prefetch=prefetch,
     )
-    url = app.database_url
+    groups = served_databases(app, settings.queues, databases)
+    if len(groups) > 1:
+        from ._databases import DatabaseFleet
+
+        app.close()  # no pool may cross the fork
+        return DatabaseFleet(app, settings, groups, sync=sync, app_reference=app_reference,
+                             console=console).run()
+    [(name, served)] = groups.items()
+    return run_database(app, dataclasses.replace(settings, queues=tuple(served)), name,
+                        sync=sync, app_reference=app_reference, console=console)
+
+
+def served_databases(app: App, queues: Sequence[str],
+                     databases: Sequence[str] | None) -> dict[str, list[str]]:
+    """The served queues grouped by the database they live in, limited to `databases` when
+    given (`--databases`); InvalidOptionsError when that leaves nothing to serve."""
+    app.check_placement()
+    groups = app.queues_by_database(queues)
+    if databases is None:
+        return groups
+    for name in databases:
+        check_database_name(name)
+        app.database_url_of(name)  # InvalidOptionsError for a name the app does not have
+    chosen = {name: served for name, served in groups.items() if name in databases}
+    if not chosen:
+        raise InvalidOptionsError(
+            f"--databases {','.join(databases)}: no served queue lives there (the queues live "
+            f"in {', '.join(groups)})")
+    return chosen
+
+
+def run_database(app: App, settings: WorkerSettings, name: str, *, sync: bool,
+                 app_reference: str, console: Console, interrupts: bool = True) -> int:
+    """One database's supervisor: its queues (`settings.queues`), its banner, its slots.
+    `interrupts=False`: SIGINT is ignored (a fleet of database supervisors hears of Ctrl-C
+    from their parent, as SIGTERM)."""
+    url = app.database_url_of(name)
     report: SyncReport | None = None
     if sync:
+        database.ensure_schema(url)  # an unreachable database fails here, at once
         try:
-            report = app.sync()
+            report = app.sync_database(name)
         finally:
             app.close()  # no pool may cross the fork
     else:
@@ -207,7 +249,7 @@ def run_worker(
         health = Queue(conn).health()
         in_force = {p.queue: p for p in health.policies}
         stored_schedules = Queue(conn).list_schedules(app.name)
-    _print_banner(console, app, settings, url, stored, report, app_reference, in_force,
+    _print_banner(console, app, settings, name, stored, report, app_reference, in_force,
                   health.budgets)
     for line in schedules_banner(app, stored_schedules):
         console.print(line, highlight=False)
@@ -215,7 +257,8 @@ def run_worker(
                             # Queues whose jobs name a budget are governed too (the wake-up
                             # timer keeps this up to date; this is its first reading).
                             governed={p.queue for p in stored}
-                            | {q for b in health.budgets for q in b.queues})
+                            | {q for b in health.budgets for q in b.queues},
+                            interrupts=interrupts)
     return supervisor.run()
 
 
@@ -257,10 +300,13 @@ def _in_force(health: PolicyHealth) -> str:
     return "; ".join(notes)
 
 
-def policy_drift(app: App, stored: list[ConcurrencyPolicy]) -> list[str]:
-    """How the app's declared limits differ from the stored ones, one line per queue."""
+def policy_drift(app: App, stored: list[ConcurrencyPolicy],
+                 database_name: str = database.DEFAULT_DATABASE) -> list[str]:
+    """How the app's declared limits differ from the stored ones (of its database
+    `database_name`: the queues that live there), one line per queue."""
     by_queue = {p.queue: p for p in stored}
-    declared = {d.queue: d for d in app.policy_definitions()}
+    declared = {d.queue: d for d in app.policy_definitions()
+                if app.database_of(d.queue) == database_name}
     lines = []
     for queue, definition in sorted(declared.items()):
         want = _stored_limits(definition)
@@ -281,7 +327,7 @@ def _print_banner(
     console: Console,
     app: App,
     settings: WorkerSettings,
-    url: str,
+    database_name: str,
     stored: list[ConcurrencyPolicy],
     report: SyncReport | None,
     app_reference: str,
@@ -304,7 +350,8 @@ def _print_banner(
     facts.add_column()
     facts.add_row("app", literal(f"{app_reference or app.name} ({len(app.tasks)} tasks)"))
     facts.add_row("namespace", literal(app.name))
-    facts.add_row("database", database.mask(url))
+    url = database.mask(app.database_url_of(database_name))
+    facts.add_row("database", url if len(app.database_names) == 1 else f"{database_name}: {url}")
     facts.add_row("supervisor", f"pid {os.getpid()} on {socket.gethostname()}")
     budget = (f", at most {settings.max_concurrent_tasks} in flight in all"
               if settings.max_concurrent_tasks else "")
@@ -339,7 +386,7 @@ def _print_banner(
                       + (markup_safe("; ".join(changes)) if changes else "no policies"),
                       highlight=False)
     else:
-        drift = policy_drift(app, stored)
+        drift = policy_drift(app, stored, database_name)
         if drift:
             console.print("[yellow]warning:[/] the app's declared limits differ from the stored "
                           "ones (run `workhorse sync`, or start the worker with --sync):")
@@ -396,8 +443,10 @@ class Supervisor:
         console: Console,
         app_reference: str = "",
         governed: set[str] | None = None,
+        interrupts: bool = True,
     ) -> None:
         self.app = app
+        self.interrupts = interrupts
         self.settings = settings
         self.url = url
         self.console = console
@@ -525,7 +574,11 @@ class Supervisor:
         os.set_blocking(self._wakeup_w, False)
         previous: dict[int, Any] = {}
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            previous[signum] = signal.signal(signum, self._on_signal)
+            handler = (self._on_signal if signum != signal.SIGINT or self.interrupts
+                       else signal.SIG_IGN)
+            previous[signum] = signal.signal(signum, handler)
+        if not self.interrupts:  # a database supervisor: its parent's "stop now"
+            previous[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, self._on_signal)
         previous[-1] = signal.set_wakeup_fd(self._wakeup_w, warn_on_full_buffer=False)
         return previous
 
@@ -546,6 +599,11 @@ class Supervisor:
             name = signal.Signals(signum).name
             if not self._stopping:
                 self._begin_stop(f"{name}: draining", code=0)
+            elif not self.interrupts and signum == signal.SIGTERM:
+                # Under a worker of several databases a SIGTERM may arrive twice (from its
+                # parent, and from a service manager signalling the whole group): "stop now"
+                # is the parent's SIGUSR2 instead.
+                continue
             elif not self._hard:
                 self._hard = True
                 self.console.print(
@@ -703,4 +761,5 @@ class Supervisor:
         return stats
 
 
-__all__ = ["Supervisor", "WorkerSettings", "policy_drift", "run_worker", "settings_for"]
+__all__ = ["Supervisor", "WorkerSettings", "policy_drift", "run_database", "run_worker",
+           "served_databases", "settings_for"]
