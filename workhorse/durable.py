@@ -110,6 +110,8 @@ class StepStore:
         *,
         connection: psycopg.Connection[Any] | None = None,
         tasks: Collection[str] | None = None,
+        database: str = "default",
+        placed: Callable[[str], str] | None = None,
     ) -> None:
         self._connect = connect
         self._enqueue = enqueue
@@ -117,6 +119,10 @@ class StepStore:
         # The app's task names: a child of a task it does not declare would never run (no
         # worker of this app claims it), and its parent would wait for ever.
         self.tasks = tasks
+        # The app's database these jobs live in, and where each queue lives (App.database_of):
+        # a child is adopted in its parent's transaction, so it must live in its database.
+        self.database = database
+        self.placed = placed
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._turns = threading.BoundedSemaphore(STORE_CONNECTIONS)
@@ -328,7 +334,7 @@ def _usage(check: Callable[..., str], *args: Any) -> str:
         raise usage_error(str(exc)) from None  # the same type, marked
 
 
-def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) -> list[Call]:
+def _calls(name: str, signatures: Sequence[Any], store: StepStore) -> list[Call]:
     from .canvas import Signature
 
     if isinstance(signatures, str | bytes) or not isinstance(signatures, Sequence) or not all(
@@ -339,6 +345,7 @@ def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) 
     if not signatures:
         raise usage_error(f"step {name!r}: children need at least one signature")
     calls = [signature.call(incoming=False) for signature in signatures]
+    tasks = store.tasks
     strangers = sorted({call.task for call in calls
                         if tasks is not None and call.task not in tasks})
     if strangers:
@@ -346,6 +353,14 @@ def _calls(name: str, signatures: Sequence[Any], tasks: Collection[str] | None) 
             f"step {name!r}: {', '.join(map(repr, strangers))} is not a task of this app; a "
             "child must be one (no worker of this app would run it, and the parent would wait "
             "for ever)")
+    if store.placed is not None:
+        for call in calls:
+            where = store.placed(call.options.queue)
+            if where != store.database:
+                raise usage_error(
+                    f"step {name!r}: the child's queue {call.options.queue!r} lives in database "
+                    f"{where!r} and this job in {store.database!r}; a child lives in its "
+                    "parent's database (docs/design.md \"Several databases\")")
     return calls
 
 
@@ -450,7 +465,7 @@ class Steps:
         step = run.recorded_step(name, kind)
         if step is not None and step.recorded_at is not None:
             return run.replay(step)
-        calls = _calls(name, signatures, run.get_store().tasks)
+        calls = _calls(name, signatures, run.get_store())
         spawned, results = run.children_outcome(name, kind, len(calls))
         if results is not None:
             return results

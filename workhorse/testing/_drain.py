@@ -154,11 +154,13 @@ async def _drain(
     backoffs: list[tuple[Execution, Any]] = []  # current_job().backoff(): for the recorder
     # Durable steps on the framework's connection (its transaction holds the jobs), else on
     # connections of their own.
-    steps = (StepStore(None, app.enqueue_calls, connection=joined, tasks=app.tasks)
+    steps = (StepStore(None, app.enqueue_calls, connection=joined, tasks=app.tasks,
+                       placed=app.database_of)
              if joined is not None
              else StepStore(lambda: database.connect(url or app.database_url,
                                                      role="drain-steps", autocommit=True),
-                            app.enqueue_calls, tasks=app.tasks))
+                            app.enqueue_calls, tasks=app.tasks, database=database_name,
+                            placed=app.database_of))
     executor = Executor(app.tasks, app_name=app.name, default_lease=lease,
                         retention=_ops.retention_json(app.retention), step_store=steps,
                         threads=InCallerThread() if loopless else None,

@@ -123,6 +123,7 @@ class SlotConfig:
     saturation_poll: float = SATURATION_POLL
     ride: bool = True  # successes ride on the next claim of their queue
     prefetch: int = 0  # at most this many jobs of ungoverned queues claimed ahead of a place
+    database: str = "default"  # the app's database `url` is (docs/design.md "Several databases")
 
 
 class _Flag:
@@ -200,7 +201,8 @@ class Slot:
         # Durable steps (docs/design.md "Durable execution") on connections of their own, opened
         # at the first step a job of this slot calls.
         self.step_store = StepStore(self._connect_steps, self.app.enqueue_calls,
-                                    tasks=self.app.tasks)
+                                    tasks=self.app.tasks, database=self.config.database,
+                                    placed=self.app.database_of)
         self.executor = Executor(
             self.app.tasks, app_name=self.app.name, default_lease=self.config.lease,
             threads=hooks.handler_threads(self.config.concurrency, f"workhorse-slot{self.index}"),

@@ -258,7 +258,7 @@ def run_database(app: App, settings: WorkerSettings, name: str, *, sync: bool,
                             # timer keeps this up to date; this is its first reading).
                             governed={p.queue for p in stored}
                             | {q for b in health.budgets for q in b.queues},
-                            interrupts=interrupts)
+                            interrupts=interrupts, database_name=name)
     return supervisor.run()
 
 
@@ -444,9 +444,11 @@ class Supervisor:
         app_reference: str = "",
         governed: set[str] | None = None,
         interrupts: bool = True,
+        database_name: str = database.DEFAULT_DATABASE,
     ) -> None:
         self.app = app
         self.interrupts = interrupts
+        self.database_name = database_name
         self.settings = settings
         self.url = url
         self.console = console
@@ -690,6 +692,7 @@ class Supervisor:
             concurrency=self.settings.concurrency, lease=self.settings.lease,
             dequeue_timeout=self.settings.dequeue_timeout, grace=self.settings.grace,
             heartbeat_interval=self.heartbeat_interval, prefetch=self.settings.prefetch,
+            database=self.database_name,
         )
         governed = set(self.listener.governed)
         for stream in (sys.stdout, sys.stderr):
