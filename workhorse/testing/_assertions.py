@@ -48,8 +48,15 @@ def _waiting(app: App, name: str) -> list[Job]:
     if joined is not None:
         jobs = listed(Queue(joined))
     else:
-        with app.connection() as conn:
-            jobs = listed(Queue(conn))
+        # The task's queue's database (docs/design.md "Several databases"); a name the app
+        # does not register: every database.
+        task = app.tasks.get(name)
+        names = ([app.database_of(task.queue.name)] if task is not None
+                 else app.database_names)
+        jobs = []
+        for where in names:
+            with app.connection(where) as conn:
+                jobs.extend(listed(Queue(conn)))
     return sorted(jobs, key=lambda job: job.id)
 
 
