@@ -204,13 +204,17 @@ class AppEnqueuer(Enqueuer):
 
     @property
     def explicit_database_url(self) -> str | None:
-        """The URL given in code (`App(database_url=...)`) or set on the app (the CLI's
-        --database-url), or None when the app follows the rule.
+        """The default database's URL given in code (`App(database_url=...)`, or
+        `databases["default"]`), set on the app (the CLI's --database-url) or named by
+        WORKHORSE_DATABASES, or None when the app follows the rule (and so may join a
+        framework's transaction).
 
         >>> App("docs").explicit_database_url is None
         True
         """
-        return self._database_url
+        if self._database_url is not None:
+            return self._database_url
+        return self._named_urls().get(DEFAULT)
 
     def _open(self) -> bool:
         return any(p.sync is not None or p.async_ is not None for p in self._pools.values())
@@ -345,6 +349,8 @@ class AppEnqueuer(Enqueuer):
         ...     send.delay({"tenant": "t1"})      # commits or rolls back with the caller's writes
         """
         check_database_name(database)
+        if database != DEFAULT:  # InvalidOptionsError for a name the app does not have
+            self.database_url_of(database)
         token = _current_connection.set((conn, database))
         try:
             yield conn
@@ -413,7 +419,7 @@ class AppEnqueuer(Enqueuer):
         # to the default database.
         if flavour is not psycopg.Connection or database_name != DEFAULT:
             return None
-        return database.framework_connection(self._database_url)
+        return database.framework_connection(self.explicit_database_url)
 
     def _run(self, plan: Plan[T], conn: psycopg.Connection[Any] | None = None, *,
              transaction: bool = False, database: str = DEFAULT) -> T:
@@ -504,10 +510,10 @@ class AppEnqueuer(Enqueuer):
         """
         if not calls:
             return []
+        where = self._database_of_calls([c.options for c in calls])
         diverted = self._diversion()
         if diverted is not None:
             return diverted.enqueue_calls(calls, connection)
-        where = self._database_of_calls([c.options for c in calls])
         return self._run(self._enqueue(calls, where),
                          self._caller(connection, psycopg.Connection, where), database=where)
 
@@ -520,10 +526,10 @@ class AppEnqueuer(Enqueuer):
         """
         if not calls:
             return []
+        where = self._database_of_calls([c.options for c in calls])
         diverted = self._diversion()
         if diverted is not None:
             return await diverted.enqueue_calls_async(calls, connection)
-        where = self._database_of_calls([c.options for c in calls])
         conn = self._caller(connection, psycopg.AsyncConnection, where)
         return await self._run_async(self._enqueue(calls, where), conn, database=where)
 
@@ -552,10 +558,10 @@ class AppEnqueuer(Enqueuer):
         >>> app.enqueue_workflow(plan.members, plan.result, plan.kind)  # doctest: +SKIP
         WorkflowHandle(id=7)
         """
+        where = self._database_of_workflow(members, on_error)
         runner = self._workflow_runner()
         if runner is not None:
             return runner.run_workflow(members, result, kind)
-        where = self._database_of_workflow(members, on_error)
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
         workflow_id, ids = self._run(_single(operation),
                                      self._caller(connection, psycopg.Connection, where),
@@ -571,10 +577,10 @@ class AppEnqueuer(Enqueuer):
         >>> await app.enqueue_workflow_async(plan.members, plan.result, plan.kind)  # doctest: +SKIP
         WorkflowHandle(id=7)
         """
+        where = self._database_of_workflow(members, on_error)
         runner = self._workflow_runner()
         if runner is not None:
             return runner.run_workflow(members, result, kind)
-        where = self._database_of_workflow(members, on_error)
         operation = _ops.enqueue_workflow(members, result, kind, on_error)
         conn = self._caller(connection, psycopg.AsyncConnection, where)
         workflow_id, ids = await self._run_async(_single(operation), conn, transaction=True,

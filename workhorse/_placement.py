@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .database import DEFAULT_DATABASE
+from .database import DEFAULT_DATABASE, mask, same_database
 from .errors import InvalidOptionsError, InvalidPolicyError
 from .types import BudgetSpec, check_database_name
 
@@ -35,6 +35,8 @@ class Placement:
         def database_names(self) -> list[str]: ...  # AppEnqueuer's
 
         def declared_queues(self) -> list[str]: ...  # App's
+
+        def database_url_of(self, name: str = ...) -> str: ...  # AppEnqueuer's
 
     def _check_database(self, name: str, what: str) -> None:
         # Checked at declaration when the app's databases are given in code; those named by
@@ -128,8 +130,8 @@ class Placement:
 
     def check_placement(self) -> None:
         """InvalidPolicyError when a queue or budget is placed in a database the app does not
-        have (WORKHORSE_DATABASES read now), or a budget's queues span databases. Run by sync
-        and the worker.
+        have (WORKHORSE_DATABASES read now), or a budget's queues span databases;
+        InvalidOptionsError when two names are one database. Run by sync and the worker.
 
         >>> App("docs").check_placement()
         """
@@ -143,6 +145,15 @@ class Placement:
                         f"{', '.join(self.database_names)}; set them with App(databases=...) "
                         "or WORKHORSE_DATABASES)")
         self._check_budgets()
+        if len(known) > 1:
+            urls = {name: self.database_url_of(name) for name in self.database_names}
+            for first in urls:
+                for second in urls:
+                    if first < second and same_database(urls[first], urls[second]):
+                        raise InvalidOptionsError(
+                            f"app {self.name!r} names one database twice: {first!r} and "
+                            f"{second!r} are both {mask(urls[first])} (each name's sync would "
+                            "prune the other's policies)")
 
     def queues_by_database(self, queues: Sequence[str] | None = None) -> dict[str, list[str]]:
         """The app's queues (or `queues`) grouped by the database they live in, the default

@@ -419,6 +419,18 @@ class App(Placement, AppEnqueuer):
         return register(fn) if fn is not None else register
 
     def _register(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
+        # A declaration refused half-way leaves nothing behind (queue, placement, budget).
+        kept: list[dict[str, Any]] = [self.queues, self.placement, self.budgets, self.tasks]
+        before = [dict(each) for each in kept]
+        try:
+            return self._register_checked(fn, options)
+        except (InvalidPolicyError, InvalidOptionsError):
+            for each, was in zip(kept, before, strict=True):  # in place: others hold them
+                each.clear()
+                each.update(was)
+            raise
+
+    def _register_checked(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
         o = options
         task_name = o.name if o.name is not None else self._default_task_name(fn)
         check_name("task name", task_name)
@@ -482,11 +494,7 @@ class App(Placement, AppEnqueuer):
         )
         self.tasks[task_name] = task
         if budget_text is not None:
-            try:
-                self._check_budgets()
-            except InvalidPolicyError:
-                del self.tasks[task_name]
-                raise
+            self._check_budgets()
         return task
 
     @staticmethod

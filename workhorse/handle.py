@@ -74,6 +74,8 @@ class WorkflowEnqueuer(Enqueuer, Protocol):
 
     def workflow_row(self, workflow_id: int) -> tuple[Any, ...] | None: ...
 
+    def database_of(self, queue: str) -> str: ...
+
 
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -433,3 +435,22 @@ def dependencies(depends_on: object) -> list[Dependency]:
             ids = [entry]
         found += [job_id for job_id in ids if job_id not in found]
     return found
+
+
+def dependency_databases(depends_on: object) -> set[str]:
+    """The databases of the handles in a `depends_on` list (docs/design.md "Several
+    databases"): a JobHandle's, a WorkflowHandle's (its enqueuer's); bare ids name none.
+
+    >>> sorted(dependency_databases([7, JobHandle(8, None, database="eu")]))
+    ['eu']
+    """
+    if isinstance(depends_on, str | bytes) or not isinstance(depends_on, Sequence):
+        return set()
+    found = set()
+    for entry in depends_on:
+        if isinstance(entry, JobHandle):
+            found.add(entry.database)
+        elif isinstance(entry, WorkflowHandle) and entry.eager is None:
+            found.add(getattr(entry.enqueuer, "database", "default"))
+    return found
+

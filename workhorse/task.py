@@ -26,7 +26,7 @@ from ._durations import parse_duration
 from .canvas import Plan, Signature
 from .context import Retry
 from .errors import InvalidOptionsError
-from .handle import JobHandle, WorkflowEnqueuer, dependencies
+from .handle import JobHandle, WorkflowEnqueuer, dependencies, dependency_databases
 from .retry import RetryBackoff
 from .types import BudgetSpec, EnqueueOptions, QueueSpec, Unique, check_tags, retention_seconds
 
@@ -412,6 +412,13 @@ class Task(Generic[P, R]):
         members are read by the enqueue itself, on its connection."""
         parents = dependencies(depends_on)
         call = self.call(args, kwargs, **options)
+        home = self.enqueuer.database_of(call.options.queue)
+        strangers = dependency_databases(depends_on) - {home}
+        if strangers:
+            raise InvalidOptionsError(
+                f"depends_on names jobs of database {', '.join(sorted(strangers))}, and this "
+                f"job's queue {call.options.queue!r} lives in {home!r}: a job depends only on "
+                "jobs of its own database (docs/design.md \"Several databases\")")
         if not parents:
             return self.enqueuer.enqueue_calls([call], connection)[0]
         plan = Plan.of_call(call, parents, self.retention_json)

@@ -98,7 +98,9 @@ async def _each_database(app: App, groups: dict[str, list[str]], with_scheduled:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(_timed_out(timeout, dataclasses.asdict(total)))
-            report = await _drain(app, served, with_scheduled, left, joined=None,
+            joined = (framework_connection(app)
+                      if loopless and name == database.DEFAULT_DATABASE else None)
+            report = await _drain(app, served, with_scheduled, left, joined=joined,
                                   loopless=loopless, database_name=name)
             total = DrainReport(*(a + b for a, b in zip(
                 dataclasses.astuple(total), dataclasses.astuple(report), strict=True)))

@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -36,8 +37,7 @@ from rich.table import Table
 from .. import database
 from .._text import literal, markup_safe
 from ..app import App
-from ..errors import DatabaseError, first_line
-from .supervisor import WorkerSettings, run_database
+from ..errors import DatabaseError, WorkhorseError, first_line
 
 # A database supervisor's exit code when its database could not be reached at start.
 UNREACHABLE = 3
@@ -65,9 +65,13 @@ class _Part:
 class DatabaseFleet:
     """The worker's top process with several databases: forks, relays, restarts."""
 
-    def __init__(self, app: App, settings: WorkerSettings, groups: dict[str, list[str]], *,
-                 sync: bool, app_reference: str, console: Console) -> None:
+    def __init__(self, app: App, settings: Any, groups: dict[str, list[str]], *,
+                 run_database: Callable[..., int], sync: bool, app_reference: str,
+                 console: Console) -> None:
+        # settings: supervisor.WorkerSettings; run_database: supervisor.run_database (passed
+        # in: supervisor.py imports this module).
         self.app = app
+        self.run_database = run_database
         self.settings = settings
         self.sync = sync
         self.app_reference = app_reference
@@ -140,15 +144,19 @@ class DatabaseFleet:
                     signal.signal(signum, signal.SIG_DFL)
                 signal.set_wakeup_fd(-1)
                 _die_with_parent()
-                code = run_database(self.app, settings, part.name, sync=self.sync,
-                                    app_reference=self.app_reference, console=self.console,
-                                    interrupts=False)
+                code = self.run_database(self.app, settings, part.name, sync=self.sync,
+                                         app_reference=self.app_reference,
+                                         console=self.console, interrupts=False)
             except DatabaseError as exc:
                 self.console.print(
                     f"[yellow]database {markup_safe(part.name)} is unreachable:[/] "
                     f"{markup_safe(first_line(exc))}", highlight=False)
                 code = UNREACHABLE
-            except BaseException:
+            except WorkhorseError as exc:  # a one-database worker says it in one line too
+                self.console.print(
+                    f"[red]database {markup_safe(part.name)}:[/] "
+                    f"{markup_safe(first_line(exc))}", highlight=False)
+            except BaseException:  # the child must exit, whatever happened
                 traceback.print_exc()
             finally:
                 sys.stdout.flush()

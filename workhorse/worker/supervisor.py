@@ -202,8 +202,8 @@ def run_worker(
         from ._databases import DatabaseFleet
 
         app.close()  # no pool may cross the fork
-        return DatabaseFleet(app, settings, groups, sync=sync, app_reference=app_reference,
-                             console=console).run()
+        return DatabaseFleet(app, settings, groups, run_database=run_database, sync=sync,
+                             app_reference=app_reference, console=console).run()
     [(name, served)] = groups.items()
     return run_database(app, dataclasses.replace(settings, queues=tuple(served)), name,
                         sync=sync, app_reference=app_reference, console=console)
@@ -235,8 +235,11 @@ def run_database(app: App, settings: WorkerSettings, name: str, *, sync: bool,
     from their parent, as SIGTERM)."""
     url = app.database_url_of(name)
     report: SyncReport | None = None
+    # An unreachable database fails here, at once, with DatabaseError (a pool would wait).
+    with database.connect(url, role="supervisor-start", autocommit=True, connect_timeout=10):
+        pass
     if sync:
-        database.ensure_schema(url)  # an unreachable database fails here, at once
+        database.ensure_schema(url)
         try:
             report = app.sync_database(name)
         finally:
