@@ -8,21 +8,24 @@ import click
 
 from .. import database
 from ..queue import Queue
-from ._base import console, handle_errors, main, print_json, resolved_url
+from ._base import console, databases, handle_errors, main, print_json, resolved_url
 from ._render import DataTable
 
 
 @main.command()
+@click.option("--database", "only", default=None, metavar="NAME",
+              help="Only this database of WORKHORSE_DATABASES (default: every one).")
 @click.pass_context
 @handle_errors
-def migrate(ctx: click.Context) -> None:
-    """Install or bring forward the workhorse schema."""
-    url = resolved_url(ctx)
-    with database.connect(url, role="migrate", autocommit=True) as conn:
-        queue = Queue(conn)
-        queue.install_schema()
-        version = queue.schema_version()
-    console.print(f"schema at version {version} on {database.mask(url)}")
+def migrate(ctx: click.Context, only: str | None) -> None:
+    """Install or bring forward the workhorse schema (on every database WORKHORSE_DATABASES
+    names, else the one database)."""
+    for url in databases(ctx, only).values():
+        with database.connect(url, role="migrate", autocommit=True) as conn:
+            queue = Queue(conn)
+            queue.install_schema()
+            version = queue.schema_version()
+        console.print(f"schema at version {version} on {database.mask(url)}")
 
 
 @main.group()
