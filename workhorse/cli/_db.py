@@ -8,7 +8,7 @@ import click
 
 from .. import database
 from ..queue import Queue
-from ._base import console, databases, handle_errors, main, print_json, resolved_url
+from ._base import console, databases, handle_errors, main, print_json
 from ._render import DataTable
 
 
