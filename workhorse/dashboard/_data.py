@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import heapq
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
@@ -229,6 +230,8 @@ class Overview:
     # their units against their limits on each queue's row.
     budgets: dict[str, BudgetRow] = field(default_factory=dict)
     backoffs: Backoffs = field(default_factory=Backoffs)
+    # The throughput minutes the chart was drawn from (a chart of several databases adds them).
+    minutes: list[ThroughputMinute] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,9 @@ class JobFilter:
     tag: str | None = None       # exact; its newest page only (_queries.find_tagged)
     id: int | None = None
     before: int | None = None    # ids below this one: the page after a full one
+    # Several databases (docs/design.md "Several databases"): the one whose jobs are listed
+    # (None: every one); never reaches SQL, it chooses the pool.
+    database: str | None = None
 
     def query(self, **changes: Any) -> dict[str, Any]:
         """The filter as URL parameters, with `changes` applied (None removes one)."""
@@ -311,7 +317,8 @@ class JobFilter:
                  f"status {self.status}" if self.status else "",
                  f"task ~ {self.task!r}" if self.task else "",
                  f"key {self.key!r}" if self.key else "",
-                 f"tag {self.tag!r}" if self.tag else ""]
+                 f"tag {self.tag!r}" if self.tag else "",
+                 f"database {self.database}" if self.database else ""]
         return ", ".join(p for p in parts if p) or "no filter"
 
 
@@ -528,6 +535,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         stalled=health.stalled, holds=governed.holds,
         unknown_task_ready=health.unknown_task_ready, reasons=_by_queue(health.reasons),
         budgets={b.name: b for b in governed.budgets}, backoffs=backoffs(conn),
+        minutes=minutes,
     )
 
 
@@ -697,3 +705,111 @@ def schedules(conn: psycopg.Connection[Any]) -> SchedulesPage:
         for s in _ops.execute(conn, _ops.list_schedules())
     ]
     return SchedulesPage(available=True, schedules=rows)
+
+
+# ---- several databases (docs/design.md "Several databases") ------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Part(Generic[T]):
+    """One database's part of a page: its name (None with one database: no column and no
+    parameter), what was read there, or why it could not be read (`down`: it cannot be
+    reached)."""
+
+    database: str | None
+    value: T | None = None
+    down: str | None = None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The overview's cards and chart over the databases it shows: depths and live workers
+    summed, and one chart of their counters added minute by minute."""
+
+    depth: dict[str, int]
+    workers_alive: int
+    chart: Chart
+
+
+def add_minutes(lists: list[list[ThroughputMinute]]) -> list[ThroughputMinute]:
+    """Several databases' minutes as one fleet's: each minute's counters added."""
+    by_minute: dict[datetime, ThroughputMinute] = {}
+    for minutes in lists:
+        for m in minutes:
+            was = by_minute.get(m.minute)
+            by_minute[m.minute] = m if was is None else ThroughputMinute(
+                m.minute, was.claimed + m.claimed, was.succeeded + m.succeeded,
+                was.failed + m.failed, was.retried + m.retried, was.held + m.held,
+                was.canceled + m.canceled, seconds=max(was.seconds, m.seconds))
+    return [by_minute[minute] for minute in sorted(by_minute)]
+
+
+def fleet(parts: list[Part[Overview]], scope: str = "fleet-wide") -> Fleet:
+    """The cards and chart of the overview: one database's own, else their sum."""
+    views = [p.value for p in parts if p.value is not None]
+    if len(parts) == 1 and len(views) == 1:
+        view = views[0]
+        return Fleet(depth=view.depth, workers_alive=view.workers_alive, chart=view.chart)
+    depth: dict[str, int] = {}
+    for view in views:
+        for status, n in view.depth.items():
+            depth[status] = depth.get(status, 0) + n
+    return Fleet(depth=depth, workers_alive=sum(v.workers_alive for v in views),
+                 chart=chart(add_minutes([v.minutes for v in views]), datetime.now(UTC),
+                             scope=scope))
+
+
+@dataclass(frozen=True)
+class JobRows:
+    """The Jobs page over the databases it lists: the shown jobs with their database (several
+    databases' pages merged newest first, cut to one page), the counts by status summed, where
+    each database's older page starts (`older`: its before=), each database's unsearched
+    succeeded history (`unsearched`), and the filter's suggestions from them all."""
+
+    found: _queries.Found
+    rows: list[tuple[str | None, Job]]
+    older: list[tuple[str, int]] = field(default_factory=list)
+    unsearched: list[tuple[str, int]] = field(default_factory=list)
+    names: _queries.Names | None = None
+    totals: list[tuple[str, int, bool]] = field(default_factory=list)  # (database, n, capped)
+
+
+def merge_jobs(parts: list[Part[tuple[_queries.Found, _queries.Names | None]]],
+               limit: int = JOBS_PAGE) -> JobRows:
+    """The pages of several databases as one (each database's order kept; merged by enqueue
+    time, newest first; at most `limit`)."""
+    read = [(p.database or "", p.value) for p in parts if p.value is not None]
+    merged = list(heapq.merge(
+        *[[(db, job) for job in found.jobs] for db, (found, _) in read],
+        key=lambda row: (-row[1].enqueued_at.timestamp(), -row[1].id)))
+    rows: list[tuple[str | None, Job]] = list(merged[:limit])
+    counts: dict[str, int] = {}
+    for _, (found, _) in read:
+        for status, n in found.counts.items():
+            counts[status] = counts.get(status, 0) + n
+    older = []
+    unsearched = []
+    for db, (found, _) in read:
+        shown = [job.id for name, job in rows if name == db]
+        cut = len(shown) < len(found.jobs)
+        if found.jobs and (cut or len(found.jobs) >= limit):
+            older.append((db, min(shown) if shown else found.jobs[0].id + 1))
+        if found.unsearched_below:
+            unsearched.append((db, found.unsearched_below))
+    suggestions = [names for _, (_, names) in read if names is not None]
+    names = None
+    if suggestions:
+        matching = [n.matching for n in suggestions if n.matching is not None]
+        names = _queries.Names(
+            queues=sorted(set().union(*(n.queues for n in suggestions)))[:_queries.SUGGESTIONS],
+            matching=sorted(set().union(*matching)) if matching else None,
+            tasks=sorted(set().union(*(n.tasks for n in suggestions)))[:_queries.SUGGESTIONS])
+    queues = [found.queues for _, (found, _) in read if found.queues is not None]
+    total = _queries.Found(
+        [job for _, job in rows], counts=counts,
+        queues=sorted(set().union(*queues)) if queues else None,
+        capped=any(found.capped for _, (found, _) in read))
+    return JobRows(found=total, rows=rows, older=older, unsearched=unsearched, names=names,
+                   totals=[(db, found.total, found.capped) for db, (found, _) in read])

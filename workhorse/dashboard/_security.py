@@ -241,10 +241,12 @@ def foreign(request: Request) -> str | None:
 class Refused(Exception):
     """A request refused with an HTTP status and a message for the operator."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str,
+                 links: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.links = links or []   # (local path, text): where the operator may go instead
 
 
 class Guard(BaseHTTPMiddleware):

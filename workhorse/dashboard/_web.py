@@ -5,187 +5,54 @@ region that htmx re-fetches every few seconds (`?live=1` renders that region alo
 form POSTs answered by a redirect, so they work without JavaScript too. Jinja2 escapes every
 value.
 
-The handlers live at module level and find their process's `Dashboard` on the app's state;
-`build()` only wires the routes to them.
+The handlers live at module level and find their process's `Dashboard` (`_render`) on the app's
+state; `build()` only wires the routes to them. They read and act through a `Reading`
+(`_reading`): one database, or several, each its part of a page (docs/design.md "Several
+databases").
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
-import secrets
 import signal
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
 import uvicorn
-from jinja2 import Environment, PackageLoader, select_autoescape
-from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import _ops, database
+from .. import _ops
 from .._durations import parse_duration
 from ..errors import WorkhorseError
 from ..queue import Queue
 from ..types import BIGINT_MAX, BackoffState, JobStatus, check_name, check_tags, shown
-from . import _data, _queries, _security
+from . import _data, _queries
+from ._reading import Reading, parts_context
+from ._render import Dashboard, stamp
 from ._security import (
-    BROWSER_ID,
-    CSRF_COOKIE,
     SESSION_COOKIE,
     SESSION_SECONDS,
     Guard,
     Refused,
-    Security,
     client_address,
     is_https,
     local_path,
-    same,
     too_many,
 )
 
-NOTICE_COOKIE = "workhorse_notice"
-# A notice waits this long for the page it is meant for, and is at most this long.
-NOTICE_SECONDS = 60
-NOTICE_LIMIT = 1000
-LIVE_SECONDS = 2
 # Job ids are bigint; one retry or cancel takes at most this many.
 MAX_ID = BIGINT_MAX
 MAX_IDS = 10_000
-# The pages with a live region (`_<page>.html`, re-fetched with `?live=1`).
-LIVE_PAGES = {"overview", "queue", "jobs", "job", "workers", "schedules", "budgets"}
-
-
-class Dashboard(Security):
-    """One dashboard process: its security state (sessions, CSRF, wrong tokens), its pool of
-    connections and its templates."""
-
-    def __init__(self, url: str, *, read_only: bool, token: str | None,
-                 local_only: bool = False, redact: bool = False) -> None:
-        super().__init__(read_only=read_only, token=token, local_only=local_only)
-        self.url = url
-        self.redact = redact
-        self.pool = ConnectionPool(url, min_size=1, max_size=4, open=False,
-                                   kwargs={"autocommit": True}, name="workhorse-dashboard")
-        self.templates = Environment(
-            loader=PackageLoader("workhorse.dashboard", "templates"),
-            autoescape=select_autoescape(["html"], default=True),
-            trim_blocks=True, lstrip_blocks=True,
-        )
-        self.templates.filters.update(ago=_ago, stamp=_stamp, pretty=_pretty, limit=_limit)
-        self.templates.globals.update(statuses=[s.value for s in JobStatus],
-                                      retryable=_queries.RETRYABLE,
-                                      cancelable=_queries.CANCELABLE)
-
-    # ---- rendering -----------------------------------------------------------------------
-
-    def render(self, request: Request, page: str, status_code: int = 200,
-               **context: Any) -> HTMLResponse:
-        browser = request.cookies.get(CSRF_COOKIE)
-        fresh = browser is None or not BROWSER_ID.match(browser)
-        if fresh:
-            browser = secrets.token_urlsafe(32)
-        csrf = self.csrf_token(request, browser)
-        live = request.query_params.get("live") == "1" and page in LIVE_PAGES
-        template = self.templates.get_template(f"_{page}.html" if live else f"{page}.html")
-        # A notice is the server's own result of an action (a signed cookie the action set for
-        # this browser), shown once on the next full page; never text from the URL.
-        flashed = None if live or fresh else self.flashed(request, str(browser))
-        values = {
-            "request": request, "page": page, "read_only": self.read_only, "csrf": csrf,
-            "needs_login": self.token is not None, "live_seconds": LIVE_SECONDS,
-            "notice": flashed[1] if flashed and flashed[0] == "notice" else None,
-            "problem": flashed[1] if flashed and flashed[0] == "problem" else None,
-            "redact": self.redact, "can_reveal": self.token is not None,
-        }
-        html = template.render({**values, **context})
-        response = HTMLResponse(html, status_code=status_code)
-        if fresh:
-            response.set_cookie(CSRF_COOKIE, str(browser), httponly=True, samesite="strict",
-                                path="/", secure=is_https(request))
-        if flashed is not None:
-            response.delete_cookie(NOTICE_COOKIE, path="/", httponly=True, samesite="strict",
-                                   secure=is_https(request))
-        return response
-
-    # ---- notices -------------------------------------------------------------------------
-
-    def flash(self, request: Request, response: Response, kind: str, text: str) -> Response:
-        """Have the next full page this browser opens show `text` (kind "notice" or
-        "problem"): a cookie signed with the process secret and bound to the browser id, so
-        that no link or other site can make a page say anything."""
-        browser = request.cookies.get(CSRF_COOKIE)
-        if browser is None or not BROWSER_ID.match(browser):
-            return response  # a script with a bearer token: it reads the status code
-        body = base64.urlsafe_b64encode(json.dumps(
-            [kind, text[:NOTICE_LIMIT], int(_security.clock()) + NOTICE_SECONDS]).encode()
-        ).decode()
-        value = f"{body}.{self.sign('notice', f'{browser}|{body}')}"
-        response.set_cookie(NOTICE_COOKIE, value, max_age=NOTICE_SECONDS, httponly=True,
-                            samesite="strict", path="/", secure=is_https(request))
-        return response
-
-    def flashed(self, request: Request, browser: str) -> tuple[str, str] | None:
-        """The (kind, text) this browser's notice cookie holds when it is ours and fresh."""
-        cookie = request.cookies.get(NOTICE_COOKIE)
-        if not cookie or cookie.count(".") != 1:
-            return None
-        body, signature = cookie.split(".")
-        if not same(signature, self.sign("notice", f"{browser}|{body}")):
-            return None
-        try:
-            kind, text, until = json.loads(base64.urlsafe_b64decode(body.encode()))
-        except (ValueError, TypeError):
-            return None
-        if (not isinstance(until, int) or until < _security.clock()
-                or kind not in ("notice", "problem")):
-            return None
-        return str(kind), str(text)
-
-
-def _ago(value: datetime | None) -> str:
-    if value is None:
-        return "never"
-    seconds = (datetime.now(UTC) - value).total_seconds()
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 1:
-        text = "now"
-        return text
-    if seconds < 120:
-        text = f"{seconds:.0f}s"
-    elif seconds < 7200:
-        text = f"{seconds / 60:.0f}m"
-    elif seconds < 172800:
-        text = f"{seconds / 3600:.0f}h"
-    else:
-        text = f"{seconds / 86400:.0f}d"
-    return f"in {text}" if future else f"{text} ago"
-
-
-def _stamp(value: datetime | None) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
-
-
-def _pretty(value: Any) -> str:
-    """JSON, indented; a plain string (not Markup), so the template escapes it."""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-def _limit(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 # ---- routes --------------------------------------------------------------------------------
@@ -233,11 +100,11 @@ def _unchanged(found: dict[int, tuple[str, bool]], left: list[int], verb: str,
     return f"not {done}: {said} ({verb} applies to {_either(applies)} jobs)"
 
 
-def _job_filter(params: Any) -> _data.JobFilter:
+def _job_filter(params: Any, reading: Reading | None = None) -> _data.JobFilter:
     """The Jobs page's filter from query parameters or a form: queue and task trimmed (they
     match a substring), key and tag as sent (they match exactly), status one of the statuses,
-    id and before job ids (before not with a tag: a tag's list is one page); Refused 400
-    otherwise."""
+    id and before job ids (before not with a tag: a tag's list is one page), database one of
+    the dashboard's (before only with one: an id is one database's); Refused 400 otherwise."""
     def sent(name: str) -> str:
         value = params.get(name)
         if value is not None and not isinstance(value, str):
@@ -257,10 +124,16 @@ def _job_filter(params: Any) -> _data.JobFilter:
     if tag is not None and found["before"] is not None:
         raise Refused(400, "a tag's jobs are listed newest first on one page: before= does "
                            "not apply with tag=")
+    chosen_db = None
+    if reading is not None and sent("database").strip():
+        chosen_db = reading.name(sent("database"))
+    if (reading is not None and reading.multi and chosen_db is None
+            and found["before"] is not None):
+        raise Refused(400, "before= is a job id of one database: give database= with it")
     return _data.JobFilter(
         queue=_substring(params.get("queue"), "queue"), status=status,
         task=_substring(params.get("task"), "task"), key=_filter(params.get("key"), "key"),
-        tag=tag, id=found["id"], before=found["before"],
+        tag=tag, id=found["id"], before=found["before"], database=chosen_db,
     )
 
 
@@ -328,20 +201,20 @@ def _dashboard(request: Request) -> Dashboard:
     return found
 
 
-Reader = Callable[[Request, psycopg.Connection[Any]], dict[str, Any]]
-Action = Callable[[Request, FormData, psycopg.Connection[Any]], Response]
+Reader = Callable[[Request, Reading], dict[str, Any]]
+Action = Callable[[Request, FormData, Reading], Response]
 
 
 def page(name: str, reader: Reader) -> Callable[[Request], Awaitable[Response]]:
-    """The endpoint of page `name`: `reader` (on a pooled connection, in a thread) gives the
-    template its values; a refusal renders the problem page."""
+    """The endpoint of page `name`: `reader` (in a thread, with the databases' pools) gives
+    the template its values; a refusal renders the problem page."""
     async def endpoint(request: Request) -> Response:
         dashboard = _dashboard(request)
         try:
             context = await _in_thread(dashboard, reader, request)
         except Refused as refused:
             return dashboard.render(request, "problem", refused.status,
-                                    message=refused.message)
+                                    message=refused.message, links=refused.links)
         except WorkhorseError as exc:  # a value the operation refused before reading
             return dashboard.render(request, "problem", 400, message=str(exc))
         return dashboard.render(request, name, **context)
@@ -357,66 +230,150 @@ def action(fn: Action) -> Callable[[Request], Awaitable[Response]]:
         except Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
 
-        def run(conn: psycopg.Connection[Any]) -> Response:
+        def run() -> Response:
             try:
-                return fn(request, form, conn)
+                return fn(request, form, Reading(dashboard))
             except Refused as refused:
                 return dashboard.render(request, "problem", refused.status,
-                                        message=refused.message,
+                                        message=refused.message, links=refused.links,
                                         back=local_path(_text(form, "back"), "/"))
-        return await _in_thread_plain(dashboard, run)
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(run)
     return endpoint
 
 
 # ---- pages -----------------------------------------------------------------------------------
 
 
-def read_overview(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return {"view": _data.overview(conn)}
+def read_overview(request: Request, reading: Reading) -> dict[str, Any]:
+    names, chosen_db = reading.listed(request.query_params.get("database"))
+    parts = reading.each(names, _data.overview)
+    scope = ("fleet-wide" if not reading.multi else f"fleet-wide, database {chosen_db}"
+             if chosen_db else "fleet-wide, every database")
+    return {"view": _data.fleet(parts, scope), **parts_context(parts, chosen_db)}
 
 
-def read_queue(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+def read_queue(request: Request, reading: Reading) -> dict[str, Any]:
     # By query parameter, not in the path: a queue name may hold any character.
     if not request.query_params.get("name"):
         raise Refused(400, "which queue? /queue?name=<queue>")
     name = _name(request.query_params.get("name"), "queue")
+    db = _queue_database(reading, request.query_params.get("database"), name)
     if request.query_params.get("live") != "1":  # a live refresh follows a known page
-        _known_or_404(conn, name)
-    return {"view": _data.queue_page(conn, name), "entered": {}}
+        _known_or_404(reading, db, name)
+    view = reading.one(db, lambda conn: _data.queue_page(conn, name))
+    return {"view": view, "entered": {}, "db": reading.label(db)}
 
 
-def _known_or_404(conn: psycopg.Connection[Any], name: str) -> None:
-    if not _data.queue_known(conn, name):
-        near = _data.close_names(conn, name)
-        hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
-        raise Refused(404, f"no queue {name!r}: it has no policy, no control and no job"
-                           f"{hint}")
+def _queue_database(reading: Reading, sent: Any, name: str) -> str:
+    """The database of queue `name`: the one `sent` names; with several databases and none
+    named, the one that knows the queue (a queue lives in one database), else `default`
+    (whose 404 then says where else to look). Refused 409 when several know it."""
+    if not reading.multi or (isinstance(sent, str) and sent.strip()):
+        return reading.name(sent)
+    known = [p.database for p in reading.each(reading.names,
+                                              lambda conn: _data.queue_known(conn, name))
+             if p.value and p.database is not None]
+    if len(known) > 1:
+        raise Refused(409, f"queue {name!r} is in several databases ({', '.join(known)}): "
+                           "which one? add database=NAME", links=[
+            (_queue_path(name, db), f"queue {name} in database {db}") for db in known])
+    return known[0] if known else reading.name(None)
 
 
-def read_jobs(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    chosen = _job_filter(request.query_params)
+def _unread(parts: list[_data.Part[Any]]) -> str:
+    """A 404's hint that these databases could not be searched (they could not be read);
+    empty when every one could."""
+    down = [p.database for p in parts if p.down and p.database is not None]
+    return f"; database {', '.join(down)} could not be searched" if down else ""
+
+
+def _queue_path(name: str, db: str | None) -> str:
+    return f"/queue?{urlencode({'name': name, 'database': db} if db else {'name': name})}"
+
+
+def _known_or_404(reading: Reading, db: str, name: str) -> None:
+    def near(conn: psycopg.Connection[Any]) -> list[str] | None:
+        return None if _data.queue_known(conn, name) else _data.close_names(conn, name)
+
+    found = reading.one(db, near)
+    if found is None:
+        return
+    hint = f"; did you mean {', '.join(repr(n) for n in found)}?" if found else ""
+    links = [(_queue_path(n, reading.label(db)), n) for n in found]
+    where = ""
+    if reading.multi:
+        where = f" in database {db}"
+        others = reading.each([n for n in reading.names if n != db],
+                              lambda conn: _data.queue_known(conn, name))
+        elsewhere = [p.database for p in others if p.value and p.database is not None]
+        if elsewhere:
+            hint += f"; database {', '.join(elsewhere)} has it"
+            links = [(_queue_path(name, other), f"queue {name} in database {other}")
+                     for other in elsewhere] + links
+        hint += _unread(others)
+    raise Refused(404, f"no queue {name!r}{where}: it has no policy, no control and no job"
+                       f"{hint}", links)
+
+
+def read_jobs(request: Request, reading: Reading) -> dict[str, Any]:
+    chosen = _job_filter(request.query_params, reading)
     query = urlencode(chosen.query())
     live = request.query_params.get("live") == "1"
-    found = _data.jobs(conn, chosen)
-    names = None if live or chosen.id is not None else _data.names(conn, chosen)
-    return {"found": found, "jobs": found.jobs, "unsearched_below": found.unsearched_below,
-            "page_size": _data.JOBS_PAGE, "chosen": chosen, "names": names,
-            "count_cap": _queries.COUNT_CAP, "max_ids": MAX_IDS, "tag_scan": _queries.TAG_SCAN,
-            "here": f"/jobs?{query}" if query else "/jobs"}
+
+    def read(conn: psycopg.Connection[Any]) -> tuple[_queries.Found, _queries.Names | None]:
+        found = _data.jobs(conn, chosen)
+        names = None if live or chosen.id is not None else _data.names(conn, chosen)
+        return found, names
+
+    common = {"page_size": _data.JOBS_PAGE, "chosen": chosen, "count_cap": _queries.COUNT_CAP,
+              "max_ids": MAX_IDS, "tag_scan": _queries.TAG_SCAN,
+              "here": f"/jobs?{query}" if query else "/jobs", "merged": False,
+              "older": [], "unsearched": []}
+    if not reading.multi or chosen.database is not None:
+        db = reading.name(chosen.database)
+        found, names = reading.one(db, read)
+        label = reading.label(db)
+        return {**common, "found": found, "jobs": found.jobs,
+                "rows": [(label, job) for job in found.jobs],
+                "unsearched_below": found.unsearched_below, "names": names,
+                "chosen_db": label}
+    # Every database: their newest matches merged, counts summed, an older page each.
+    parts = reading.each(reading.names, read)
+    merged = _data.merge_jobs(parts)
+    return {**common, **parts_context(parts, None), "found": merged.found,
+            "jobs": merged.found.jobs, "rows": merged.rows, "unsearched_below": None,
+            "names": merged.names, "merged": True, "older": merged.older,
+            "unsearched": merged.unsearched, "totals": merged.totals}
 
 
-def read_job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    dashboard = _dashboard(request)
-    job_id = int(request.path_params["job_id"])
+def _missing_job(reading: Reading, db: str, job_id: int, raw: object, what: str = "job",
+                 path: str = "/jobs/") -> Refused:
+    """The 404 of a job (or workflow) that database `db` does not have; with several
+    databases, it names the others that have one with that id."""
+    if not reading.multi:
+        return Refused(404, f"no {what} {raw}")
+    others = [n for n in reading.names if n != db]
+    if job_id > MAX_ID or not others:
+        return Refused(404, f"no {what} {raw} in database {db}")
+    read = _data.job if what == "job" else _data.workflow
+    parts = reading.each(others, lambda conn: read(conn, job_id))
+    elsewhere = [p.database for p in parts if p.value and p.database is not None]
+    hint = f"; database {', '.join(elsewhere)} has {what} {job_id}" if elsewhere else ""
+    hint += _unread(parts)
+    return Refused(404, f"no {what} {raw} in database {db}{hint}", [
+        (f"{path}{job_id}?{urlencode({'database': other})}", f"{what} {job_id} in database "
+         f"{other}") for other in elsewhere])
+
+
+def _job_context(dashboard: Dashboard, conn: psycopg.Connection[Any], job_id: int, *,
+                 redacted: bool, revealed: bool) -> dict[str, Any] | None:
     found = _data.job(conn, job_id) if job_id <= MAX_ID else None
     if found is None:
-        raise Refused(404, f"no job {request.path_params['job_id']}")
-    # Under --redact, a script that sends the token itself may ask for the payload.
-    shown_in_full = not dashboard.redact or (
-        request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+        return None
     attempts = _data.attempts(conn, job_id)
-    return {"job": found, "redacted": not shown_in_full,
-            "revealed": dashboard.redact and shown_in_full, "attempts": attempts,
+    return {"job": found, "redacted": redacted, "revealed": revealed, "attempts": attempts,
             # Its steps, what it waits for while suspended, its children (docs/design.md
             # "Durable execution"); step results are hidden under --redact, as its result is.
             "durable": _data.durable(conn, found),
@@ -424,33 +381,60 @@ def read_job(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
             "own_error": _ops.job_own_error(found, attempts)}
 
 
-def read_workflow(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+def read_job(request: Request, reading: Reading) -> dict[str, Any]:
+    dashboard = _dashboard(request)
+    job_id = int(request.path_params["job_id"])
+    db = reading.name(request.query_params.get("database"))
+    # Under --redact, a script that sends the token itself may ask for the payload.
+    shown_in_full = not dashboard.redact or (
+        request.query_params.get("reveal") == "1" and dashboard.bearer_ok(request))
+    context = reading.one(db, lambda conn: _job_context(
+        dashboard, conn, job_id, redacted=not shown_in_full,
+        revealed=dashboard.redact and shown_in_full))
+    if context is None:
+        raise _missing_job(reading, db, job_id, request.path_params["job_id"])
+    return {**context, "db": reading.label(db)}
+
+
+def read_workflow(request: Request, reading: Reading) -> dict[str, Any]:
     workflow_id = int(request.path_params["workflow_id"])
-    members = _data.workflow(conn, workflow_id) if workflow_id <= MAX_ID else []
+    db = reading.name(request.query_params.get("database"))
+    members = (reading.one(db, lambda conn: _data.workflow(conn, workflow_id))
+               if workflow_id <= MAX_ID else [])
     if not members:
-        raise Refused(404, f"no workflow {request.path_params['workflow_id']}")
+        raise _missing_job(reading, db, workflow_id, request.path_params["workflow_id"],
+                           "workflow", "/workflows/")
     counts: dict[str, int] = {}
     for member in members:
         counts[member.status.value] = counts.get(member.status.value, 0) + 1
-    return {"workflow_id": workflow_id, "members": members, "counts": counts}
+    return {"workflow_id": workflow_id, "members": members, "counts": counts,
+            "db": reading.label(db)}
 
 
-def read_workers(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return {"workers": _data.workers(conn)}
+def read_workers(request: Request, reading: Reading) -> dict[str, Any]:
+    names, chosen_db = reading.listed(request.query_params.get("database"))
+    return parts_context(reading.each(names, _data.workers), chosen_db)
 
 
-def read_schedules(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return {"view": _data.schedules(conn)}
+def read_schedules(request: Request, reading: Reading) -> dict[str, Any]:
+    names, chosen_db = reading.listed(request.query_params.get("database"))
+    return parts_context(reading.each(names, _data.schedules), chosen_db)
 
 
-def read_budgets(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    return {"view": _data.budgets(conn)}
+def read_budgets(request: Request, reading: Reading) -> dict[str, Any]:
+    names, chosen_db = reading.listed(request.query_params.get("database"))
+    return parts_context(reading.each(names, _data.budgets), chosen_db)
 
 
 # ---- actions ---------------------------------------------------------------------------------
 
 
-def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+def _in_database(label: str | None) -> str:
+    """ " in database eu" after a notice's subject (nothing with one database)."""
+    return f" in database {label}" if label else ""
+
+
+def queue_action(request: Request, form: FormData, reading: Reading) -> Response:
     dashboard = _dashboard(request)
     sent = form.get("queue")
     verb = request.path_params["verb"]
@@ -462,44 +446,51 @@ def queue_action(request: Request, form: FormData, conn: psycopg.Connection[Any]
         name = _name(sent, "queue")
     except Refused as refused:
         return PlainTextResponse(refused.message, refused.status)
-    back = f"/queue?{urlencode({'name': name})}"
-    _known_or_404(conn, name)  # a typo must not create a governed queue
-    q = Queue(conn)
-    if verb == "clear-backoff":
-        return _clear_queue_backoff(request, form, q, name, back)
-    was = next((s for s in q.list_queues() if s.queue == name), None)
-    unchanged = {"pause": was is not None and was.paused,
-                 "resume": was is None or not was.paused,
-                 "clear-override": was is None or was.override is None}.get(verb, False)
-    if unchanged:
-        why = {"pause": "it was already paused", "resume": "it was not paused",
-               "clear-override": "it had no override"}[verb]
-        return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                               f"nothing changed: queue {name!r}: {why}")
-    try:
-        if verb == "pause":
-            q.pause(name)
-        elif verb == "resume":
-            q.resume(name)
-        elif verb == "clear-override":
-            q.clear_override(name)
-        else:
-            duration = _text(form, "for")
-            q.override_policy(
-                name, max_active=_int(form, "max_active"),
-                max_active_per_key=_int(form, "max_active_per_key"),
-                rate_limit=_text(form, "rate_limit"),
-                rate_limit_per_key=_text(form, "rate_limit_per_key"),
-                expires_in=parse_duration(duration) if duration else None,
-            )
-    except (WorkhorseError, ValueError) as exc:  # refused before anything was written
-        # The queue page again, the operator's entries kept, the reason above them.
-        entered = {k: v for k in OVERRIDE_FIELDS
-                   if isinstance(v := form.get(k), str)}
-        return dashboard.render(request, "queue", 400, view=_data.queue_page(conn, name),
-                                entered=entered, failure=str(exc))
-    return dashboard.flash(request, RedirectResponse(back, 303), "notice",
-                           f"{_DONE[verb]}: queue {name!r}")
+    db = _queue_database(reading, form.get("database"), name)
+    label = reading.label(db)
+    back = _queue_path(name, label)
+    _known_or_404(reading, db, name)  # a typo must not create a governed queue
+    where = _in_database(label)
+
+    def act(conn: psycopg.Connection[Any]) -> Response:
+        q = Queue(conn)
+        if verb == "clear-backoff":
+            return _clear_queue_backoff(request, form, q, name, back, label)
+        was = next((s for s in q.list_queues() if s.queue == name), None)
+        unchanged = {"pause": was is not None and was.paused,
+                     "resume": was is None or not was.paused,
+                     "clear-override": was is None or was.override is None}.get(verb, False)
+        if unchanged:
+            why = {"pause": "it was already paused", "resume": "it was not paused",
+                   "clear-override": "it had no override"}[verb]
+            return dashboard.flash(request, RedirectResponse(back, 303), "problem",
+                                   f"nothing changed: queue {name!r}{where}: {why}")
+        try:
+            if verb == "pause":
+                q.pause(name)
+            elif verb == "resume":
+                q.resume(name)
+            elif verb == "clear-override":
+                q.clear_override(name)
+            else:
+                duration = _text(form, "for")
+                q.override_policy(
+                    name, max_active=_int(form, "max_active"),
+                    max_active_per_key=_int(form, "max_active_per_key"),
+                    rate_limit=_text(form, "rate_limit"),
+                    rate_limit_per_key=_text(form, "rate_limit_per_key"),
+                    expires_in=parse_duration(duration) if duration else None,
+                )
+        except (WorkhorseError, ValueError) as exc:  # refused before anything was written
+            # The queue page again, the operator's entries kept, the reason above them.
+            entered = {k: v for k in OVERRIDE_FIELDS
+                       if isinstance(v := form.get(k), str)}
+            return dashboard.render(request, "queue", 400, view=_data.queue_page(conn, name),
+                                    entered=entered, failure=str(exc), db=label)
+        return dashboard.flash(request, RedirectResponse(back, 303), "notice",
+                               f"{_DONE[verb]}: queue {name!r}{where}")
+
+    return reading.one(db, act)
 
 
 def _backoff_text(backoff: BackoffState) -> str:
@@ -508,7 +499,7 @@ def _backoff_text(backoff: BackoffState) -> str:
     target = {"budget": f"budget {backoff.name!r}", "queue": f"queue {backoff.name!r}",
               "key": f"key {backoff.key!r} of queue {backoff.name!r}"}[backoff.scope]
     by = f", by job {backoff.by_job}" if backoff.by_job is not None else ""
-    return f"{target} (until {_stamp(backoff.until)}{by})"
+    return f"{target} (until {stamp(backoff.until)}{by})"
 
 
 def _cleared_notice(cleared: list[BackoffState]) -> str:
@@ -522,7 +513,7 @@ def _cleared_notice(cleared: list[BackoffState]) -> str:
 
 
 def _clear_queue_backoff(request: Request, form: FormData, q: Queue, name: str,
-                         back: str) -> Response:
+                         back: str, label: str | None = None) -> Response:
     """End queue `name`'s backoff and its keys' (only the form's `key`'s, when it sends one:
     a blank key is refused, as the CLI refuses `--key ''`); the notice says what ended."""
     dashboard = _dashboard(request)
@@ -536,14 +527,15 @@ def _clear_queue_backoff(request: Request, form: FormData, q: Queue, name: str,
     if not cleared:
         what = f"queue {name!r}" if key is None else f"key {key!r} of queue {name!r}"
         return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                               f"nothing changed: {what} had no backoff in force")
+                               f"nothing changed: {what}{_in_database(label)} had no backoff "
+                               "in force")
     return dashboard.flash(request, RedirectResponse(back, 303), "notice",
-                           _cleared_notice(cleared))
+                           _cleared_notice(cleared) + _in_database(label))
 
 
-def budget_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+def budget_action(request: Request, form: FormData, reading: Reading) -> Response:
     """An action on a named budget: `clear-backoff` ends its backoff (the ready jobs of its
-    queues may start at once)."""
+    queues may start at once). A budget lives in one database: the form's `database`."""
     dashboard = _dashboard(request)
     verb = request.path_params["verb"]
     if verb != "clear-backoff":
@@ -553,56 +545,102 @@ def budget_action(request: Request, form: FormData, conn: psycopg.Connection[Any
         name = _name(sent if isinstance(sent, str) else None, "budget")
     except Refused as refused:
         return PlainTextResponse(refused.message, refused.status)
+    db = reading.name(form.get("database"))
+    label = reading.label(db)
     back = local_path(_text(form, "back"), "/budgets")
-    cleared = Queue(conn).clear_budget_backoff(name)
+    cleared = reading.one(db, lambda conn: Queue(conn).clear_budget_backoff(name))
     if not cleared:
         return dashboard.flash(request, RedirectResponse(back, 303), "problem",
-                               f"nothing changed: budget {name!r} had no backoff in force")
+                               f"nothing changed: budget {name!r}{_in_database(label)} had "
+                               "no backoff in force")
     return dashboard.flash(request, RedirectResponse(back, 303), "notice",
-                           _cleared_notice(cleared))
+                           _cleared_notice(cleared) + _in_database(label))
 
 
-def jobs_action(request: Request, form: FormData, conn: psycopg.Connection[Any]) -> Response:
+def _chosen_ids(form: FormData, reading: Reading) -> dict[str, list[int]]:
+    """The jobs a form chose, by database: each `id` is `ID` (a job of the form's `database`,
+    else of `default`) or `DATABASE:ID` (what the Jobs page of several databases sends)."""
+    fallback: str | None = None
+    chosen: dict[str, list[int]] = {}
+    for value in form.getlist("id"):
+        text = str(value)
+        if ":" in text:
+            name, _, text = text.partition(":")
+            db = reading.name(name) if name.strip() else reading.name(None)
+        else:
+            if fallback is None:
+                fallback = reading.name(form.get("database"))
+            db = fallback
+        chosen.setdefault(db, []).append(_id(text, "id"))
+    return chosen
+
+
+def jobs_action(request: Request, form: FormData, reading: Reading) -> Response:
     dashboard = _dashboard(request)
     verb = request.path_params["verb"]
     back = local_path(_text(form, "back"), "/jobs")
     if verb not in ("retry", "cancel"):
         return PlainTextResponse(f"no action {verb!r}", 404)
     applies = _queries.RETRYABLE if verb == "retry" else _queries.CANCELABLE
+    targets: dict[str, list[int]]
     if form.get("match") == "all":
         # Everything the filter matches (in the statuses the action applies to), read
         # again now: the page's count was a moment ago.
         try:
-            chosen = _job_filter(form)
+            chosen = _job_filter(form, reading)
         except Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
-        ids = _ops.execute(conn, _queries.matching_ids(chosen.search(), applies, MAX_IDS))
+        if reading.multi and chosen.database is None:
+            return PlainTextResponse("which database? an action on every match acts in one "
+                                     "database: give database=NAME", 400)
+        db = reading.name(chosen.database)
+        ids = reading.one(db, lambda conn: _ops.execute(
+            conn, _queries.matching_ids(chosen.search(), applies, MAX_IDS)))
         if not ids:
             return dashboard.flash(request, RedirectResponse(back, 303), "problem",
                                    f"nothing changed: no job matching {chosen.described} "
                                    f"is {_either(applies)}")
+        targets = {db: ids}
     else:
         try:
-            ids = [_id(str(v), "id") for v in form.getlist("id")]
+            targets = _chosen_ids(form, reading)
         except Refused as refused:
             return PlainTextResponse(refused.message, refused.status)
-        if not ids:
+        every = [i for ids in targets.values() for i in ids]
+        if not every:
             return dashboard.flash(request, RedirectResponse(back, 303), "problem",
                                    "nothing changed: no job was chosen")
-        if len(ids) > MAX_IDS or any(not 0 < i <= MAX_ID for i in ids):
+        if len(every) > MAX_IDS or any(not 0 < i <= MAX_ID for i in every):
             return PlainTextResponse(f"at most {MAX_IDS} job ids, each a job's id", 400)
-    q = Queue(conn)
-    done = q.retry_jobs(ids) if verb == "retry" else q.cancel_jobs(ids)
-    left = sorted(set(ids) - set(done))
     word = "retried" if verb == "retry" else "canceled (or asked to cancel)"
-    message = f"{word} {len(done)} of {len(ids)}"
-    if left:
-        message += "; " + _unchanged(_ops.execute(conn, _queries.job_statuses(left)), left,
-                                     verb, applies)
-    kind = "notice" if done else "problem"
-    if not done:
-        message = "nothing changed: " + message
-    return dashboard.flash(request, RedirectResponse(back, 303), kind, message)
+    said = []
+    changed = 0
+    for db, ids in targets.items():
+        def act(conn: psycopg.Connection[Any], ids: list[int] = ids) -> tuple[int, str]:
+            q = Queue(conn)
+            done = q.retry_jobs(ids) if verb == "retry" else q.cancel_jobs(ids)
+            left = sorted(set(ids) - set(done))
+            message = f"{word} {len(done)} of {len(ids)}"
+            if left:
+                message += "; " + _unchanged(_ops.execute(conn, _queries.job_statuses(left)),
+                                             left, verb, applies)
+            return len(done), message
+
+        label = reading.label(db)
+        try:
+            done, message = reading.one(db, act)
+        except Refused as refused:  # that database cannot be reached: the others acted
+            if len(targets) == 1:
+                raise
+            done, message = 0, refused.message
+        changed += done
+        said.append(f"{message}{_in_database(label)}" if label and len(targets) == 1
+                    else f"database {label}: {message}" if label else message)
+    text = "; ".join(said)
+    if not changed:
+        text = "nothing changed: " + text
+    return dashboard.flash(request, RedirectResponse(back, 303),
+                           "notice" if changed else "problem", text)
 
 
 # ---- login, logout, reveal -------------------------------------------------------------------
@@ -658,8 +696,12 @@ async def reveal(request: Request) -> Response:
         form = await dashboard.checked_form(request)
     except Refused as refused:
         return PlainTextResponse(refused.message, refused.status)
+    sent_db = form.get("database") or request.query_params.get("database")
+    page_path = f"/jobs/{request.path_params['job_id']}"
+    if dashboard.multi and isinstance(sent_db, str) and sent_db.strip():
+        page_path += f"?{urlencode({'database': sent_db.strip()})}"
     if not dashboard.redact:
-        return RedirectResponse(f"/jobs/{request.path_params['job_id']}", 303)
+        return RedirectResponse(page_path, 303)
     if dashboard.token is None:
         return PlainTextResponse("payloads are hidden (--redact) and this dashboard has no "
                                  "token to reveal them with: set WORKHORSE_DASHBOARD_TOKEN",
@@ -673,36 +715,43 @@ async def reveal(request: Request) -> Response:
                                  "hidden", 403)
     job_id = int(request.path_params["job_id"])
 
-    def read(request: Request, conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        found = _data.job(conn, job_id) if job_id <= MAX_ID else None
-        if found is None:
-            raise Refused(404, f"no job {job_id}")
-        attempts = _data.attempts(conn, job_id)
-        return {"job": found, "redacted": False, "revealed": True, "attempts": attempts,
-                "durable": _data.durable(conn, found),
-                "own_error": _ops.job_own_error(found, attempts)}
+    def read(request: Request, reading: Reading) -> dict[str, Any]:
+        db = reading.name(sent_db)
+        context = reading.one(db, lambda conn: _job_context(
+            dashboard, conn, job_id, redacted=False, revealed=True))
+        if context is None:
+            raise _missing_job(reading, db, job_id, request.path_params["job_id"])
+        return {**context, "db": reading.label(db)}
     try:
         context = await _in_thread(dashboard, read, request)
     except Refused as refused:
-        return dashboard.render(request, "problem", refused.status, message=refused.message)
+        return dashboard.render(request, "problem", refused.status, message=refused.message,
+                                links=refused.links)
     return dashboard.render(request, "job", **context)
 
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     dashboard: Dashboard = app.state.dashboard
-    database.ensure_schema(dashboard.url)
-    dashboard.pool.open(wait=True, timeout=30)
+    # One database: its schema and pool, or no start (as always). Several: each is tried, and
+    # one that cannot be reached is shown so until it answers (docs/design.md "Several
+    # databases").
+    started = []
     try:
+        for source in dashboard.sources.values():
+            source.start()
+            started.append(source)
         yield
     finally:
-        dashboard.pool.close()
+        for source in started:
+            source.close()
 
 
-def build(url: str, *, read_only: bool, token: str | None, local_only: bool,
-          redact: bool = False) -> Starlette:
-    """The dashboard's Starlette app: its routes, and the guard every request passes first."""
-    dashboard = Dashboard(url, read_only=read_only, token=token, local_only=local_only,
+def build(databases: str | Mapping[str, str], *, read_only: bool, token: str | None,
+          local_only: bool, redact: bool = False) -> Starlette:
+    """The dashboard's Starlette app on one database (a URL) or several (name -> URL,
+    `default` first): its routes, and the guard every request passes first."""
+    dashboard = Dashboard(databases, read_only=read_only, token=token, local_only=local_only,
                           redact=redact)
     routes = [
         Route("/", page("overview", read_overview)),
@@ -745,24 +794,10 @@ class Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-async def _in_thread(dashboard: Dashboard, reader: Callable[..., dict[str, Any]],
-                     request: Request) -> dict[str, Any]:
+async def _in_thread(dashboard: Dashboard, reader: Reader, request: Request) -> dict[str, Any]:
     from starlette.concurrency import run_in_threadpool
 
-    def run() -> dict[str, Any]:
-        with dashboard.pool.connection() as conn:
-            return reader(request, conn)
-    return await run_in_threadpool(run)
-
-
-async def _in_thread_plain(dashboard: Dashboard,
-                           fn: Callable[[psycopg.Connection[Any]], Response]) -> Response:
-    from starlette.concurrency import run_in_threadpool
-
-    def run() -> Response:
-        with dashboard.pool.connection() as conn:
-            return fn(conn)
-    return await run_in_threadpool(run)
+    return await run_in_threadpool(reader, request, Reading(dashboard))
 
 
 __all__ = ["build"]
