@@ -276,7 +276,8 @@ def queue(conn: psycopg.Connection[Any]) -> Queue:
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never read the developer's own workhorse settings by accident."""
-    for name in ("WORKHORSE_DATABASE_URL", "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"):
+    for name in ("WORKHORSE_DATABASE_URL", "WORKHORSE_DATABASES",
+                 "WORKHORSE_DEFAULT_CONCURRENCY_LIMIT"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -169,6 +169,7 @@ class AppEnqueuer(Enqueuer):
         >>> App("docs", databases={"eu": "postgresql://eu.internal/app"}).database_url_of("eu")
         'postgresql://eu.internal/app'
         """
+        check_database_name(name)
         if name == DEFAULT:
             return self.database_url
         url = self._named_urls().get(name)
@@ -226,6 +227,7 @@ class AppEnqueuer(Enqueuer):
             self._pool_pid = os.getpid()
 
     def _pools_of(self, name: str) -> _Pools:
+        check_database_name(name)
         pools = self._pools.get(name)
         if pools is None:
             pools = self._pools.setdefault(name, _Pools())

@@ -192,7 +192,8 @@ class _Keeper:
 
     def __init__(self, app: Any) -> None:
         self._app = weakref.ref(app)
-        self._holds: dict[int, Holding] = {}
+        # By (database, id): each of an app's databases numbers its holds from 1.
+        self._holds: dict[tuple[str, int], Holding] = {}
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,7 +201,7 @@ class _Keeper:
     def add(self, holding: Holding) -> None:
         assert holding.id is not None
         with self._lock:
-            self._holds[holding.id] = holding
+            self._holds[(holding.database, holding.id)] = holding
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="workhorse-holds",
                                                 daemon=True)
@@ -210,7 +211,7 @@ class _Keeper:
     def remove(self, holding: Holding) -> None:
         with self._lock:
             if holding.id is not None:
-                self._holds.pop(holding.id, None)
+                self._holds.pop((holding.database, holding.id), None)
 
     def _run(self) -> None:
         beat = DEFAULT_LEASE / 3
@@ -237,19 +238,21 @@ class _Keeper:
             app = self._app()
             if not due or app is None:
                 continue
-            renewed = {}
+            renewed: dict[tuple[str, int], datetime] = {}
             for where in sorted({h.database for h in due}):
                 here = [h for h in due if h.database == where]
                 try:
                     with app.connection(where) as conn:
-                        renewed.update(_ops.execute(conn, _ops.renew_holds(
-                            [h.id or 0 for h in here], [h.lease for h in here])))
+                        found = _ops.execute(conn, _ops.renew_holds(
+                            [h.id or 0 for h in here], [h.lease for h in here]))
+                    renewed.update(((where, hold_id), until) for hold_id, until in found.items())
                 except Exception as exc:  # the next beat tries again, while the leases last
                     log.warning("renewing %d budget hold(s) failed: %s", len(here), exc)
                     due = [h for h in due if h.database != where]
             for holding in due:
-                if holding.id in renewed:
-                    holding.lease_until, holding.renewed = renewed[holding.id], now
+                if (holding.database, holding.id) in renewed:
+                    holding.lease_until = renewed[(holding.database, holding.id or 0)]
+                    holding.renewed = now
                 elif holding.id is not None:
                     holding.lost = True
                     log.warning("budget %r: hold %d lost its lease (its units may be in use "

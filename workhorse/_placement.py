@@ -57,7 +57,14 @@ class Placement:
                 "queue lives in exactly one database")
         self._check_database(database, f"queue {queue!r}")
         self.placement[queue] = database
-        self._check_budgets()
+        try:
+            self._check_budgets()
+        except InvalidPolicyError:  # refused: the queue stays where it was
+            if placed is None:
+                del self.placement[queue]
+            else:
+                self.placement[queue] = placed
+            raise
 
     def _place_budget(self, budget: str, database: str) -> None:
         check_database_name(database, InvalidPolicyError)
@@ -68,7 +75,14 @@ class Placement:
                 "budget lives in exactly one database")
         self._check_database(database, f"budget {budget!r}")
         self.budget_placement[budget] = database
-        self._check_budgets()
+        try:
+            self._check_budgets()
+        except InvalidPolicyError:  # refused: the budget stays where it was
+            if placed is None:
+                del self.budget_placement[budget]
+            else:
+                self.budget_placement[budget] = placed
+            raise
 
     def database_of(self, queue: str) -> str:
         """The name of the app's database that `queue` lives in: where `app.queue(...,

@@ -56,6 +56,7 @@ from .types import (
     ScheduleDefinition,
     SyncReport,
     Unique,
+    check_database_name,
     check_key_limits,
     check_name,
     retention_seconds,
@@ -775,13 +776,12 @@ class App(Placement, AppEnqueuer):
         return summed_reports(reports)
 
     def sync_database(self, name: str, prune: bool = True) -> SyncReport:
-        """`sync` of one of the app's databases: what lives there (the worker's `--sync`
-        for the databases it serves).
+        """`sync` of one of the app's databases: what lives there (the worker's `--sync`).
 
         >>> app.sync_database("eu")                                   # doctest: +SKIP
         SyncReport(created=['eu-mail'], updated=[], pruned=[], unchanged=[], schedules=None)
         """
-        plans = dict(self._sync_plans(prune, only=name))
+        plans = dict(self._sync_plans(prune, only=check_database_name(name)))
         return self._run(plans[name], transaction=True, database=name)
 
     def _sync_plans(self, prune: bool, only: str | None = None

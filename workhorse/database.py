@@ -120,7 +120,8 @@ def parse_databases(text: str, source: str = ENV_DATABASES) -> dict[str, str]:
     {'default': 'postgresql://a/x', 'eu': 'postgresql://b/y?sslmode=require'}
     """
     starts = list(_ENTRY.finditer(text))
-    if not starts or starts[0].start() != 0 or not text.strip():
+    if (not starts or starts[0].start() != 0 or not text.strip()
+            or text.lstrip().startswith(",") or text.rstrip().endswith(",")):
         raise InvalidOptionsError(
             f"{source} must read name=url[,name=url...], got {text[:200]!r}")
     found: dict[str, str] = {}
