@@ -10,7 +10,7 @@ import click
 
 from ..queue import Queue
 from ..types import Job, PurgeReport, RedriveReport
-from ._base import DURATION, connect, console, handle_errors, main, print_json
+from ._base import DURATION, connect, console, database_option, handle_errors, main, print_json
 from ._read import jobs_show
 from ._render import DataTable
 
@@ -40,6 +40,7 @@ def dead() -> None:
 @_filters
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def dead_list(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
@@ -68,6 +69,7 @@ def _error_type(job: Job) -> str:
 @dead.command("show")
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 def dead_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     """One dead letter with its attempts and redrives (as `jobs show`)."""
@@ -81,6 +83,7 @@ def dead_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
               help="Release at most N per P (e.g. 10/s); default: the queue's rate limit.")
 @click.option("--reason", default=None, help="Why (written to the audit log).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def dead_redrive(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
@@ -123,6 +126,7 @@ def _redrive_line(report: RedriveReport) -> str:
 @click.option("--dry-run", is_flag=True, help="Say exactly what would be deleted.")
 @click.option("--reason", required=True, help="Why (written to the audit log).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def dead_purge(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
@@ -149,6 +153,7 @@ def _purge_line(report: PurgeReport) -> str:
 @click.option("--action", type=click.Choice(["redrive", "purge"]), default=None)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def audit(ctx: click.Context, action: str | None, limit: int, as_json: bool) -> None:

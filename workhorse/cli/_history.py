@@ -10,7 +10,7 @@ import click
 
 from .. import _ops
 from ..queue import Queue
-from ._base import connect, error_console, handle_errors, json_default, main
+from ._base import connect, database_option, error_console, handle_errors, json_default, main
 
 
 @main.group()
@@ -25,6 +25,7 @@ def history() -> None:
 @click.option("--until", default=None,
               help="Up to (not including) this moment; default now. Same forms as --since.")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
+@database_option
 @click.pass_context
 @handle_errors
 def history_export(ctx: click.Context, since: str, until: str | None, queue: str | None) -> None:

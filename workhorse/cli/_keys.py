@@ -18,7 +18,7 @@ from .._text import literal, visible
 from ..errors import InvalidPolicyError
 from ..queue import Queue
 from ..types import KeyLimit, KeyLimitSet, RateLimit, SyncReport
-from ._base import connect, console, error_console, handle_errors, main, print_json
+from ._base import connect, console, database_option, error_console, handle_errors, main, print_json
 from ._render import DataTable, limit_text
 
 # `keys list` prints a table up to this many keys, and plain aligned columns beyond.
@@ -80,6 +80,7 @@ def keys() -> None:
               help="Starts per key, e.g. 100/m, 5/10s (replaces rate_limit_per_key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the SyncReport (keys; '' is the "
               "set and its default) as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def keys_set(ctx: click.Context, queue: str, keys_: tuple[str, ...], is_default: bool,
@@ -141,6 +142,7 @@ def _limit_text(limit: KeyLimit | None) -> str:
               help="Delete the queue's whole set: every key's limits and the default.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the SyncReport (pruned: the keys deleted; '' is the set) as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def keys_clear(ctx: click.Context, queue: str, keys_: tuple[str, ...], clear_all: bool,
@@ -181,6 +183,7 @@ def keys_clear(ctx: click.Context, queue: str, keys_: tuple[str, ...], clear_all
 @click.option("--key", default=None, help="Only this key's row (and the default).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the KeyLimitSet (null when the queue has none) as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def keys_list(ctx: click.Context, queue: str, key: str | None, as_json: bool) -> None:

@@ -6,18 +6,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import Any
 
 import click
+import psycopg
 from rich.live import Live
 from rich.text import Text
 
-from .. import _incident, _ops, telemetry
+from .. import _incident, _ops, database, telemetry
 from .._ops.dashboard import CHILDREN_SHOWN, job_children_page
 from .._text import literal
-from ..errors import WorkhorseError
+from ..errors import WorkhorseError, first_line
 from ..queue import Queue
 from ..types import REASON_CODES, BackoffState, JobStatus, QueueHealth
-from ._base import DURATION, connect, console, handle_errors, json_default, main, print_json
+from ._base import (
+    DURATION,
+    connect,
+    connect_to,
+    console,
+    database_option,
+    error_console,
+    handle_errors,
+    json_default,
+    main,
+    print_json,
+    resolved_url,
+    several,
+)
 from ._health import backoffs_table
 from ._render import (
     DataTable,
@@ -58,36 +73,56 @@ def _reason_codes(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--fail-on", "fail_on", metavar="CODE[,CODE]", callback=_reason_codes,
               help="Exit 1 when a queue or budget has any of these reason codes (for probes): "
                    + ", ".join(REASON_CODES) + ".")
+@database_option
 @click.pass_context
 @handle_errors
 def health(ctx: click.Context, as_json: bool, fail_on: frozenset[str]) -> None:
     """Per policy: limit, active, available, blocked_ready, saturated keys; depth by status;
     the reason codes of what is not moving."""
-    with connect(ctx) as conn:
-        result = Queue(conn).health()
-    if as_json:
-        print_json(result)
+    chosen = several(ctx)
+    if chosen is None:
+        with connect(ctx) as conn:
+            results = {"": Queue(conn).health()}
     else:
-        console.print(health_table(result))
-        console.print(depth_table(result))
-        if result.budgets:
-            console.print(budgets_table(result.budgets))
-        backoffs = backoffs_table(result)
-        if backoffs is not None:
-            console.print(backoffs)
-        if result.suspended:
-            console.print(suspended_table(result))
-        if result.reasons or any(b.reasons for b in result.budgets):
-            console.print(reasons_table(result))
-    present = {r.code for r in result.reasons} | {
-        r.code for b in result.budgets for r in b.reasons}
+        results = {}
+        for name, url in _reachable(chosen):
+            with connect_to(url) as conn:
+                results[name] = Queue(conn).health()
+    if as_json:
+        # With several databases: {"<database>": QueueHealth, ...}.
+        if chosen is None:
+            print_json(results[""])
+        else:
+            click.echo(json.dumps({name: dataclasses.asdict(result)
+                                   for name, result in results.items()},
+                                  default=json_default, indent=2))
+    else:
+        for name, result in results.items():
+            if name:
+                console.print(Text(f"database {name}", style="bold"))
+            console.print(health_table(result))
+            console.print(depth_table(result))
+            if result.budgets:
+                console.print(budgets_table(result.budgets))
+            backoffs = backoffs_table(result)
+            if backoffs is not None:
+                console.print(backoffs)
+            if result.suspended:
+                console.print(suspended_table(result))
+            if result.reasons or any(b.reasons for b in result.budgets):
+                console.print(reasons_table(result))
+    present = {r.code for result in results.values() for r in result.reasons} | {
+        r.code for result in results.values() for b in result.budgets for r in b.reasons}
     if present & fail_on:
         ctx.exit(1)
+    if chosen is not None:
+        _exit_if_unreachable(ctx, chosen, list(results))
 
 
 @main.group(invoke_without_command=True)
 @click.option("--namespace", default=None, help="Only this namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the policies as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
@@ -115,6 +150,7 @@ def policies(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
 
 @main.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the queues as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def queues(ctx: click.Context, as_json: bool) -> None:
@@ -123,26 +159,25 @@ def queues(ctx: click.Context, as_json: bool) -> None:
     `resume` and `clear-backoff` act on one."""
     if ctx.invoked_subcommand is not None:
         return
-    with connect(ctx) as conn:
-        q = Queue(conn)
-        rows = q.list_queues()
-        backoffs = q.backoffs()
-        if as_json:
-            # Each QueueSummary, with the backoffs in force that hold the queue back: its own,
-            # its keys', and those of the budgets its jobs name (docs/design.md "Back-pressure").
-            print_json([{**dataclasses.asdict(row),
-                         "backoffs": [dataclasses.asdict(b) for b in backoffs
-                                      if _holds_queue(b, row.queue, row.budgets)]}
-                        for row in rows])
-            return
-        unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
-        stalled = _ops.execute(conn, _incident.stalled(unknown))
-        # The named budgets the queues' jobs name, with their units and limits in force.
-        budgeted = any(row.budgets for row in rows)
-        in_force = _ops.execute(conn, _ops.budget_health()) if budgeted else []
+    chosen = several(ctx)
+    urls = chosen if chosen is not None else {"": resolved_url(ctx)}
+    read = [(name, *_queues_of(url)) for name, url in _reachable(urls)]
+    if as_json:
+        # Each QueueSummary, with the backoffs in force that hold the queue back: its own,
+        # its keys', and those of the budgets its jobs name (docs/design.md "Back-pressure");
+        # with several databases, each names its "database".
+        print_json([{**({"database": name} if name else {}), **dataclasses.asdict(row),
+                     "backoffs": [dataclasses.asdict(b) for b in backoffs
+                                  if _holds_queue(b, row.queue, row.budgets)]}
+                    for name, rows, backoffs, _, _, _ in read for row in rows])
+        _exit_if_unreachable(ctx, urls, read)
+        return
     statuses = ("waiting", "ready", "active", "scheduled", "suspended", "held", "failed",
                 "canceled")
+    budgeted = any(row.budgets for _, rows, *_ in read for row in rows)
     table = DataTable(title="queues")
+    if chosen is not None:
+        table.add_column("database", no_wrap=True)
     table.add_column("queue", no_wrap=True)
     for status in statuses:
         table.add_column(status, justify="right")
@@ -150,27 +185,84 @@ def queues(ctx: click.Context, as_json: bool) -> None:
     if budgeted:
         table.add_column("budgets")
     table.add_column("controls")
-    for row in rows:
-        limits = queue_limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
-                                   row.rate_limit_per_key, row.budgets)
-        controls = ["paused"] if row.paused else []
-        if row.override is not None:
-            controls.append(f"override {override_text(row.override)}")
-        controls += queue_backoff_texts(row.queue, row.budgets, backoffs)
-        table.add_row(
-            row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
-            limits, *((budgets_text(row.budgets, in_force),) if budgeted else ()),
-            Text("; ".join(controls) or "-", style="bold yellow" if controls else ""),
-        )
+    for name, rows, backoffs, _, _, in_force in read:
+        for row in rows:
+            limits = queue_limits_text(row.max_active, row.max_active_per_key, row.rate_limit,
+                                       row.rate_limit_per_key, row.budgets)
+            controls = ["paused"] if row.paused else []
+            if row.override is not None:
+                controls.append(f"override {override_text(row.override)}")
+            controls += queue_backoff_texts(row.queue, row.budgets, backoffs)
+            table.add_row(
+                *((literal(name),) if chosen is not None else ()),
+                row.queue, *(str(row.depth.get(s, 0)) for s in statuses),
+                limits, *((budgets_text(row.budgets, in_force),) if budgeted else ()),
+                Text("; ".join(controls) or "-", style="bold yellow" if controls else ""),
+            )
     console.print(table)
-    # Ready jobs (within the health sample) whose task no live supervisor serving it declares.
-    for queue, (count, tasks) in sorted(unknown.items()):
-        more = "+" if count >= _ops.HEALTH_SAMPLE else ""
-        console.print(literal(f"unknown task {queue}: {count}{more} ready job(s) of a task no "
-                              f"live supervisor serving the queue declares ({', '.join(tasks)})",
-                              "bold red"), soft_wrap=True)
-    for queue, reason in sorted(stalled.items()):
-        console.print(literal(f"stalled {queue}: {reason}", "bold red"), soft_wrap=True)
+    for name, _, _, unknown, stalled, _ in read:
+        where = f" (database {name})" if name else ""
+        # Ready jobs (within the health sample) whose task no live supervisor serving it
+        # declares.
+        for queue, (count, tasks) in sorted(unknown.items()):
+            more = "+" if count >= _ops.HEALTH_SAMPLE else ""
+            console.print(literal(f"unknown task {queue}{where}: {count}{more} ready job(s) of "
+                                  "a task no live supervisor serving the queue declares "
+                                  f"({', '.join(tasks)})", "bold red"), soft_wrap=True)
+        for queue, reason in sorted(stalled.items()):
+            console.print(literal(f"stalled {queue}{where}: {reason}", "bold red"),
+                          soft_wrap=True)
+    _exit_if_unreachable(ctx, urls, read)
+
+
+def _queues_of(url: str) -> tuple[Any, ...]:
+    """What `workhorse queues` reads of one database: its queues, the backoffs in force, the
+    ready jobs of unknown tasks, the stalled queues, and the budgets in force."""
+    with connect_to(url) as conn:
+        q = Queue(conn)
+        rows = q.list_queues()
+        backoffs = q.backoffs()
+        unknown = _ops.execute(conn, _incident.unknown_task_ready(_ops.HEALTH_SAMPLE))
+        stalled = _ops.execute(conn, _incident.stalled(unknown))
+        # The named budgets the queues' jobs name, with their units and limits in force.
+        in_force = (_ops.execute(conn, _ops.budget_health())
+                    if any(row.budgets for row in rows) else [])
+    return rows, backoffs, unknown, stalled, in_force
+
+
+# The databases of this command that could not be reached (one command a process).
+_UNREACHED: set[str] = set()
+
+
+def _reachable(urls: dict[str, str]) -> list[tuple[str, str]]:
+    """The databases to read, in order. With several, one that cannot be reached is left out
+    (its error said on stderr, and the verb exits 1 after printing the others)."""
+    _UNREACHED.clear()
+    if len(urls) == 1:
+        return list(urls.items())
+    found = []
+    for name, url in urls.items():
+        try:
+            database.ensure_schema(url)
+            with database.connect(url, autocommit=True, connect_timeout=10):
+                pass
+        except (WorkhorseError, psycopg.Error) as exc:
+            _UNREACHED.add(name)
+            error_console.print(literal(f"error: database {name}: {first_line(exc)}",
+                                        "bold red"), soft_wrap=True)
+            continue
+        found.append((name, url))
+    return found
+
+
+def _exit_if_unreachable(ctx: click.Context, urls: dict[str, str], read: list[Any]) -> None:
+    if len(read) < len(urls):
+        ctx.exit(1)
+
+
+def _read_names(found: list[tuple[str, Any]], urls: dict[str, str]) -> list[str]:
+    """The databases a verb read: every one `_reachable` kept (found rows or not)."""
+    return [name for name in urls if name not in _UNREACHED] if len(urls) > 1 else list(urls)
 
 
 def _holds_queue(backoff: BackoffState, queue: str, budgets: list[str]) -> bool:
@@ -194,37 +286,65 @@ def jobs() -> None:
 @click.option("--tag", default=None, help="Only jobs with this tag.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_list(ctx: click.Context, queue: str | None, status: str | None, key: str | None,
               task: str | None, tag: str | None, limit: int, as_json: bool) -> None:
     """The newest jobs, optionally filtered."""
-    with connect(ctx) as conn:
-        found = Queue(conn).list_jobs(queue=queue, status=status, key=key, task=task, tag=tag,
-                                      limit=limit)
+    chosen = several(ctx)
+    urls = chosen if chosen is not None else {"": resolved_url(ctx)}
+    found: list[tuple[str, Any]] = []
+    for name, url in _reachable(urls):
+        with connect_to(url) as conn:
+            found += [(name, job) for job in Queue(conn).list_jobs(
+                queue=queue, status=status, key=key, task=task, tag=tag, limit=limit)]
+    if chosen is not None:  # the newest of every database: `limit` in all
+        found = sorted(found, key=lambda item: item[1].enqueued_at, reverse=True)[:limit]
     if as_json:
-        print_json(found)
+        if chosen is None:
+            print_json([job for _, job in found])
+        else:  # each Job with its "database"
+            print_json([{"database": name, **dataclasses.asdict(job)} for name, job in found])
+        _exit_if_unreachable(ctx, urls, _read_names(found, urls))
         return
     table = DataTable(title="jobs")
-    tagged = any(job.tags for job in found)
-    for column in ("id", "task", "queue", "key", "priority", "status", "attempts", "enqueued",
-                   *(("tags",) if tagged else ())):
+    tagged = any(job.tags for _, job in found)
+    for column in (*(("database",) if chosen is not None else ()), "id", "task", "queue", "key",
+                   "priority", "status", "attempts", "enqueued", *(("tags",) if tagged else ())):
         table.add_column(column)
-    for job in found:
-        table.add_row(*job_row(job), *((", ".join(job.tags) or "-",) if tagged else ()),
+    for name, job in found:
+        table.add_row(*((literal(name),) if chosen is not None else ()), *job_row(job),
+                      *((", ".join(job.tags) or "-",) if tagged else ()),
                       style="red" if job.status in (JobStatus.FAILED, JobStatus.HELD) else None)
     console.print(table)
+    _exit_if_unreachable(ctx, urls, _read_names(found, urls))
 
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     """One job, with its attempts (each failure's error), its durable steps and what it waits
     for while suspended, its parent and children, and its error and traceback while it rests
     because of them."""
+    chosen = several(ctx)
+    if chosen is not None:
+        # With several databases and no --database: the one database that has this id.
+        having = []
+        for name, url in _reachable(chosen):
+            with connect_to(url) as conn:
+                if Queue(conn).get_job(job_id) is not None:
+                    having.append(name)
+        if len(having) > 1:
+            raise WorkhorseError(f"job {job_id} is in databases {', '.join(having)}: say which "
+                                 "with --database")
+        if having:
+            console.print(Text(f"database {having[0]}", style="bold"))
+            ctx.find_root().obj["database_url"] = chosen[having[0]]
     with connect(ctx) as conn:
         job = Queue(conn).get_job(job_id)
         attempts = _ops.execute(conn, _ops.job_attempts(job_id)) if job is not None else None
@@ -307,6 +427,7 @@ def workflows() -> None:
 @workflows.command("show")
 @click.argument("workflow_id", type=int)
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def workflows_show(ctx: click.Context, workflow_id: int, as_json: bool) -> None:
@@ -337,20 +458,28 @@ def workflows_show(ctx: click.Context, workflow_id: int, as_json: bool) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def workers(ctx: click.Context, as_json: bool) -> None:
     """The worker supervisors registered, their slots and last seen."""
-    with connect(ctx) as conn:
-        rows = Queue(conn).list_workers()
+    chosen = several(ctx)
+    urls = chosen if chosen is not None else {"": resolved_url(ctx)}
+    found: list[tuple[str, Any]] = []
+    for name, url in _reachable(urls):
+        with connect_to(url) as conn:
+            found += [(name, row) for row in Queue(conn).list_workers()]
     if as_json:
-        print_json(rows)
+        print_json([row for _, row in found] if chosen is None else
+                   [{"database": name, **dataclasses.asdict(row)} for name, row in found])
         return
     table = DataTable(title="workers")
-    for column in ("id", "app", "host", "pid", "slots", "queues", "started", "last seen", "alive"):
+    for column in (*(("database",) if chosen is not None else ()), "id", "app", "host", "pid",
+                   "slots", "queues", "started", "last seen", "alive"):
         table.add_column(column)
-    for r in rows:
+    for name, r in found:
         table.add_row(
+            *((literal(name),) if chosen is not None else ()),
             str(r.id), r.app, r.host, str(r.pid), str(r.slots), ",".join(r.queues),
             r.started_at.isoformat(timespec="seconds"), r.last_seen.isoformat(timespec="seconds"),
             Text("yes", style="green") if r.alive else Text("no", style="red"),
@@ -360,6 +489,7 @@ def workers(ctx: click.Context, as_json: bool) -> None:
 
 @main.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the budgets (BudgetHealth) as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def budgets(ctx: click.Context, as_json: bool) -> None:
@@ -393,6 +523,7 @@ def budgets(ctx: click.Context, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {budget: BudgetHealth or null, holds: [Hold]} as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def budgets_show(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -433,6 +564,7 @@ def budgets_show(ctx: click.Context, name: str, as_json: bool) -> None:
 @main.command()
 @click.option("--namespace", default=None, help="Only this namespace (an app's name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON.")
+@database_option
 @click.pass_context
 @handle_errors
 def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
@@ -464,6 +596,7 @@ def schedules(ctx: click.Context, namespace: str | None, as_json: bool) -> None:
 @click.option("--iterations", type=click.IntRange(min=1), default=None,
               help="Stop after this many refreshes (default: until Ctrl-C).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON snapshot per refresh.")
+@database_option
 @click.pass_context
 @handle_errors
 def top(ctx: click.Context, interval: float, iterations: int | None, as_json: bool) -> None:

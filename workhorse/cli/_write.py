@@ -17,7 +17,16 @@ from .._text import literal
 from ..errors import InvalidOptionsError, InvalidPolicyError, WorkhorseError
 from ..queue import Queue
 from ..types import NAME_MAX, BackoffState, QueueControl, RateLimit, check_name
-from ._base import DURATION, connect, console, error_console, fail, handle_errors, print_json
+from ._base import (
+    DURATION,
+    connect,
+    console,
+    database_option,
+    error_console,
+    fail,
+    handle_errors,
+    print_json,
+)
 from ._read import budgets, jobs, policies, queues
 from ._render import backoff_target, backoff_until_text, budget_line, control_line
 
@@ -78,6 +87,7 @@ def _rate_option(value: str | None, param: str) -> str | None:
 @click.option("--for", "for_", type=DURATION, default=None,
               help="Expire after this long (default: until cleared).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def policies_override(
@@ -108,6 +118,7 @@ def policies_override(
 @policies.command("clear-override")
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> None:
@@ -123,6 +134,7 @@ def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> No
 @click.option("--force", is_flag=True,
               help="Pause a queue that has no policy, no control and no job yet (creates it).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def queues_pause(ctx: click.Context, queue: str, force: bool, as_json: bool) -> None:
@@ -140,6 +152,7 @@ def queues_pause(ctx: click.Context, queue: str, force: bool, as_json: bool) -> 
 @queues.command("resume")
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
@@ -172,6 +185,7 @@ def _show_cleared(cleared: list[BackoffState], nothing: str, as_json: bool) -> N
 @click.argument("queue")
 @click.option("--key", default=None, help="Only this concurrency key's backoff.")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def queues_clear_backoff(ctx: click.Context, queue: str, key: str | None,
@@ -189,6 +203,7 @@ def queues_clear_backoff(ctx: click.Context, queue: str, key: str | None,
 @budgets.command("clear-backoff")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def budgets_clear_backoff(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -206,6 +221,7 @@ def budgets_clear_backoff(ctx: click.Context, name: str, as_json: bool) -> None:
               help="Release every held, failed or canceled job with this tag.")
 @click.option("--queue", default=None, help="With --held or --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str | None,
@@ -240,6 +256,7 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str 
 @click.option("--tag", default=None, help="Cancel every unfinished job with this tag.")
 @click.option("--queue", default=None, help="With --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
@@ -273,6 +290,7 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
               help="With --older-than: only these (default succeeded, failed, canceled, "
                    "expired).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str, ...],
@@ -312,6 +330,7 @@ def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str
 @click.option("--for", "for_", type=DURATION, default=None,
               help="Expire after this long (default: until cleared).")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def budgets_override(
@@ -336,6 +355,7 @@ def budgets_override(
 @budgets.command("clear-override")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
+@database_option
 @click.pass_context
 @handle_errors
 def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None:
@@ -358,6 +378,7 @@ def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None
                    "ignored (printed as a duplicate).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job": ID, "signal": NAME, "delivered": true|false}.')
+@database_option
 @click.pass_context
 @handle_errors
 def jobs_signal(ctx: click.Context, job_id: int, name: str, payload_text: str | None,
