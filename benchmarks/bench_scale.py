@@ -686,7 +686,18 @@ def main() -> None:
                         help="jobs/s and CPU per job over S seconds from a quarter of the drain "
                         "(its start and end left out: the steady state, for A/B comparisons); "
                         "claims and the lock stay over the whole drain (default: off)")
+    parser.add_argument("--databases", default=None, metavar="1,2",
+                        help="instead of the scale curves: one ungoverned no-op backlog from one "
+                        "server and split over two (bench_databases.py; issue #44)")
     args = parser.parse_args()
+    if args.databases is not None:
+        import bench_databases
+
+        server_url, _ = c.resolve_server_url(args.database_url)
+        extra = ["--jobs", str(args.jobs)] if args.jobs else []
+        raise SystemExit(bench_databases.main(
+            ["--database-url", server_url, "--databases", args.databases,
+             "--repeat", str(args.repeat), *extra]))
     supervisors = parse_ints(args.supervisors, "--supervisors")
     limits = parse_ints(args.limits, "--limits")
     planned = list(cases(limits, args.ungoverned_places, supervisors, args.jobs, args.quick))
