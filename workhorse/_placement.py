@@ -47,41 +47,30 @@ class Placement:
                 f"(its databases: {', '.join(self.database_names)})")
 
     def _place(self, queue: str, database: str | None) -> None:
-        if database is None:
-            return
-        check_database_name(database, InvalidPolicyError)
-        placed = self.placement.get(queue)
-        if placed is not None and placed != database:
-            raise InvalidPolicyError(
-                f"queue {queue!r} is placed in database {placed!r} and in {database!r}: a "
-                "queue lives in exactly one database")
-        self._check_database(database, f"queue {queue!r}")
-        self.placement[queue] = database
-        try:
-            self._check_budgets()
-        except InvalidPolicyError:  # refused: the queue stays where it was
-            if placed is None:
-                del self.placement[queue]
-            else:
-                self.placement[queue] = placed
-            raise
+        if database is not None:
+            self._placed_in(self.placement, "queue", queue, database)
 
     def _place_budget(self, budget: str, database: str) -> None:
+        self._placed_in(self.budget_placement, "budget", budget, database)
+
+    def _placed_in(self, table: dict[str, str], what: str, name: str, database: str) -> None:
+        """`name` (a queue or budget) placed in `database`, or InvalidPolicyError and the
+        placement as it was."""
         check_database_name(database, InvalidPolicyError)
-        placed = self.budget_placement.get(budget)
+        placed = table.get(name)
         if placed is not None and placed != database:
             raise InvalidPolicyError(
-                f"budget {budget!r} is placed in database {placed!r} and in {database!r}: a "
-                "budget lives in exactly one database")
-        self._check_database(database, f"budget {budget!r}")
-        self.budget_placement[budget] = database
+                f"{what} {name!r} is placed in database {placed!r} and in {database!r}: a "
+                f"{what} lives in exactly one database")
+        self._check_database(database, f"{what} {name!r}")
+        table[name] = database
         try:
             self._check_budgets()
-        except InvalidPolicyError:  # refused: the budget stays where it was
+        except InvalidPolicyError:  # refused: it stays where it was
             if placed is None:
-                del self.budget_placement[budget]
+                del table[name]
             else:
-                self.budget_placement[budget] = placed
+                table[name] = placed
             raise
 
     def database_of(self, queue: str) -> str:
