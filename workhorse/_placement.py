@@ -4,7 +4,8 @@ database that sync, drain and the worker use. `Placement` is a part of App."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .database import DEFAULT_DATABASE, mask, same_database
@@ -25,6 +26,7 @@ class Placement:
     # Set by App and AppEnqueuer.
     name: str
     tasks: dict[str, Any]
+    queues: dict[str, Any]
     budgets: dict[str, BudgetSpec]
     placement: dict[str, str]
     budget_placement: dict[str, str]
@@ -45,6 +47,22 @@ class Placement:
             raise InvalidPolicyError(
                 f"{what} is placed in database {name!r}, which app {self.name!r} does not have "
                 f"(its databases: {', '.join(self.database_names)})")
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """A declaration refused half-way (InvalidPolicyError, InvalidOptionsError) leaves the
+        app as it was: its queues, placements, budgets and tasks (restored in place: others
+        hold these dicts)."""
+        kept: list[dict[str, Any]] = [self.queues, self.placement, self.budget_placement,
+                                      self.budgets, self.tasks]
+        before = [dict(each) for each in kept]
+        try:
+            yield
+        except (InvalidPolicyError, InvalidOptionsError):
+            for each, was in zip(kept, before, strict=True):
+                each.clear()
+                each.update(was)
+            raise
 
     def _place(self, queue: str, database: str | None) -> None:
         if database is not None:

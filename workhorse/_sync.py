@@ -8,7 +8,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from . import _ops
+from . import _ops, database
 from ._enqueue import Plan
 from .types import (
     BudgetDefinition,
@@ -86,3 +86,12 @@ def _with_nested(report: SyncReport, field: str, nested: SyncReport) -> SyncRepo
 def _with_schedules(report: SyncReport, scheduled: SyncReport) -> SyncReport:
     """The policies' report, with the schedules' nested (None when there were none at all)."""
     return _with_nested(report, "schedules", scheduled)
+
+
+def reachable(urls: list[str]) -> None:
+    """DatabaseError unless every one of these databases answers: a sync of several commits
+    database by database, and a queue moved between two must not be pruned from the old one
+    when the new one cannot take its policy."""
+    for url in urls:
+        database.connect(url, role="sync", connect_timeout=10).close()
+

@@ -23,7 +23,8 @@ from ._durations import parse_lease
 from ._enqueue import AppEnqueuer, Plan
 from ._holds import AppBudget
 from ._placement import Placement
-from ._sync import summed_reports, sync_plan
+from ._sync import UndeclaredBudgetWarning as UndeclaredBudgetWarning
+from ._sync import reachable, summed_reports, sync_plan
 from .canvas import Signature
 from .database import DEFAULT_DATABASE
 from .errors import (
@@ -226,10 +227,10 @@ class App(Placement, AppEnqueuer):
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
-        return self._declare_queue(
-            QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
-                      fairness, on_key_full, rate_burst, rate_burst_per_key, database)
-        )
+        with self.all_or_nothing():
+            return self._declare_queue(
+                QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
+                          fairness, on_key_full, rate_burst, rate_burst_per_key, database))
 
     def budget(
         self,
@@ -258,6 +259,11 @@ class App(Placement, AppEnqueuer):
         >>> openai.name, openai.rate_limit, openai.rate_burst
         ('openai', '3000/m', 100)
         """
+        with self.all_or_nothing():
+            return self._budget(name, max_active, rate_limit, rate_burst, adaptive, database)
+
+    def _budget(self, name: str, max_active: int | None, rate_limit: str | None,
+                rate_burst: int | None, adaptive: bool, database: str | None) -> AppBudget:
         if database is not None:
             self._place_budget(name, database)
         if max_active is None and rate_limit is None and rate_burst is None and not adaptive:
@@ -420,16 +426,8 @@ class App(Placement, AppEnqueuer):
         return register(fn) if fn is not None else register
 
     def _register(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
-        # A declaration refused half-way leaves nothing behind (queue, placement, budget).
-        kept: list[dict[str, Any]] = [self.queues, self.placement, self.budgets, self.tasks]
-        before = [dict(each) for each in kept]
-        try:
+        with self.all_or_nothing():
             return self._register_checked(fn, options)
-        except (InvalidPolicyError, InvalidOptionsError):
-            for each, was in zip(kept, before, strict=True):  # in place: others hold them
-                each.clear()
-                each.update(was)
-            raise
 
     def _register_checked(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
         o = options
@@ -761,6 +759,8 @@ class App(Placement, AppEnqueuer):
         SyncReport(created=['mail'], updated=[], pruned=[], unchanged=[], schedules=None)
         """
         plans = self._sync_plans(prune)
+        if len(plans) > 1:  # every database answers before any commits (a move's prune)
+            reachable([self.database_url_of(name) for name, _ in plans])
         reports = [self._run(plan, transaction=True, database=name) for name, plan in plans]
         return summed_reports(reports)
 

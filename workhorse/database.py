@@ -109,7 +109,7 @@ def resolve_url(explicit: str | None = None) -> str:
 
 # One `name=` that starts an entry of WORKHORSE_DATABASES (a URL's own `=` follows a `?` or a
 # space, never a comma and a bare name).
-_ENTRY = re.compile(r"(?:^|,)\s*([A-Za-z_][A-Za-z0-9_.-]{0,62})\s*=")
+_ENTRY = re.compile(r"(?:^|,)\s*([^,=\s]+)\s*=")
 
 
 def parse_databases(text: str, source: str = ENV_DATABASES) -> dict[str, str]:
@@ -128,6 +128,9 @@ def parse_databases(text: str, source: str = ENV_DATABASES) -> dict[str, str]:
     for index, match in enumerate(starts):
         end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
         name, url = match.group(1), text[match.end():end].strip()
+        check_database_name(name)
+        if url.endswith(","):
+            raise InvalidOptionsError(f"{source} has an empty entry after the database {name!r}")
         if name in found:
             raise InvalidOptionsError(f"{source} names the database {name!r} twice")
         if not url:
@@ -216,8 +219,8 @@ def connect(url: str, role: str = "cli", **kwargs: Any) -> psycopg.Connection[An
 
 
 def same_database(first: str, second: str) -> bool:
-    """Whether two DSNs name the same database (server, port, database and user; a password or
-    an application name does not make another database).
+    """Whether two DSNs name the same database (server, port and database, libpq's PG*
+    defaults filled in; a user, a password or an application name does not make another).
 
     >>> same_database("host=/tmp dbname=shop", "postgresql:///shop?host=/tmp")
     True
@@ -227,9 +230,11 @@ def same_database(first: str, second: str) -> bool:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError:
             return (url,)
-        user = str(params.get("user") or "")
-        return (str(params.get("host") or ""), str(params.get("port") or "5432"),
-                str(params.get("dbname") or user), user)
+        # Not the user: one database reached as two roles is still one database.
+        user = str(params.get("user") or os.environ.get("PGUSER") or "")
+        return (str(params.get("host") or os.environ.get("PGHOST") or ""),
+                str(params.get("port") or os.environ.get("PGPORT") or "5432"),
+                str(params.get("dbname") or os.environ.get("PGDATABASE") or user))
 
     return key(first) == key(second)
 

@@ -162,6 +162,8 @@ def databases(ctx: click.Context, only: str | None = None) -> dict[str, str]:
     `--database`) keeps that one, or fails naming the ones there are."""
     explicit = ctx.obj.get("database_url")
     named = {} if explicit else (database.databases_from_environment() or {})
+    if only is not None and only != database.DEFAULT_DATABASE and only in named:
+        return {only: named[only]}  # the default one not resolved (nor the embedded started)
     found = {database.DEFAULT_DATABASE: database.resolve_url(
         explicit or named.get(database.DEFAULT_DATABASE))}
     found.update((name, url) for name, url in named.items() if name != database.DEFAULT_DATABASE)

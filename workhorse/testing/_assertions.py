@@ -44,19 +44,18 @@ def _waiting(app: App, name: str) -> list[Job]:
         return [job for status in (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.WAITING)
                 for job in queue.list_jobs(status=status.value, task=name, limit=10_000)]
 
-    joined = framework_connection(app)
-    if joined is not None:
-        jobs = listed(Queue(joined))
-    else:
-        # The task's queue's database (docs/design.md "Several databases"); a name the app
-        # does not register: every database.
-        task = app.tasks.get(name)
-        names = ([app.database_of(task.queue.name)] if task is not None
-                 else app.database_names)
-        jobs = []
-        for where in names:
-            with app.connection(where) as conn:
-                jobs.extend(listed(Queue(conn)))
+    # The task's queue's database (docs/design.md "Several databases"); a name the app does
+    # not register: every database. Only the default one joins a framework's transaction.
+    task = app.tasks.get(name)
+    names = [app.database_of(task.queue.name)] if task is not None else app.database_names
+    jobs = []
+    for where in names:
+        joined = framework_connection(app) if where == database.DEFAULT_DATABASE else None
+        if joined is not None:
+            jobs.extend(listed(Queue(joined)))
+            continue
+        with app.connection(where) as conn:
+            jobs.extend(listed(Queue(conn)))
     return sorted(jobs, key=lambda job: job.id)
 
 

@@ -140,13 +140,19 @@ class DatabaseFleet:
         if pid == 0:  # the database supervisor
             code = 1
             try:
-                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-                    signal.signal(signum, signal.SIG_DFL)
+                # Until its supervisor's own handlers are in (after the connect, the sync, the
+                # banner), a stop from the parent ends it cleanly, and Ctrl-C is the parent's.
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                for signum in (signal.SIGTERM, signal.SIGUSR2):
+                    signal.signal(signum, _stop_before_start)
                 signal.set_wakeup_fd(-1)
                 _die_with_parent()
                 code = self.run_database(self.app, settings, part.name, sync=self.sync,
                                          app_reference=self.app_reference,
                                          console=self.console, interrupts=False)
+            except _StoppedBeforeStart:
+                code = 0
             except DatabaseError as exc:
                 self.console.print(
                     f"[yellow]database {markup_safe(part.name)} is unreachable:[/] "
@@ -208,6 +214,11 @@ class DatabaseFleet:
             if self._stopping:
                 part.code = 0 if code == UNREACHABLE else (code if code >= 0 else 1)
                 continue
+            if code == 0:  # stopped by itself (an operator's SIGTERM to it): the others run on
+                part.code = 0
+                self.console.print(f"database {markup_safe(part.name)}'s supervisor stopped",
+                                   highlight=False)
+                continue
             # A database supervisor ended by itself (its slots kept crashing): the worker
             # stops, as a one-database worker does.
             part.code = code if code > 0 else 1
@@ -226,6 +237,14 @@ class DatabaseFleet:
         for part in self.parts:
             if part.pid == 0 and part.code is None and part.start_at <= now:
                 self._start(part)
+
+
+class _StoppedBeforeStart(Exception):
+    """A stop signal reached a database supervisor before its supervisor's handlers were in."""
+
+
+def _stop_before_start(signum: int, frame: Any) -> None:
+    raise _StoppedBeforeStart
 
 
 def _kill(pid: int, signum: int) -> None:
