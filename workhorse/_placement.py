@@ -49,7 +49,7 @@ class Placement:
                 f"(its databases: {', '.join(self.database_names)})")
 
     @contextlib.contextmanager
-    def all_or_nothing(self) -> Iterator[None]:
+    def _all_or_nothing(self) -> Iterator[None]:
         """A declaration refused half-way (InvalidPolicyError, InvalidOptionsError) leaves the
         app as it was: its queues, placements, budgets and tasks (restored in place: others
         hold these dicts)."""

@@ -227,7 +227,7 @@ class App(Placement, AppEnqueuer):
         >>> App("docs").queue("openai-api", max_active=5, rate_limit="500/m").rate_limit
         '500/m'
         """
-        with self.all_or_nothing():
+        with self._all_or_nothing():
             return self._declare_queue(
                 QueueSpec(name, max_active, max_active_per_key, rate_limit, rate_limit_per_key,
                           fairness, on_key_full, rate_burst, rate_burst_per_key, database))
@@ -259,7 +259,7 @@ class App(Placement, AppEnqueuer):
         >>> openai.name, openai.rate_limit, openai.rate_burst
         ('openai', '3000/m', 100)
         """
-        with self.all_or_nothing():
+        with self._all_or_nothing():
             return self._budget(name, max_active, rate_limit, rate_burst, adaptive, database)
 
     def _budget(self, name: str, max_active: int | None, rate_limit: str | None,
@@ -426,7 +426,7 @@ class App(Placement, AppEnqueuer):
         return register(fn) if fn is not None else register
 
     def _register(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:
-        with self.all_or_nothing():
+        with self._all_or_nothing():
             return self._register_checked(fn, options)
 
     def _register_checked(self, fn: Callable[..., Any], options: TaskOptions) -> Task[Any, Any]:

@@ -128,7 +128,10 @@ def parse_databases(text: str, source: str = ENV_DATABASES) -> dict[str, str]:
     for index, match in enumerate(starts):
         end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
         name, url = match.group(1), text[match.end():end].strip()
-        check_database_name(name)
+        try:
+            check_database_name(name)
+        except InvalidOptionsError as exc:
+            raise InvalidOptionsError(f"{source}: {exc}") from None
         if url.endswith(","):
             raise InvalidOptionsError(f"{source} has an empty entry after the database {name!r}")
         if name in found:
