@@ -4,13 +4,16 @@ would do now) and are written to the audit log."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import click
 
+from .._text import literal
 from ..queue import Queue
 from ..types import Job, PurgeReport, RedriveReport
-from ._base import DURATION, connect, console, database_option, handle_errors, main, print_json
+from ._base import DURATION, console, handle_errors, main, print_json
+from ._databases import Reading, connect_change, database_option
 from ._read import jobs_show
 from ._render import DataTable
 
@@ -39,27 +42,40 @@ def dead() -> None:
 @dead.command("list")
 @_filters
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@database_option
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the jobs as JSON (with several databases each has its "database").')
+@database_option()
 @click.pass_context
 @handle_errors
 def dead_list(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
               error_type: str | None, since: float | None, limit: int, as_json: bool) -> None:
-    """The newest dead letters, optionally filtered."""
-    with connect(ctx) as conn:
-        found = Queue(conn).list_dead(queue=queue, task=task, tag=tag, error_type=error_type,
-                                      since=since, limit=limit)
+    """The newest dead letters, optionally filtered.
+
+    With several databases (WORKHORSE_DATABASES) and no --database, the newest --limit of
+    every database's (by finish time), in one table led by a `database` column."""
+    reading = Reading(ctx)
+    found = [(name, job) for name, jobs in reading.each(lambda conn: Queue(conn).list_dead(
+        queue=queue, task=task, tag=tag, error_type=error_type, since=since, limit=limit))
+        for job in jobs]
+    if reading.several:  # the newest of every database: `limit` in all
+        found = sorted(found, key=lambda item: item[1].finished_at or item[1].enqueued_at,
+                       reverse=True)[:limit]
     if as_json:
-        print_json(found)
+        print_json([job for _, job in found] if not reading.several else
+                   [{"database": name, **dataclasses.asdict(job)} for name, job in found])
+        reading.finish()
         return
     table = DataTable(title="dead letters")
-    for column in ("id", "task", "queue", "status", "error", "finished", "redrives"):
+    for column in (*(("database",) if reading.several else ()), "id", "task", "queue",
+                   "status", "error", "finished", "redrives"):
         table.add_column(column)
-    for job in found:
+    for name, job in found:
         finished = job.finished_at.isoformat(timespec="seconds") if job.finished_at else "-"
-        table.add_row(str(job.id), job.task, job.queue, job.status.value, _error_type(job),
-                      finished, str(job.redrive_count), style="red")
+        table.add_row(*((literal(name),) if reading.several else ()), str(job.id), job.task,
+                      job.queue, job.status.value, _error_type(job), finished,
+                      str(job.redrive_count), style="red")
     console.print(table)
+    reading.finish()
 
 
 def _error_type(job: Job) -> str:
@@ -68,11 +84,13 @@ def _error_type(job: Job) -> str:
 
 @dead.command("show")
 @click.argument("job_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
-@database_option
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the job as JSON (with several databases, led by its "database").')
+@database_option()
 @click.pass_context
 def dead_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
-    """One dead letter with its attempts and redrives (as `jobs show`)."""
+    """One dead letter with its attempts and redrives (as `jobs show`; with several databases
+    and no --database, the one database that has the id)."""
     ctx.invoke(jobs_show, job_id=job_id, as_json=as_json)
 
 
@@ -83,7 +101,7 @@ def dead_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
               help="Release at most N per P (e.g. 10/s); default: the queue's rate limit.")
 @click.option("--reason", default=None, help="Why (written to the audit log).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def dead_redrive(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
@@ -91,7 +109,7 @@ def dead_redrive(ctx: click.Context, queue: str | None, task: str | None, tag: s
                  reason: str | None, as_json: bool) -> None:
     """New attempts of the dead letters the filters select, each queue's in its admission
     order, released no faster than --rate; the queue's limits decide every start."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         report = Queue(conn).redrive(queue=queue, task=task, tag=tag, error_type=error_type,
                                      since=since, dry_run=dry_run, rate=rate, reason=reason)
     if as_json:
@@ -126,7 +144,7 @@ def _redrive_line(report: RedriveReport) -> str:
 @click.option("--dry-run", is_flag=True, help="Say exactly what would be deleted.")
 @click.option("--reason", required=True, help="Why (written to the audit log).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def dead_purge(ctx: click.Context, queue: str | None, task: str | None, tag: str | None,
@@ -134,7 +152,7 @@ def dead_purge(ctx: click.Context, queue: str | None, task: str | None, tag: str
                as_json: bool) -> None:
     """Delete the dead letters the filters select (a workflow's members stay: they go with
     their workflow, `jobs prune`)."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         report = Queue(conn).purge(queue=queue, task=task, tag=tag, error_type=error_type,
                                    since=since, dry_run=dry_run, reason=reason)
     if as_json:
@@ -152,25 +170,38 @@ def _purge_line(report: PurgeReport) -> str:
 @main.command("audit")
 @click.option("--action", type=click.Choice(["redrive", "purge"]), default=None)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@database_option
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the entries as JSON (with several databases each has its '
+                   '"database").')
+@database_option()
 @click.pass_context
 @handle_errors
 def audit(ctx: click.Context, action: str | None, limit: int, as_json: bool) -> None:
-    """The redrives and purges done, newest first: when, who, what, how many, why."""
-    with connect(ctx) as conn:
-        entries = Queue(conn).audit_log(limit=limit, action=action)
+    """The redrives and purges done, newest first: when, who, what, how many, why.
+
+    With several databases (WORKHORSE_DATABASES) and no --database, the newest --limit of
+    every database's, in one table led by a `database` column."""
+    reading = Reading(ctx)
+    found = [(name, entry) for name, entries in reading.each(
+        lambda conn: Queue(conn).audit_log(limit=limit, action=action)) for entry in entries]
+    if reading.several:  # the newest of every database: `limit` in all
+        found = sorted(found, key=lambda item: item[1].at, reverse=True)[:limit]
     if as_json:
-        print_json(entries)
+        print_json([entry for _, entry in found] if not reading.several else
+                   [{"database": name, **dataclasses.asdict(entry)} for name, entry in found])
+        reading.finish()
         return
     table = DataTable(title="audit log")
-    for column in ("id", "at", "action", "who", "filters", "jobs", "reason"):
+    for column in (*(("database",) if reading.several else ()), "id", "at", "action", "who",
+                   "filters", "jobs", "reason"):
         table.add_column(column)
-    for entry in entries:
+    for name, entry in found:
         who = entry.os_user or "-"
         if entry.application_name:
             who += f" ({entry.application_name})"
         filters = ", ".join(f"{key}={value}" for key, value in entry.filters.items()) or "-"
-        table.add_row(str(entry.id), entry.at.isoformat(timespec="seconds"), entry.action, who,
-                      filters, str(entry.count), entry.reason or "-")
+        table.add_row(*((literal(name),) if reading.several else ()), str(entry.id),
+                      entry.at.isoformat(timespec="seconds"), entry.action, who, filters,
+                      str(entry.count), entry.reason or "-")
     console.print(table)
+    reading.finish()

@@ -4,6 +4,7 @@ of a queue's or a budget's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from ..types import QueueHealth
@@ -27,21 +28,31 @@ def backoffs_table(health: QueueHealth) -> DataTable | None:
     >>> console.print(backoffs_table(Queue(conn).health()))  # doctest: +SKIP
     queue partner-api   -      backed off until 2026-12-04T15:02:09+00:00 by job 4812
     """
-    rows: list[tuple[str, str, str]] = []
-    for p in health.policies:
-        if p.backed_off_until is not None:
-            rows.append((f"queue {p.queue}", "-", backoff_text(p.backed_off_until,
-                                                                 p.backed_off_by)))
-        for k in p.backed_off_keys:
-            rows.append((f"queue {p.queue}", k.key or "-", backoff_text(k.until, k.by_job)))
-    for b in health.budgets:
-        if b.backed_off_until is not None:
-            rows.append((f"budget {b.name}", "-", backoff_text(b.backed_off_until,
-                                                                b.backed_off_by)))
+    return backoffs_table_of([(None, health)])
+
+
+def backoffs_table_of(parts: Sequence[tuple[str | None, QueueHealth]]) -> DataTable | None:
+    """`backoffs_table` of several databases' health in one table, each row led by its
+    database (docs/design.md "Several databases"); None when none has a backoff in force."""
+    several = any(name is not None for name, _ in parts)
+    rows: list[tuple[str, ...]] = []
+    for name, health in parts:
+        lead = (name or "-",) if several else ()
+        for p in health.policies:
+            if p.backed_off_until is not None:
+                rows.append((*lead, f"queue {p.queue}", "-",
+                             backoff_text(p.backed_off_until, p.backed_off_by)))
+            for k in p.backed_off_keys:
+                rows.append((*lead, f"queue {p.queue}", k.key or "-",
+                             backoff_text(k.until, k.by_job)))
+        for b in health.budgets:
+            if b.backed_off_until is not None:
+                rows.append((*lead, f"budget {b.name}", "-",
+                             backoff_text(b.backed_off_until, b.backed_off_by)))
     if not rows:
         return None
     table = DataTable(title="backoffs")
-    for column in ("queue / budget", "key", "backoff"):
+    for column in (*(("database",) if several else ()), "queue / budget", "key", "backoff"):
         table.add_column(column)
     for row in rows:
         table.add_row(*row)

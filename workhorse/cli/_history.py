@@ -10,7 +10,8 @@ import click
 
 from .. import _ops
 from ..queue import Queue
-from ._base import connect, database_option, error_console, handle_errors, json_default, main
+from ._base import error_console, handle_errors, json_default, main
+from ._databases import connect_change, database_option
 
 
 @main.group()
@@ -25,7 +26,7 @@ def history() -> None:
 @click.option("--until", default=None,
               help="Up to (not including) this moment; default now. Same forms as --since.")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def history_export(ctx: click.Context, since: str, until: str | None, queue: str | None) -> None:
@@ -36,7 +37,7 @@ def history_export(ctx: click.Context, since: str, until: str | None, queue: str
     """
     count = 0
     _ops.history_range(since, until, queue)  # bad bounds fail before any connection
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         for job in Queue(conn).export_history(since, until, queue=queue):
             click.echo(json.dumps(dataclasses.asdict(job), default=json_default,
                                   separators=(",", ":")))

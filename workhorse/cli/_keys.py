@@ -18,7 +18,8 @@ from .._text import literal, visible
 from ..errors import InvalidPolicyError
 from ..queue import Queue
 from ..types import KeyLimit, KeyLimitSet, RateLimit, SyncReport
-from ._base import connect, console, database_option, error_console, handle_errors, main, print_json
+from ._base import console, error_console, handle_errors, main, print_json
+from ._databases import Reading, connect_change, database_option
 from ._render import DataTable, limit_text
 
 # `keys list` prints a table up to this many keys, and plain aligned columns beyond.
@@ -80,7 +81,7 @@ def keys() -> None:
               help="Starts per key, e.g. 100/m, 5/10s (replaces rate_limit_per_key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the SyncReport (keys; '' is the "
               "set and its default) as JSON.")
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def keys_set(ctx: click.Context, queue: str, keys_: tuple[str, ...], is_default: bool,
@@ -98,7 +99,7 @@ def keys_set(ctx: click.Context, queue: str, keys_: tuple[str, ...], is_default:
         raise click.UsageError("give the KEYs to set, or --default")
     limit = KeyLimit(max_active=max_active, weight=weight, rate_limit=rate)
     wanted = dict.fromkeys(keys_, limit)
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         report = Queue(conn).set_key_limits(None, queue, wanted,
                                             default=limit if is_default else None, prune=False)
         if as_json:
@@ -142,7 +143,7 @@ def _limit_text(limit: KeyLimit | None) -> str:
               help="Delete the queue's whole set: every key's limits and the default.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the SyncReport (pruned: the keys deleted; '' is the set) as JSON.")
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def keys_clear(ctx: click.Context, queue: str, keys_: tuple[str, ...], clear_all: bool,
@@ -155,7 +156,7 @@ def keys_clear(ctx: click.Context, queue: str, keys_: tuple[str, ...], clear_all
     if not clear_all and not keys_:
         raise click.UsageError("give the KEYs to clear, or --all")
     wanted = None if clear_all else list(dict.fromkeys(keys_))
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         report = Queue(conn).clear_key_limits(queue, wanted)
         if as_json:
             print_json(report)
@@ -182,52 +183,78 @@ def keys_clear(ctx: click.Context, queue: str, keys_: tuple[str, ...], clear_all
 @click.argument("queue")
 @click.option("--key", default=None, help="Only this key's row (and the default).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the KeyLimitSet (null when the queue has none) as JSON.")
-@database_option
+              help="Print the KeyLimitSet (null when the queue has none) as JSON; with several "
+                   'databases, an object {"<database>": KeyLimitSet or null, ...}.')
+@database_option()
 @click.pass_context
 @handle_errors
 def keys_list(ctx: click.Context, queue: str, key: str | None, as_json: bool) -> None:
     """QUEUE's key limits: the default for the keys not listed, and each key's own, in key
-    order."""
-    with connect(ctx) as conn:
-        found = Queue(conn).key_limits(queue, key=key)
+    order.
+
+    With several databases (WORKHORSE_DATABASES) and no --database, every database's (a queue
+    lives in one: the others have none), the keys in one table led by a `database` column."""
+    reading = Reading(ctx)
+    found = reading.each(lambda conn: Queue(conn).key_limits(queue, key=key))
     if as_json:
-        print_json(found)
+        print_json({name: limits for name, limits in found} if reading.several
+                   else found[0][1])
+        reading.finish()
         return
-    if found is None:
-        console.print(literal(f"queue {queue} has no key limits (its policy's per-key limits "
-                              "apply to every key)"), soft_wrap=True)
+    sets = [(reading.name(name), limits) for name, limits in found if limits is not None]
+    if not sets:
+        anywhere = " in any database" if reading.several else ""
+        console.print(literal(f"queue {queue} has no key limits{anywhere} (its policy's per-key "
+                              "limits apply to every key)"), soft_wrap=True)
+        reading.finish()
         return
-    _print_list(found, key)
+    _print_list(sets, key)
+    reading.finish()
 
 
-def _print_list(found: KeyLimitSet, key: str | None) -> None:
-    default = (_limit_text(found.default) if found.default is not None
-               else "none (the policy's per-key limits)")
-    console.print(literal(f"queue {found.queue} (namespace {found.namespace}): default "
-                          f"{default}; updated {found.updated_at.isoformat(timespec='seconds')}"),
-                  soft_wrap=True)
-    if key is not None and key not in found.limits:
-        console.print(literal(f"key {key!r} has no limits of its own (the default applies)"),
+def _print_list(sets: list[tuple[str | None, KeyLimitSet]], key: str | None) -> None:
+    """Each set's default (a line each), then every set's keys in one table, each led by its
+    database when some set names one."""
+    several = any(name is not None for name, _ in sets)
+    rows: list[tuple[str, ...]] = []
+    for name, found in sets:
+        default = (_limit_text(found.default) if found.default is not None
+                   else "none (the policy's per-key limits)")
+        where = f", database {name}" if name is not None else ""
+        console.print(literal(f"queue {found.queue} (namespace {found.namespace}{where}): "
+                              f"default {default}; "
+                              f"updated {found.updated_at.isoformat(timespec='seconds')}"),
                       soft_wrap=True)
+        if key is not None and key not in found.limits:
+            console.print(literal(f"key {key!r} has no limits of its own (the default applies)"),
+                          soft_wrap=True)
+            continue
+        if not found.limits:
+            console.print("no key has limits of its own")
+            continue
+        lead = (name or "-",) if several else ()
+        rows += [(*lead, key_name, limit_text(limit.max_active), limit_text(limit.weight),
+                  limit.rate_limit or "-") for key_name, limit in found.limits.items()]
+    if not rows:
         return
-    if not found.limits:
-        console.print("no key has limits of its own")
-        return
-    rows = [(name, limit_text(limit.max_active), limit_text(limit.weight),
-             limit.rate_limit or "-") for name, limit in found.limits.items()]
-    header = ("key", "max_active", "weight", "rate_limit")
+    header = (*(("database",) if several else ()), "key", "max_active", "weight", "rate_limit")
+    # The key and the database are text, left; the limits numbers, right; rate_limit last.
+    numbers = {"max_active", "weight"}
     if len(rows) > TABLE_ROWS:
         # Plain aligned columns: a rich table of 100,000 rows takes half a minute to lay out.
-        cells = [header, *((visible(name), *rest) for name, *rest in rows)]
-        widths = [max(len(row[i]) for row in cells) for i in range(4)]
+        cells = [header, *(tuple(visible(cell) if column in ("database", "key") else cell
+                                 for column, cell in zip(header, row, strict=True))
+                           for row in rows)]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
         click.echo("\n".join(
-            f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}"
+            "  ".join([*(f"{cell:>{width}}" if column in numbers else f"{cell:<{width}}"
+                         for column, cell, width in zip(header[:-1], row[:-1], widths,
+                                                        strict=False)), row[-1]])
             for row in cells))
         return
-    table = DataTable(title=f"key limits of {found.queue}")
+    table = DataTable(title=f"key limits of {sets[0][1].queue}")
     for column in header:
-        table.add_column(column, justify="left" if column in ("key", "rate_limit") else "right")
+        table.add_column(column, justify="right" if column in numbers else "left")
     for row in rows:
         table.add_row(*row)
     console.print(table)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -123,35 +123,67 @@ def key_limits_text(p: PolicyHealth) -> str | None:
 def health_table(health: QueueHealth, *, units: bool = False) -> Table:
     """The policies of `health`; with `units` (`workhorse top`), a queue whose active jobs cost
     other than 1 shows its active and available capacity as units ("12 units / 32 (5 jobs)")."""
+    return health_table_of([(None, health)], units=units)
+
+
+def _database_column(table: Table, names: Iterable[str | None]) -> bool:
+    """Give `table` a first column `database` when some row is of a named database (a verb that
+    reads several, docs/design.md "Several databases"); whether it did."""
+    several = any(name is not None for name in names)
+    if several:
+        table.add_column("database")
+    return several
+
+
+def _database_cell(name: str | None, several: bool) -> tuple[str, ...]:
+    return (name or "-",) if several else ()
+
+
+def health_table_of(parts: Sequence[tuple[str | None, QueueHealth]], *,
+                    units: bool = False) -> Table:
+    """`health_table` of several databases' health in one table, each row led by its database
+    (a name of None: one database, no such column)."""
     table = DataTable(title="policies")
+    several = _database_column(table, (name for name, _ in parts))
     # A queue governed by a named budget shows it, with its units and limits (a column only
     # when some queue has one).
-    budgeted = any(p.budgets for p in health.policies)
+    budgeted = any(p.budgets for _, health in parts for p in health.policies)
     for column in ("namespace", "queue", "limits", *(("budgets",) if budgeted else ()),
                    "active", "available", "blocked_ready", "saturated_keys",
                    "rate_limited_keys"):
         text_column = column in ("namespace", "queue", "limits", "budgets")
         table.add_column(column, justify="left" if text_column else "right")
-    for p in health.policies:
-        blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
-        name = p.queue + (" (paused)" if p.paused else "") + (" (override)" if p.override else "")
-        table.add_row(
-            p.namespace or "-", name,
-            "; ".join(filter(None, (
-                queue_limits_text(p.max_active, p.max_active_per_key, p.rate_limit,
-                                  p.rate_limit_per_key, p.budgets), key_limits_text(p)))),
-            *((budgets_text(p.budgets, health.budgets),) if budgeted else ()),
-            _active_text(p, units), _available_text(p, units), blocked, str(p.saturated_keys),
-            str(p.rate_limited_keys), style="bold yellow" if p.blocked_ready else None,
-        )
+    for database, health in parts:
+        for p in health.policies:
+            blocked = f"{p.blocked_ready}{'+' if p.capped else ''}"
+            name = (p.queue + (" (paused)" if p.paused else "")
+                    + (" (override)" if p.override else ""))
+            table.add_row(
+                *_database_cell(database, several), p.namespace or "-", name,
+                "; ".join(filter(None, (
+                    queue_limits_text(p.max_active, p.max_active_per_key, p.rate_limit,
+                                      p.rate_limit_per_key, p.budgets), key_limits_text(p)))),
+                *((budgets_text(p.budgets, health.budgets),) if budgeted else ()),
+                _active_text(p, units), _available_text(p, units), blocked,
+                str(p.saturated_keys), str(p.rate_limited_keys),
+                style="bold yellow" if p.blocked_ready else None,
+            )
     return table
 
 
 def depth_table(health: QueueHealth) -> Table:
+    return depth_table_of([(None, health)])
+
+
+def depth_table_of(parts: Sequence[tuple[str | None, QueueHealth]]) -> Table:
+    """The jobs by status, a row a database (one row, no database column, for one)."""
     table = DataTable(title="jobs by status")
+    several = _database_column(table, (name for name, _ in parts))
     for status in JobStatus:
         table.add_column(status.value, justify="right")
-    table.add_row(*(str(health.depth.get(status.value, 0)) for status in JobStatus))
+    for database, health in parts:
+        table.add_row(*_database_cell(database, several),
+                      *(str(health.depth.get(status.value, 0)) for status in JobStatus))
     return table
 
 
@@ -185,21 +217,32 @@ def budgets_table(rows: list[BudgetHealth],
                   backoffs: Mapping[str, BackoffState] | None = None) -> Table:
     """The budgets; with `backoffs` (budget name -> its backoff in force; `workhorse budgets`),
     a `backoff` column when some budget of `rows` has one."""
+    return budgets_table_of([(None, rows, backoffs)])
+
+
+def budgets_table_of(parts: Sequence[tuple[str | None, list[BudgetHealth],
+                                           Mapping[str, BackoffState] | None]]) -> Table:
+    """`budgets_table` of several databases in one table, each row led by its database."""
     table = DataTable(title="budgets")
-    backed_off = backoffs is not None and any(b.name in backoffs for b in rows)
+    several = _database_column(table, (name for name, _, _ in parts))
+    backed_off = any(backoffs is not None and any(b.name in backoffs for b in rows)
+                     for _, rows, backoffs in parts)
     for column in ("budget", "namespace", "max_active", "rate_limit", "rate_burst",
                    "active_units", "ready", "queues", *(("backoff",) if backed_off else ())):
         table.add_column(column, justify="right" if column in (
             "max_active", "rate_burst", "active_units", "ready") else "left")
-    for b in rows:
-        name = b.name + (" (override)" if b.override else "")
-        backoff = (backoffs or {}).get(b.name)
-        table.add_row(name, b.namespace or "- (not declared)", limit_text(b.max_active),
-                      b.rate_limit or "-", limit_text(b.rate_burst), str(b.active_units),
-                      f"{b.ready}{'+' if b.capped else ''}",
-                      ", ".join(sorted({*b.queues, *b.used_by})) or "-",
-                      *((backoff_until_text(backoff) if backoff else "-",) if backed_off else ()),
-                      style="bold yellow" if backoff else None)
+    for database, rows, backoffs in parts:
+        for b in rows:
+            name = b.name + (" (override)" if b.override else "")
+            backoff = (backoffs or {}).get(b.name)
+            table.add_row(*_database_cell(database, several), name,
+                          b.namespace or "- (not declared)", limit_text(b.max_active),
+                          b.rate_limit or "-", limit_text(b.rate_burst), str(b.active_units),
+                          f"{b.ready}{'+' if b.capped else ''}",
+                          ", ".join(sorted({*b.queues, *b.used_by})) or "-",
+                          *((backoff_until_text(backoff) if backoff else "-",)
+                            if backed_off else ()),
+                          style="bold yellow" if backoff else None)
     return table
 
 
@@ -258,14 +301,22 @@ def queue_backoff_texts(queue: str, budgets: list[str],
 
 def reasons_table(health: QueueHealth) -> Table:
     """The reason codes: each queue's, then each budget's (docs/design.md "Reason codes")."""
+    return reasons_table_of([(None, health)])
+
+
+def reasons_table_of(parts: Sequence[tuple[str | None, QueueHealth]]) -> Table:
+    """`reasons_table` of several databases in one table, each row led by its database."""
     table = DataTable(title="reasons")
+    several = _database_column(table, (name for name, _ in parts))
     for column in ("queue / budget", "code", "count", "detail"):
         table.add_column(column, justify="right" if column == "count" else "left")
-    for r in health.reasons:
-        table.add_row(r.queue or "-", r.code, str(r.count), r.detail)
-    for b in health.budgets:
-        for r in b.reasons:
-            table.add_row(f"budget {b.name}", r.code, str(r.count), r.detail)
+    for database, health in parts:
+        lead = _database_cell(database, several)
+        for r in health.reasons:
+            table.add_row(*lead, r.queue or "-", r.code, str(r.count), r.detail)
+        for b in health.budgets:
+            for r in b.reasons:
+                table.add_row(*lead, f"budget {b.name}", r.code, str(r.count), r.detail)
     return table
 
 
@@ -346,11 +397,19 @@ def waiting_text(job: Job, steps: list[Step]) -> str | None:
 def suspended_table(health: QueueHealth) -> Table:
     """Per queue, its suspended jobs by what they wait for, and the soonest timer among them
     (`QueueHealth.suspended`, `suspended_next_wake_at`)."""
+    return suspended_table_of([(None, health)])
+
+
+def suspended_table_of(parts: Sequence[tuple[str | None, QueueHealth]]) -> Table:
+    """`suspended_table` of several databases in one table, each row led by its database."""
     table = DataTable(title="suspended")
+    several = _database_column(table, (name for name, _ in parts))
     for column in ("queue", "sleep", "signal", "children", "next timer"):
         table.add_column(column, justify="left" if column in ("queue", "next timer")
                          else "right")
-    for queue, counts in sorted(health.suspended.items()):
-        table.add_row(queue, *(str(counts.get(k, 0)) for k in ("sleep", "signal", "children")),
-                      _stamp(health.suspended_next_wake_at.get(queue)))
+    for database, health in parts:
+        for queue, counts in sorted(health.suspended.items()):
+            table.add_row(*_database_cell(database, several), queue,
+                          *(str(counts.get(k, 0)) for k in ("sleep", "signal", "children")),
+                          _stamp(health.suspended_next_wake_at.get(queue)))
     return table

@@ -19,14 +19,13 @@ from ..queue import Queue
 from ..types import NAME_MAX, BackoffState, QueueControl, RateLimit, check_name
 from ._base import (
     DURATION,
-    connect,
     console,
-    database_option,
     error_console,
     fail,
     handle_errors,
     print_json,
 )
+from ._databases import change_note, connect_change, database_option
 from ._read import budgets, jobs, policies, queues
 from ._render import backoff_target, backoff_until_text, budget_line, control_line
 
@@ -87,7 +86,7 @@ def _rate_option(value: str | None, param: str) -> str | None:
 @click.option("--for", "for_", type=DURATION, default=None,
               help="Expire after this long (default: until cleared).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def policies_override(
@@ -105,7 +104,7 @@ def policies_override(
             "--rate-limit-per-key, --rate-burst, --rate-burst-per-key")
     if for_ is not None and for_ <= 0:
         raise click.BadParameter("must be positive", param_hint="--for")
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         control = Queue(conn).override_policy(
             queue, max_active=max_active, max_active_per_key=max_active_per_key,
             rate_limit=rate, rate_limit_per_key=rate_key, expires_in=for_,
@@ -118,12 +117,12 @@ def policies_override(
 @policies.command("clear-override")
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Back to the synced policy for QUEUE."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         control = Queue(conn).clear_override(queue)
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)
@@ -134,16 +133,16 @@ def policies_clear_override(ctx: click.Context, queue: str, as_json: bool) -> No
 @click.option("--force", is_flag=True,
               help="Pause a queue that has no policy, no control and no job yet (creates it).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def queues_pause(ctx: click.Context, queue: str, force: bool, as_json: bool) -> None:
     """Admit nothing from QUEUE (running jobs finish) until it is resumed. A queue that has no
     policy, no control and no job is refused (a typo would create it) unless --force."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         if not force and not _ops.execute(conn, _incident.queue_known(queue)):
-            fail(f"no queue {queue!r}: it has no policy, no control and no job (--force "
-                  "pauses it anyway)")
+            fail(f"no queue {queue!r}{change_note(ctx)}: it has no policy, no control and no "
+                 "job (--force pauses it anyway)")
         control = Queue(conn).pause(queue)
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)
@@ -152,12 +151,12 @@ def queues_pause(ctx: click.Context, queue: str, force: bool, as_json: bool) -> 
 @queues.command("resume")
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def queues_resume(ctx: click.Context, queue: str, as_json: bool) -> None:
     """Admit from QUEUE again; workers wake at once."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         control = Queue(conn).resume(queue)
         owner = _queue_owner(conn, queue)
     _show_control(control, as_json, owner)
@@ -185,14 +184,14 @@ def _show_cleared(cleared: list[BackoffState], nothing: str, as_json: bool) -> N
 @click.argument("queue")
 @click.option("--key", default=None, help="Only this concurrency key's backoff.")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def queues_clear_backoff(ctx: click.Context, queue: str, key: str | None,
                          as_json: bool) -> None:
     """End QUEUE's backoff and its keys' now (only key K's with --key); its workers wake at
     once. Prints what was cleared (exit 0 also when none was in force)."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         cleared = Queue(conn).clear_backoff(queue, key=key)
         owner = _queue_owner(conn, queue)
     nothing = f"queue {queue!r}" if key is None else f"key {key!r} of queue {queue!r}"
@@ -203,13 +202,13 @@ def queues_clear_backoff(ctx: click.Context, queue: str, key: str | None,
 @budgets.command("clear-backoff")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def budgets_clear_backoff(ctx: click.Context, name: str, as_json: bool) -> None:
     """End budget NAME's backoff now; the workers of its queues wake at once. Prints what was
     cleared (exit 0 also when none was in force)."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         cleared = Queue(conn).clear_budget_backoff(name)
     _show_cleared(cleared, f"budget {name!r}", as_json)
 
@@ -221,7 +220,7 @@ def budgets_clear_backoff(ctx: click.Context, name: str, as_json: bool) -> None:
               help="Release every held, failed or canceled job with this tag.")
 @click.option("--queue", default=None, help="With --held or --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str | None,
@@ -230,7 +229,7 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str 
     tag, to run again."""
     if [job_id is not None, all_held, tag is not None].count(True) != 1:
         raise click.UsageError("give one of JOB_ID, --held and --tag")
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         if all_held:
             ids = _ops.execute(conn, _ops.held_job_ids(queue, 100_000))
         elif tag is not None:
@@ -243,7 +242,8 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str 
         print_json({"released": released})
     # The exit code does not depend on the output format: a job that was not released is an error.
     if job_id is not None and not released:
-        raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not exist)")
+        raise WorkhorseError(f"job {job_id} is not held, failed or canceled (or does not "
+                             f"exist){change_note(ctx)}")
     if as_json:
         _say_owners(owners, as_json)
         return
@@ -256,7 +256,7 @@ def jobs_retry(ctx: click.Context, job_id: int | None, all_held: bool, tag: str 
 @click.option("--tag", default=None, help="Cancel every unfinished job with this tag.")
 @click.option("--queue", default=None, help="With --tag: only this queue.")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
@@ -267,7 +267,7 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
         raise click.UsageError("give JOB_IDS or --tag")
     if queue is not None and tag is None:
         raise click.UsageError("--queue goes with --tag")
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         ids = list(job_ids)
         if tag is not None:
             ids += _ops.execute(conn, _ops.tagged_job_ids(tag, _ops.CANCELABLE, queue))
@@ -276,7 +276,8 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
     if as_json:
         print_json({"canceled": canceled})
     if not canceled:
-        raise WorkhorseError("no job was canceled: already finished, or no such job")
+        raise WorkhorseError("no job was canceled: already finished, or no such job"
+                             + change_note(ctx))
     if not as_json:
         console.print(f"canceled {len(canceled)} job(s): {canceled}")
     _say_owners(owners, as_json)
@@ -290,7 +291,7 @@ def jobs_cancel(ctx: click.Context, job_ids: tuple[int, ...], tag: str | None,
               help="With --older-than: only these (default succeeded, failed, canceled, "
                    "expired).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str, ...],
@@ -300,7 +301,7 @@ def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str
         raise click.UsageError("--status needs --older-than")
     deleted = 0
     busy_since: float | None = None
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         queue = Queue(conn)
         while True:
             batch = queue.prune_jobs(5000, older_than=older_than, statuses=statuses or None)
@@ -330,7 +331,7 @@ def jobs_prune(ctx: click.Context, older_than: float | None, statuses: tuple[str
 @click.option("--for", "for_", type=DURATION, default=None,
               help="Expire after this long (default: until cleared).")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def budgets_override(
@@ -343,7 +344,7 @@ def budgets_override(
         raise click.UsageError("give at least one of --max-active, --rate-limit, --rate-burst")
     if for_ is not None and for_ <= 0:
         raise click.BadParameter("must be positive", param_hint="--for")
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         override = Queue(conn).override_budget(name, max_active=max_active, rate_limit=rate,
                                                rate_burst=rate_burst, expires_in=for_)
     if as_json:
@@ -355,12 +356,12 @@ def budgets_override(
 @budgets.command("clear-override")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None:
     """Back to the declared limits for budget NAME."""
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         Queue(conn).clear_budget_override(name)
     if as_json:
         print_json(None)
@@ -378,7 +379,7 @@ def budgets_clear_override(ctx: click.Context, name: str, as_json: bool) -> None
                    "ignored (printed as a duplicate).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"job": ID, "signal": NAME, "delivered": true|false}.')
-@database_option
+@database_option(change=True)
 @click.pass_context
 @handle_errors
 def jobs_signal(ctx: click.Context, job_id: int, name: str, payload_text: str | None,
@@ -399,7 +400,7 @@ def jobs_signal(ctx: click.Context, job_id: int, name: str, payload_text: str | 
             raise InvalidOptionsError(f"--payload is not JSON: {exc}") from None
         except RecursionError:
             raise InvalidOptionsError("--payload is nested too deeply to be JSON") from None
-    with connect(ctx) as conn:
+    with connect_change(ctx) as conn:
         delivered = Queue(conn).signal(job_id, name, payload, key)
     if as_json:
         print_json({"job": job_id, "signal": name, "delivered": delivered})
