@@ -200,35 +200,3 @@ def load_app_reference(reference: str, ctx: click.Context) -> Any:
     if explicit:
         app.database_url = explicit
     return app
-
-
-def _choose_database(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """`--database NAME`: the verb acts on (reads) that database of WORKHORSE_DATABASES alone,
-    as `--database-url` would make it."""
-    if value is None:
-        return
-    root = ctx.find_root()
-    url = databases(root, value)[value]
-    root.obj["database_url"], root.obj["database_name"] = url, value
-
-
-def database_option(fn: F) -> F:
-    """The `--database NAME` option of every verb that talks to the database (docs/design.md
-    "Several databases")."""
-    return click.option(
-        "--database", default=None, metavar="NAME", expose_value=False,
-        callback=_choose_database, is_eager=True,
-        help="One database of WORKHORSE_DATABASES (default: every one for reads, `default` "
-             "for changes).")(fn)
-
-
-def several(ctx: click.Context) -> dict[str, str] | None:
-    """The databases a read verb shows side by side: every one WORKHORSE_DATABASES names when
-    there are several and neither --database nor --database-url chose one; else None (the
-    verb reads its one database as always)."""
-    root = ctx.find_root()
-    if root.obj.get("database_url"):
-        return None
-    found = databases(root)
-    return found if len(found) > 1 else None
-
