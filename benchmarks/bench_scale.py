@@ -95,6 +95,10 @@ on the same cores, so the point it profiles pays for it. At the end, a table "fo
 repeats the largest fleet's rows (e.g. 8 supervisors at max_active=256 beside the ungoverned
 queue) with the figures issue #40 quotes.
 
+`--databases 1,2` runs bench_databases.py instead (several databases, issue #44: the same fleet
+draining the same backlog from one server, then split over it and a second server the benchmark
+starts; its docstring has the method), with this command line handed over whole.
+
 Separate hosts (network namespaces) are not built: every supervisor runs on this host and reaches
 the server over loopback.
 
@@ -112,6 +116,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -687,17 +692,16 @@ def main() -> None:
                         "(its start and end left out: the steady state, for A/B comparisons); "
                         "claims and the lock stay over the whole drain (default: off)")
     parser.add_argument("--databases", default=None, metavar="1,2",
-                        help="instead of the scale curves: one ungoverned no-op backlog from one "
-                        "server and split over two (bench_databases.py; issue #44)")
-    args = parser.parse_args()
-    if args.databases is not None:
+                        help="instead of the scale curves: the same fleet drains the same "
+                        "backlog from one server and split over two (bench_databases.py, which "
+                        "takes this whole command line: its own defaults and flags; issue #44)")
+    argv = sys.argv[1:]
+    if any(arg == "--databases" or arg.startswith("--databases=") for arg in argv) \
+            and not any(arg in ("-h", "--help") for arg in argv):
         import bench_databases
 
-        server_url, _ = c.resolve_server_url(args.database_url)
-        extra = ["--jobs", str(args.jobs)] if args.jobs else []
-        raise SystemExit(bench_databases.main(
-            ["--database-url", server_url, "--databases", args.databases,
-             "--repeat", str(args.repeat), *extra]))
+        raise SystemExit(bench_databases.main(argv))
+    args = parser.parse_args(argv)
     supervisors = parse_ints(args.supervisors, "--supervisors")
     limits = parse_ints(args.limits, "--limits")
     planned = list(cases(limits, args.ungoverned_places, supervisors, args.jobs, args.quick))
