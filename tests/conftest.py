@@ -262,6 +262,17 @@ def database_url(server_url: str, _databases: _Databases) -> Iterator[str]:
 
 
 @pytest.fixture
+def eu_url(server_url: str, _databases: _Databases) -> Iterator[str]:
+    """A second database for tests of several databases (docs/design.md "Several databases"):
+    another fresh copy of the template, reset or dropped after the test, as `database_url`."""
+    name = _databases.take()
+    try:
+        yield _with_dbname(server_url, name)
+    finally:
+        _databases.give_back(name)
+
+
+@pytest.fixture
 def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to the test's database."""
     with psycopg.connect(database_url, autocommit=True) as connection:

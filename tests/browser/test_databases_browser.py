@@ -25,7 +25,6 @@ from typing import Any
 import psycopg
 import pytest
 from ci_guard import skip_or_fail
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from test_dashboard_browser import (
     ARTEFACTS,
     _free_port,
@@ -50,16 +49,6 @@ def _browser_available() -> None:
     missing = _missing()
     if missing:
         skip_or_fail(missing)
-
-
-@pytest.fixture
-def eu_url(server_url: str, _databases: Any) -> Iterator[str]:
-    """A second fresh database (the `database_url` fixture's machinery, a second time)."""
-    name = _databases.take()
-    try:
-        yield make_conninfo(**{**conninfo_to_dict(server_url), "dbname": name})
-    finally:
-        _databases.give_back(name)
 
 
 @pytest.fixture

@@ -48,16 +48,6 @@ class Two:
 
 
 @pytest.fixture
-def eu_url(server_url: str, _databases: Any) -> Iterator[str]:
-    """A second fresh database on the test server (the fixture machinery's, given back after)."""
-    name = _databases.take()
-    try:
-        yield make_conninfo(server_url, dbname=name)
-    finally:
-        _databases.give_back(name)
-
-
-@pytest.fixture
 def two(database_url: str, eu_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Two]:
     """An app over both databases, synced: job 1 of `default` (queue "home"), jobs 1 and 2 of
     `eu` (queue "away", budget "tokens"); job ids repeat across databases."""

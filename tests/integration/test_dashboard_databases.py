@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
@@ -39,21 +39,6 @@ from workhorse.worker._registry import Registry
 EVIL = "<script>alert('db')</script>"
 # Nothing listens on port 1 of the loopback address: a database that cannot be reached.
 NOWHERE = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=2"
-
-
-def _with_dbname(url: str, dbname: str) -> str:
-    return make_conninfo(**{**conninfo_to_dict(url), "dbname": dbname})
-
-
-@pytest.fixture
-def eu_url(server_url: str, _databases: Any) -> Iterator[str]:
-    """A second database for the test: another fresh copy of the template (the fixture
-    machinery of `database_url`, a second time), reset or dropped after the test."""
-    name = _databases.take()
-    try:
-        yield _with_dbname(server_url, name)
-    finally:
-        _databases.give_back(name)
 
 
 @pytest.fixture

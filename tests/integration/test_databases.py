@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from workhorse import (
     App,
@@ -51,17 +51,6 @@ from workhorse.testing import drain, eager
 from workhorse.worker.supervisor import served_databases
 
 # ---- the two databases ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def eu_url(server_url: str, _databases: Any) -> Iterator[str]:
-    """A second fresh database on the test server (reset or dropped after the test, as the
-    fixture's own)."""
-    name = _databases.take()
-    try:
-        yield make_conninfo(server_url, dbname=name)
-    finally:
-        _databases.give_back(name)
 
 
 def rows(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
