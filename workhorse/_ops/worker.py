@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -67,11 +68,23 @@ def ready_queues(queues: Sequence[str]) -> Operation[set[str]]:
     return {row[0] for row in rows}
 
 
-def next_due(queues: Sequence[str]) -> Operation[list[tuple[str, bool, datetime | None, datetime]]]:
-    """Per queue: governed?, the earliest moment a job may become claimable without a NOTIFY,
-    and the database clock."""
+@dataclass(frozen=True, slots=True)
+class QueueTimer:
+    """What the supervisor's timer reads of one served queue: whether it is governed, the
+    earliest moment a job may become claimable there without a NOTIFY (None: none is waiting),
+    the database clock, and a slot's share of its max_active (None: no queue-wide limit)."""
+
+    queue: str
+    governed: bool
+    due: datetime | None
+    now: datetime
+    share: float | None
+
+
+def next_due(queues: Sequence[str]) -> Operation[list[QueueTimer]]:
+    """Per served queue, its timer (QueueTimer)."""
     rows = yield _sql.statement("next_due"), (list(queues),)
-    return [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
+    return [QueueTimer(row[0], bool(row[1]), row[2], row[4], row[3]) for row in rows]
 
 
 def register_worker(

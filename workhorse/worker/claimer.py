@@ -34,6 +34,12 @@ SATURATION_POLL = 1.0
 # never grows its share that way; and every FAIR_SHARE_LAP-th such claim of a queue takes none:
 # its places go back to the fleet (the claim wakes the other claimers), so that a budget smaller
 # than one slot's concurrency still spreads over every slot and supervisor serving the queue.
+# Only a slot holding more than its share laps: the queue's max_active over the slots serving it
+# (the supervisor reads it from the registry, see next_due.sql). A slot within its share has
+# nothing to give that another slot lacks, and its lap only idled its places for a moment: at 8
+# supervisors on a 64 budget, laps were a tenth of the claims and cost 6-11% of the throughput
+# (issue #40). Where no share is known (no queue-wide max_active: a per-key limit or a named
+# budget alone), every FAIR_SHARE_LAP-th ride laps, as before.
 FAIR_SHARE_LAP = 8
 # How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
 # bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
@@ -77,6 +83,8 @@ class Claimer:
         pass_on: Callable[[str], None] | None = None,
         tasks: Mapping[str, object] | None = None,
         runs_jobs_in: Callable[[str], bool] = lambda queue: False,
+        holds_in: Callable[[str], int] = lambda queue: 0,
+        shares: Mapping[str, float] | None = None,
     ) -> None:
         governed = set(governed)
         self.queues = [QueueState(q, governed=q in governed) for q in queues]
@@ -86,6 +94,9 @@ class Claimer:
         self.saturation_poll = saturation_poll
         self.pass_on = pass_on
         self.runs_jobs_in = runs_jobs_in  # whether this slot runs a job of the queue now
+        self.holds_in = holds_in  # how many places this slot holds in the queue now
+        # A slot's share of each queue's max_active (FAIR_SHARE_LAP); a queue not named: unknown.
+        self.shares: dict[str, float] = dict(shares or {})
         # The app's task registry (read at each claim: a task module imported late still
         # counts): a job of any other task is another app's, and the claim passes it over.
         self._tasks = tasks
@@ -123,6 +134,16 @@ class Claimer:
                 state.due_at = None
                 if state.governed:
                     state.relayed = True
+
+    def set_shares(self, shares: Mapping[str, float]) -> None:
+        """A slot's share of each queue's max_active, as the supervisor last read it."""
+        self.shares = dict(shares)
+
+    def _above_share(self, state: QueueState) -> bool:
+        """Whether this slot holds more of the queue's places than its share, or no share is
+        known: only then does a fair-share lap give anything to another slot."""
+        share = self.shares.get(state.name)
+        return share is None or self.holds_in(state.name) > share
 
     def set_governed(self, names: set[str]) -> None:
         for state in self.queues:
@@ -246,7 +267,8 @@ class Claimer:
                     assert recorder is not None
                     if state.governed:
                         state.rides += 1
-                        if state.rides >= FAIR_SHARE_LAP:
+                        # (Counted on while within its share: the first ride above it laps.)
+                        if state.rides >= FAIR_SHARE_LAP and self._above_share(state):
                             state.rides = 0
                             need = 0
                             # Others first, for a moment; a hint ends it sooner.

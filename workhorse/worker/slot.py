@@ -53,7 +53,7 @@ from .claimer import SATURATION_POLL, Claimer, QueueState
 from .executor import Execution, Executor, Outcome
 from .leases import LeaseKeeper
 from .recorder import OutcomeRecorder, Recorded
-from .wakeups import GOVERNED, HINT, WakeupReceiver
+from .wakeups import GOVERNED, HINT, SHARES, WakeupReceiver, decode_shares
 
 log = logging.getLogger("workhorse.worker")
 
@@ -163,6 +163,7 @@ class Slot:
         stats: Stats | None = None,
         parent_pid: int | None = None,
         governed: set[str] | None = None,
+        shares: dict[str, float] | None = None,
     ) -> None:
         self.app = app
         self.config = config
@@ -175,6 +176,7 @@ class Slot:
             config.queues, lease=config.lease, dequeue_timeout=config.dequeue_timeout,
             saturation_poll=config.saturation_poll, governed=governed or (),
             pass_on=self._pass_on, tasks=app.tasks, runs_jobs_in=self._runs_jobs_in,
+            holds_in=self._holds_in, shares=shares,
         )
         self._running: dict[int, Execution] = {}  # claimed by this slot: running or ahead
         self._ahead: collections.deque[Execution] = collections.deque()  # claimed, not started
@@ -278,9 +280,16 @@ class Slot:
             # naming a budget found it full would otherwise wait that long for units that come
             # back with no NOTIFY (a lapsed hold's).
             self._wake.set()
+        elif kind == SHARES:
+            self.claimer.set_shares(decode_shares(names))
 
     def _runs_jobs_in(self, queue: str) -> bool:
         return any(execution.job.queue == queue for execution in self._running.values())
+
+    def _holds_in(self, queue: str) -> int:
+        """The places this slot holds in `queue`: its jobs there, running or finished with their
+        success still to ride on a claim."""
+        return sum(1 for execution in self._running.values() if execution.job.queue == queue)
 
     def _pass_on(self, queue: str) -> None:
         if self._receiver is not None:

@@ -698,6 +698,7 @@ class Supervisor:
             database=self.database_name,
         )
         governed = set(self.listener.governed)
+        shares = dict(self.listener.shares)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
@@ -721,7 +722,7 @@ class Supervisor:
                 self._become_slot(inherited)
                 code = Slot(
                     self.app, config, channel=child_end, budget=self.budget, stats=self.stats,
-                    parent_pid=self.pid, governed=governed,
+                    parent_pid=self.pid, governed=governed, shares=shares,
                 ).run()
             except BaseException:
                 traceback.print_exc()

@@ -10,7 +10,9 @@ are governed, so that a slot polls a saturated governed queue sooner than an emp
 `on_tick` lets the supervisor use the connection for its registry row.
 
 Slot side, `WakeupReceiver` reads its end of a datagram socketpair. Messages are tiny:
-`q\\0name\\0name...` (these queues may have work) and `g\\0name...` (the governed set).
+`q\\0name\\0name...` (these queues may have work), `g\\0name...` (the governed set) and
+`s\\0N:name...` (a slot's share of each queue's max_active, from the same timer query: the
+claimer gives its places back to the fleet only when it holds more than that).
 Notifications are only hints: a slot also polls every `--dequeue-timeout`, so nothing depends
 on them for correctness, and a full socket buffer simply drops a hint.
 
@@ -56,6 +58,7 @@ HINT = b"q"
 GOVERNED = b"g"
 PASS = b"p"
 BACKEND = b"b"
+SHARES = b"s"
 _SEP = b"\x00"
 # Re-read the timer at least this often, and at most this often after NOTIFYs.
 DUE_REFRESH = 1.0
@@ -71,6 +74,22 @@ def encode(kind: bytes, names: Iterable[str]) -> bytes:
 def decode(message: bytes) -> tuple[bytes, set[str]]:
     kind, *names = message.split(_SEP)
     return kind, {n.decode(errors="replace") for n in names if n}
+
+
+def encode_shares(shares: dict[str, float]) -> bytes:
+    """The SHARES message: each queue's share as `N:name` (a name may hold a colon; N may not)."""
+    return encode(SHARES, [f"{share!r}:{queue}" for queue, share in shares.items()])
+
+
+def decode_shares(entries: Iterable[str]) -> dict[str, float]:
+    """The queue -> share map of a decoded SHARES message (a malformed entry is left out)."""
+    shares = {}
+    for entry in entries:
+        share, _, queue = entry.partition(":")
+        with contextlib.suppress(ValueError):
+            if queue:
+                shares[queue] = float(share)
+    return shares
 
 
 class ChannelSet:
@@ -184,6 +203,7 @@ class Listener:
         self.channels = channels
         self.fds = fds
         self.governed = set(governed)
+        self.shares: dict[str, float] = {}
         self.tick_interval = tick_interval
         self.on_connect = on_connect
         self.on_tick = on_tick
@@ -354,19 +374,25 @@ class Listener:
         soonest = mono + DUE_REFRESH
         due_now: set[str] = set()
         governed: set[str] = set()
-        for queue, is_governed, due, db_now in rows:
-            if is_governed:
-                governed.add(queue)
-            if due is None:
+        shares: dict[str, float] = {}
+        for timer in rows:
+            if timer.governed:
+                governed.add(timer.queue)
+            if timer.share is not None:
+                shares[timer.queue] = timer.share
+            if timer.due is None:
                 continue
-            wait = (due - db_now).total_seconds()
+            wait = (timer.due - timer.now).total_seconds()
             if wait <= 0:
-                due_now.add(queue)
+                due_now.add(timer.queue)
             else:
                 soonest = min(soonest, mono + wait + 0.005)
         if governed != self.governed:
             self.governed = governed
             self.channels.broadcast(encode(GOVERNED, governed))
+        if shares != self.shares:
+            self.shares = shares
+            self.channels.broadcast(encode_shares(shares))
         if due_now:
             self.hint(due_now)
             # An expired lease stays "due" until a claim reclaims it: do not spin on it.
