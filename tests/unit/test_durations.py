@@ -80,9 +80,9 @@ def test_the_worker_refuses_a_queue_list_that_names_no_queue(queues: list[str]) 
     assert _settings(queues=None).queues == ("t",)
 
 
-@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, 32), (2, 32), (32, 512), (128, 2048),
-                                                       (1000, 10_000)])
-def test_the_default_prefetch_is_16_a_place_at_least_32_at_most_10000(
+@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, 128), (2, 128), (8, 128), (9, 144),
+                                                       (32, 512), (128, 2048), (1000, 10_000)])
+def test_the_default_prefetch_is_16_a_place_at_least_128_at_most_10000(
     concurrency: int, prefetch: int
 ) -> None:
     assert _settings(concurrency=concurrency).prefetch == prefetch

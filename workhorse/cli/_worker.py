@@ -44,7 +44,7 @@ from ._render import DataTable, limit_text
 @click.option("--prefetch", type=click.IntRange(min=0, max=10_000), default=None,
               help="Jobs of ungoverned queues a slot may claim ahead of a free place, as many "
                    "as it starts within 50 ms at the measured pace (0: none; default: 16 x "
-                   "--concurrency, at least 32). Governed queues never claim ahead.")
+                   "--concurrency, at least 128). Governed queues never claim ahead.")
 @click.option("--sync", "sync_first", is_flag=True,
               help="Push the app's policies before starting.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
