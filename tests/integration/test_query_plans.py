@@ -565,3 +565,70 @@ def test_durable_execution_plans_use_indexes(explained: Any) -> None:
     assert q.get_job(parent.id).status == JobStatus.READY  # type: ignore[union-attr]
     # A parent's cancel finds its children by index.
     _check(plans(lambda: q.cancel_jobs([parent.id])), expect=("jobs_parent_idx",))
+
+
+# ---- the unknown-task probe without statistics --------------------------------------------------
+
+UNKNOWN_READY = _sql.function_name("_unknown_ready")
+LATERAL_GAP_PROBE = """                CROSS JOIN LATERAL (
+                    SELECT 1 FROM workhorse.jobs j
+                    WHERE j.queue = p_queue AND j.status = 'ready'
+                      AND j.task > v_tasks[g.i] AND j.task < v_tasks[g.i + 1]
+                    LIMIT 1) AS probe
+                WHERE g.i < cardinality(v_tasks))"""
+SEMI_JOIN_GAP_PROBE = """                WHERE g.i < cardinality(v_tasks) AND EXISTS (
+                    SELECT 1 FROM workhorse.jobs j
+                    WHERE j.queue = p_queue AND j.status = 'ready'
+                      AND j.task > v_tasks[g.i] AND j.task < v_tasks[g.i + 1]))"""
+
+
+def _probe_rows_read(conn: psycopg.Connection[Any]) -> list[int]:
+    """The rows each scan of `jobs` returned in the probe for another app's ready jobs of a
+    queue whose 20,000 ready jobs are all of a declared task, on a table never analyzed, under
+    the claim's settings (generic plans, no sequential or bitmap scans)."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_nested_statements = on", "auto_explain.log_analyze = on",
+                    "auto_explain.log_level = 'notice'", "enable_seqscan = off",
+                    "enable_bitmapscan = off", "plan_cache_mode = force_generic_plan",
+                    "auto_explain.log_min_duration = 0"):
+        conn.execute(f"SET {setting}")
+    row = conn.execute(f"SELECT workhorse.{UNKNOWN_READY}('busy', ARRAY['a', 't', 'x', 'z'],"
+                       " false, now())").fetchone()
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    assert row == (False,)
+    probe = next(text for text in notices if "generate_subscripts" in text and "Query Text" in text)
+    return [int(n) for n in re.findall(r"on jobs \w+ .*?actual time=[\d.]+\.\.[\d.]+ rows=(\d+)",
+                                       probe)]
+
+
+def _never_analyzed_backlog(conn: psycopg.Connection[Any]) -> None:
+    q = Queue(conn)
+    for start in range(0, 20_000, 5000):
+        q.enqueue_many([("t", {"n": i}, EnqueueOptions(queue="busy"))
+                        for i in range(start, start + 5000)])
+    row = conn.execute("SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables"
+                       " WHERE relid = 'workhorse.jobs'::regclass").fetchone()
+    assert row == (None, None)
+
+
+def test_the_unknown_task_probe_reads_no_declared_tasks_backlog_without_statistics(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Each gap between the declared tasks is one index probe that stops at once, whatever the
+    statistics say: a table never analyzed (a bulk enqueue, no autovacuum yet) once made the
+    planner read the queue's whole ready range for the gaps, 193 ms at every claim."""
+    _never_analyzed_backlog(conn)
+    rows = _probe_rows_read(conn)
+    assert rows and max(rows) == 0, rows
+
+
+def test_the_probe_check_fails_on_a_semi_join_probe(conn: psycopg.Connection[Any]) -> None:
+    """The check above, on a probe written as `AND EXISTS (...)` (as it was): the scan of the
+    queue's ready range is seen."""
+    from _integration import install_broken
+
+    install_broken(conn, UNKNOWN_READY, LATERAL_GAP_PROBE, SEMI_JOIN_GAP_PROBE)
+    _never_analyzed_backlog(conn)
+    assert max(_probe_rows_read(conn)) == 20_000

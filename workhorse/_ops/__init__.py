@@ -158,7 +158,9 @@ from .schema import (
 )
 from .worker import (
     HOUSEKEEPING_LOCK,
+    analyze_jobs,
     heartbeat,
+    jobs_statistics_stale,
     list_workers,
     listen,
     listen_probe,
@@ -217,6 +219,7 @@ __all__ = [
     "WorkflowMember",
     "WorkflowResult",
     "adopt_children",
+    "analyze_jobs",
     "attempts_from",
     "audit_log",
     "backoff",
@@ -265,6 +268,7 @@ __all__ = [
     "job_owners",
     "job_progress",
     "job_steps",
+    "jobs_statistics_stale",
     "key_limits",
     "key_shares",
     "lease_seconds",

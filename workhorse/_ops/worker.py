@@ -131,6 +131,17 @@ def try_lock_housekeeping() -> Operation[bool]:
     return bool(rows and rows[0][0])
 
 
+def jobs_statistics_stale() -> Operation[bool]:
+    """Whether `jobs` needs fresh planner statistics (never analyzed, or much changed since)."""
+    rows = yield _sql.statement("jobs_statistics_stale"), ()
+    return bool(rows and rows[0][0])
+
+
+def analyze_jobs() -> Operation[None]:
+    """ANALYZE `jobs` (allowed inside a transaction, unlike VACUUM)."""
+    yield _sql.statement("analyze_jobs"), ()
+
+
 def vacuum_admission_tables() -> Operation[None]:
     """VACUUM the key hints and heads. Needs an autocommit connection: VACUUM cannot run in a
     transaction block."""
