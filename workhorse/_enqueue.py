@@ -14,6 +14,7 @@ adds the declarations and the registry.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 import threading
@@ -110,6 +111,8 @@ class _Pools:
     def __init__(self) -> None:
         self.sync: ConnectionPool | None = None
         self.async_: AsyncConnectionPool | None = None
+        # The event loop the async pool was opened in: a pool serves that loop only.
+        self.async_loop: asyncio.AbstractEventLoop | None = None
 
 
 class AppEnqueuer(Enqueuer):
@@ -269,6 +272,12 @@ class AppEnqueuer(Enqueuer):
     async def _get_async_pool(self, name: str = DEFAULT) -> AsyncConnectionPool:
         self._forget_inherited_pools()
         pools = self._pools_of(name)
+        loop = asyncio.get_running_loop()
+        if pools.async_ is not None and pools.async_loop is not loop:
+            # Opened in another event loop (an earlier `asyncio.run`): its locks and tasks
+            # belong to that loop, which may be closed. A new pool serves this one; the old
+            # one's connections go with it when it is collected.
+            pools.async_, pools.async_loop = None, None
         if pools.async_ is None:
             url = self.database_url_of(name)
             database.ensure_schema(url)
@@ -278,9 +287,13 @@ class AppEnqueuer(Enqueuer):
                 name=f"workhorse-{self.name}{suffix}-async",
                 kwargs={"application_name": database.application_name("app-async")},
             )
-            await pool.open()
+            # With its first connection made, not on its way: a pool still connecting when the
+            # caller's `asyncio.run` ends swallows the cancel of that connect, and `asyncio.run`
+            # then waits for it forever (psycopg_pool 3.3; docs/budgets.md's async hold hung
+            # one run in a dozen on a loaded machine).
+            await pool.open(wait=True)
             if pools.async_ is None:
-                pools.async_ = pool
+                pools.async_, pools.async_loop = pool, loop
             else:
                 await pool.close()
         return pools.async_
@@ -334,8 +347,10 @@ class AppEnqueuer(Enqueuer):
         self._forget_inherited_pools()
         for pools in list(self._pools.values()):
             if pools.async_ is not None:
-                pool, pools.async_ = pools.async_, None
-                await pool.close()
+                pool, loop = pools.async_, pools.async_loop
+                pools.async_, pools.async_loop = None, None
+                if loop is asyncio.get_running_loop():  # (another loop's pool is only dropped)
+                    await pool.close()
         self.close()
 
     # ---- which connection --------------------------------------------------------------------
