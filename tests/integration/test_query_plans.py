@@ -369,12 +369,15 @@ def test_a_claim_moves_key_heads_by_key_not_by_walking_the_queues_heads(explaine
 
     claim = _sql.function_name("claim")
     text = _sql.function_files()[claim]
-    upsert = """INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
-                SELECT p_queue, m.ckey, m.rank, m.id
+    upsert = """INSERT INTO workhorse.key_heads AS kh
+                    (queue, ckey, head_rank, head_id, budget, budget_for)
+                SELECT p_queue, m.ckey, m.rank, m.id,
+                       (SELECT j.budget FROM workhorse.jobs j WHERE j.id = m.id), m.id
                 FROM unnest(v_move_keys, v_move_ranks, v_move_ids) AS m(ckey, rank, id)
                 WHERE m.id IS NOT NULL
                 ON CONFLICT (queue, ckey) DO UPDATE
-                    SET head_rank = excluded.head_rank, head_id = excluded.head_id"""
+                    SET head_rank = excluded.head_rank, head_id = excluded.head_id,
+                        budget = excluded.budget, budget_for = excluded.budget_for"""
     joined = """UPDATE workhorse.key_heads kh SET head_rank = m.rank, head_id = m.id
                 FROM unnest(v_move_keys, v_move_ranks, v_move_ids) AS m(ckey, rank, id)
                 WHERE kh.queue = p_queue AND kh.ckey = m.ckey AND m.id IS NOT NULL"""

@@ -296,6 +296,7 @@ CREATE TABLE workhorse.key_heads (
     head_rank integer NOT NULL,
     head_id bigint NOT NULL,
     budget text,
+    budget_for bigint,
     CONSTRAINT key_heads_pkey PRIMARY KEY (queue, ckey)
 );
 
@@ -1812,6 +1813,7 @@ CREATE OR REPLACE FUNCTION workhorse._key_head_budget_v1()
 AS $function$
 BEGIN
     NEW.budget := (SELECT j.budget FROM workhorse.jobs j WHERE j.id = NEW.head_id);
+    NEW.budget_for := NEW.head_id;
     RETURN NEW;
 END
 $function$;
@@ -4187,13 +4189,19 @@ BEGIN
             -- Heads move by an upsert, each looked up in key_heads_pkey (it always exists: heads
             -- change only under the admission lock), and a key that ran dry loses its head, named
             -- by key: a join with the moves, estimated at one row, walks every head of the queue.
+            -- Each head carries its job's budget, looked up here (budget_for says so, and the
+            -- key_heads_budget trigger then does not run: a PL/pgSQL call a key, two for an
+            -- upsert that updates).
             WITH moved AS (
-                INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
-                SELECT p_queue, m.ckey, m.rank, m.id
+                INSERT INTO workhorse.key_heads AS kh
+                    (queue, ckey, head_rank, head_id, budget, budget_for)
+                SELECT p_queue, m.ckey, m.rank, m.id,
+                       (SELECT j.budget FROM workhorse.jobs j WHERE j.id = m.id), m.id
                 FROM unnest(v_move_keys, v_move_ranks, v_move_ids) AS m(ckey, rank, id)
                 WHERE m.id IS NOT NULL
                 ON CONFLICT (queue, ckey) DO UPDATE
-                    SET head_rank = excluded.head_rank, head_id = excluded.head_id
+                    SET head_rank = excluded.head_rank, head_id = excluded.head_id,
+                        budget = excluded.budget, budget_for = excluded.budget_for
             )
             DELETE FROM workhorse.key_heads kh
             WHERE kh.queue = p_queue
@@ -7417,4 +7425,4 @@ CREATE TRIGGER jobs_workflow_trg AFTER UPDATE OF status ON workhorse.jobs FOR EA
 
 CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release AFTER UPDATE OF status ON workhorse.jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.status = 'succeeded'::text) AND (old.status IS DISTINCT FROM 'succeeded'::text) AND ((new.workflow_id IS NOT NULL) OR new.has_dependents))) EXECUTE FUNCTION workhorse._workflow_release_v1();
 
-CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
+CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads FOR EACH ROW WHEN ((new.budget_for IS DISTINCT FROM new.head_id)) EXECUTE FUNCTION workhorse._key_head_budget_v1();

@@ -839,13 +839,19 @@ BEGIN
             -- Heads move by an upsert, each looked up in key_heads_pkey (it always exists: heads
             -- change only under the admission lock), and a key that ran dry loses its head, named
             -- by key: a join with the moves, estimated at one row, walks every head of the queue.
+            -- Each head carries its job's budget, looked up here (budget_for says so, and the
+            -- key_heads_budget trigger then does not run: a PL/pgSQL call a key, two for an
+            -- upsert that updates).
             WITH moved AS (
-                INSERT INTO workhorse.key_heads AS kh (queue, ckey, head_rank, head_id)
-                SELECT p_queue, m.ckey, m.rank, m.id
+                INSERT INTO workhorse.key_heads AS kh
+                    (queue, ckey, head_rank, head_id, budget, budget_for)
+                SELECT p_queue, m.ckey, m.rank, m.id,
+                       (SELECT j.budget FROM workhorse.jobs j WHERE j.id = m.id), m.id
                 FROM unnest(v_move_keys, v_move_ranks, v_move_ids) AS m(ckey, rank, id)
                 WHERE m.id IS NOT NULL
                 ON CONFLICT (queue, ckey) DO UPDATE
-                    SET head_rank = excluded.head_rank, head_id = excluded.head_id
+                    SET head_rank = excluded.head_rank, head_id = excluded.head_id,
+                        budget = excluded.budget, budget_for = excluded.budget_for
             )
             DELETE FROM workhorse.key_heads kh
             WHERE kh.queue = p_queue

@@ -412,7 +412,7 @@ ALTER TABLE workhorse.workflows ADD COLUMN on_error_budget text
 -- heads of a full budget as one range (docs/design.md: a key whose head names a full budget is passed
 -- over like a saturated key, its cost never growing with them). Every head of a database that
 -- predates this migration heads a job without a budget: nothing to fill.
-ALTER TABLE workhorse.key_heads ADD COLUMN budget text;
+ALTER TABLE workhorse.key_heads ADD COLUMN budget text, ADD COLUMN budget_for bigint;
 CREATE INDEX key_heads_budget_idx ON workhorse.key_heads (queue, budget, head_rank, head_id);
 
 -- ---- result waiters -------------------------------------------------------------------------
@@ -801,5 +801,9 @@ CREATE CONSTRAINT TRIGGER jobs_workflow_trg_release
           AND (NEW.workflow_id IS NOT NULL OR NEW.has_dependents))
     EXECUTE FUNCTION workhorse._workflow_release_v1();
 
+-- (Only where the writer did not say the head's budget itself: claim_v2's head moves do, and a
+-- PL/pgSQL trigger call a moved key, twice for an upsert that updates, was a fifth of a keyed
+-- claim's moves; writers of 0.2.0 and the refreshes leave budget_for behind, so it fires.)
 CREATE TRIGGER key_heads_budget BEFORE INSERT OR UPDATE OF head_id ON workhorse.key_heads
-    FOR EACH ROW EXECUTE FUNCTION workhorse._key_head_budget_v1();
+    FOR EACH ROW WHEN (NEW.budget_for IS DISTINCT FROM NEW.head_id)
+    EXECUTE FUNCTION workhorse._key_head_budget_v1();
