@@ -10,7 +10,9 @@ max_active) it laps as before.
 1. The share, from the database: max_active in force (an override's) over the live slots serving
    the queue, unrounded; none for an ungoverned queue, a per-key limit alone, or a queue whose
    jobs name a budget; a supervisor not seen for 30 s is not counted.
-2. The claimer: within its share it never laps; above it, the next ride laps.
+2. The claimer: within its share it never laps; above it, the next ride laps: whole when its
+   share is below one place (or unknown), else it gives back only what it holds beyond its
+   share and refills the rest of its successes' places in the same claim.
 3. A real fleet: 3 supervisors of one slot and 4 places each on a queue with max_active=2 (a
    share of 2/3). Every supervisor runs a part of the jobs. The checker fails on the same fleet
    whose claimers never lap (one supervisor, at least, then never gets a place).
@@ -134,6 +136,45 @@ def test_a_slot_within_its_share_never_laps_and_above_it_laps_at_the_next_ride(
                 rides += 1
 
     anyio.run(body)
+
+
+def test_a_slot_above_a_share_of_places_gives_back_only_its_excess(
+    database_url: str, queue: Queue
+) -> None:
+    """A slot holding 5 places with a share of 3.0 whose 5 successes ride on its lap refills 3
+    of their places and gives back 2, without the lap's yield: a whole lap gave back all 5 and
+    idled them (issue #40). With a share of 0.5 (a budget smaller than the fleet) the lap is
+    whole, as before."""
+    queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=100)])
+    queue.enqueue_many([("t", {"args": [i], "kwargs": {}}, EnqueueOptions(queue="g"))
+                        for i in range(30)])
+    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
+                               ride=["g"])
+    held = {"g": 5}
+    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
+                      holds_in=held.__getitem__, shares={"g": 3.0})
+    laps: list[tuple[int, bool]] = []  # (jobs the lap took, whether the queue then yields)
+
+    async def body() -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
+            (g,) = claimer.queues
+
+            def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
+                for job in claimed:  # each ends at once; its success rides on the next claim
+                    recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
+
+            for share in (3.0, 0.5):
+                claimer.set_shares({"g": share})
+                g.due_at = g.dry_since = None
+                assert await claimer.claim(aconn, [g], 5, start, recorder=recorder) == 5
+                g.rides = FAIR_SHARE_LAP - 1  # the next ride is a lap
+                taken = await claimer.claim(aconn, [g], 5, start, recorder=recorder,
+                                            governed_limit=5)
+                laps.append((taken, g.due_at is not None))
+                recorder.release_riding()
+
+    anyio.run(body)
+    assert laps == [(3, False), (0, True)]
 
 
 # ---- the fleet ----------------------------------------------------------------------------------

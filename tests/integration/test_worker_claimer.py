@@ -541,14 +541,13 @@ def test_a_governed_chunk_caps_each_governed_claim_and_keeps_the_queue_eligible(
     assert started == [("g", governed[:5]), ("f", free), ("g", governed[5:10])]
 
 
-def test_a_chunk_that_cuts_a_replacement_short_leaves_the_queue_eligible(
+def test_a_chunk_never_cuts_the_replacement_of_the_claims_own_successes(
     database_url: str, queue: Queue
 ) -> None:
-    """A full queue's claim that carries its own successes only replaces them; when the chunk
-    cuts that replacement short, the places freed and not yet taken are still this slot's to
-    refill, so the queue stays eligible (no ride or hint needed). Without that they sat idle
-    until the saturation poll (issue #40: one supervisor with a whole budget of successes
-    riding at once)."""
+    """A full queue's claim that carries its own successes replaces all of them, whatever the
+    chunk: the chunk streams the fill of free places, and a replacement it cut short left the
+    rest of the places those successes freed idle for another round trip (issue #40: 29
+    successes riding, 17 replaced). The chunk still caps a claim beyond them."""
     queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=4)])
     ids = _fill(queue, "g", 12)
     recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
@@ -565,19 +564,18 @@ def test_a_chunk_that_cuts_a_replacement_short_leaves_the_queue_eligible(
             first.extend(claimed)
             started.append((state.name, [job.id for job in claimed]))
 
-        assert await claimer.claim(aconn, [g], 8, start) == 4
+        assert await claimer.claim(aconn, [g], 8, start, governed_chunk=3) == 3
+        assert await claimer.claim(aconn, [g], 8, start, governed_chunk=3) == 1
         assert g.full and claimer.eligible(time.monotonic()) == []  # dry: full
         for job in first:  # all four end at once; their successes ride
             recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
         (state,) = claimer.eligible(time.monotonic(), recorder.riding())
         assert state.replace_only
         assert await claimer.claim(aconn, [g], 8, _starter(started), recorder=recorder,
-                                   governed_chunk=3) == 3
-        assert claimer.eligible(time.monotonic()) == [g]  # one freed place left to refill
-        assert await claimer.claim(aconn, [g], 8, _starter(started), governed_chunk=3) == 1
+                                   governed_chunk=3) == 4
 
     _run(database_url, body)
-    assert started == [("g", ids[:4]), ("g", ids[4:7]), ("g", ids[7:8])]
+    assert started == [("g", ids[:3]), ("g", ids[3:4]), ("g", ids[4:8])]
 
 
 @pytest.mark.parametrize("case", ["full, running jobs", "full, running none", "room"])

@@ -17,6 +17,7 @@ came back full, that is when there may be room left for another slot.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +39,13 @@ SATURATION_POLL = 1.0
 # (the supervisor reads it from the registry, see next_due.sql). A slot within its share has
 # nothing to give that another slot lacks, and its lap only idled its places for a moment: at 8
 # supervisors on a 64 budget, laps were a tenth of the claims and cost 6-11% of the throughput
-# (issue #40). Where no share is known (no queue-wide max_active: a per-key limit or a named
-# budget alone), every FAIR_SHARE_LAP-th ride laps, as before.
+# (issue #40). And a slot above its share of one place or more gives back only what it holds
+# beyond it, refilling the rest of its successes' places in the same claim: a whole lap gave
+# back every place its successes freed (8 to 29 of one supervisor's two slots on a 64 budget,
+# each holding about 33 of its 32), which idled for the yield, since the other slot, full and
+# running jobs, left the wake-up to its own next claim (hinted). Where no share is known (no
+# queue-wide max_active: a per-key limit or a named budget alone), or it is below one place,
+# every FAIR_SHARE_LAP-th ride laps whole, as before.
 FAIR_SHARE_LAP = 8
 # How long such a lap leaves the queue to the others: a hint (their NOTIFY) ends it sooner. A
 # bound, not a wait for a hint: without LISTEN (PgBouncer in transaction mode) no hint comes but
@@ -145,6 +151,14 @@ class Claimer:
         share = self.shares.get(state.name)
         return share is None or self.holds_in(state.name) > share
 
+    def _room_in_share(self, state: QueueState, riding: int) -> int:
+        """How many of the places that `riding` successes free this slot may take again and
+        still hold no more than its share, in whole places (0: none, or no share known)."""
+        share = self.shares.get(state.name)
+        if share is None:
+            return 0
+        return max(0, math.floor(share) - (self.holds_in(state.name) - riding))
+
     def set_governed(self, names: set[str]) -> None:
         for state in self.queues:
             state.governed = state.name in names
@@ -244,17 +258,21 @@ class Claimer:
         nothing more is wanted; on an error they go back to the recorder's flush.
         `governed_limit` caps what governed queues get (the rest of `want` is claimed ahead,
         which only ungoverned queues may be: a job claimed ahead holds budget while it waits).
-        `governed_chunk` caps one governed queue's claim: a claim that takes it all is not short,
-        so the slot claims again for the places still free."""
+        `governed_chunk` caps one governed queue's claim beyond the places its own successes
+        free: a claim that takes it all is not short, so the slot claims again for the places
+        still free."""
         total = 0
         try:
             for state in eligible:
                 need = want - total
                 if state.governed and governed_limit is not None:
                     need = min(need, governed_limit - total)
-                if state.governed and governed_chunk is not None:
-                    need = min(need, governed_chunk)
                 successes = recorder.take_riding(state.name) if recorder is not None else []
+                if state.governed and governed_chunk is not None:
+                    # A chunk streams the fill of free places; the places this claim's own
+                    # successes free are refilled whole (a chunk cut short left the rest idle
+                    # for another round trip: 29 successes, 17 replaced).
+                    need = min(need, max(governed_chunk, len(successes)))
                 if not successes and (need <= 0 or stop() or state.replace_only):
                     continue
                 if stop():
@@ -270,10 +288,15 @@ class Claimer:
                         # (Counted on while within its share: the first ride above it laps.)
                         if state.rides >= FAIR_SHARE_LAP and self._above_share(state):
                             state.rides = 0
-                            need = 0
-                            # Others first, for a moment; a hint ends it sooner.
-                            state.dry_since = time.monotonic()
-                            state.due_at = state.dry_since + FAIR_SHARE_YIELD
+                            keep = self._room_in_share(state, len(successes))
+                            if keep > 0:
+                                # Back to its share: only what it held beyond it goes round.
+                                need = min(need, keep)
+                            else:
+                                need = 0
+                                # Others first, for a moment; a hint ends it sooner.
+                                state.dry_since = time.monotonic()
+                                state.due_at = state.dry_since + FAIR_SHARE_YIELD
                         elif state.replace_only:
                             need = min(need, len(successes))
                     try:
@@ -304,11 +327,6 @@ class Claimer:
                     self.governed_claim_seconds = (
                         took if not self.governed_claim_seconds
                         else 0.8 * self.governed_claim_seconds + 0.2 * took)
-                if (state.replace_only and governed_chunk is not None
-                        and len(claimed) == need == governed_chunk < len(successes)):
-                    # The chunk cut short the replacement of our own successes: the places
-                    # they freed and this claim did not take are still ours to refill.
-                    state.dry_since = None
                 if next_start is not None:
                     # A rate limit cut the claim short: sleep until its next allowed start.
                     state.dry_since = time.monotonic()
