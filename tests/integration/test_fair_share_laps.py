@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,26 +87,35 @@ def test_the_share_is_max_active_over_the_live_slots_serving_the_queue(
     assert _shares(conn, ["q"]) == {"q": 8.0}
 
 
+def _riding(held: dict[str, int], share: float) -> tuple[
+        OutcomeRecorder, Claimer, Callable[[QueueState, list[ClaimedJob]], None]]:
+    """A recorder whose successes of "g" ride on claims, a claimer that holds `held["g"]` places
+    there with a share of `share`, and a `start` under which every job claimed ends at once."""
+    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
+                               ride=["g"])
+    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
+                      holds_in=held.__getitem__, shares={"g": share})
+
+    def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
+        for job in claimed:  # each ends at once; its success rides on the next claim
+            recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
+
+    return recorder, claimer, start
+
+
 def test_a_slot_within_its_share_never_laps_and_above_it_laps_at_the_next_ride(
     database_url: str, queue: Queue
 ) -> None:
     queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=100)])
     queue.enqueue_many([("t", {"args": [i], "kwargs": {}}, EnqueueOptions(queue="g"))
                         for i in range(4 * FAIR_SHARE_LAP)])
-    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
-                               ride=["g"])
     held = {"g": 1}
-    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
-                      holds_in=held.__getitem__, shares={"g": 1.0})
+    recorder, claimer, start = _riding(held, 1.0)
     taken: list[int] = []
 
     async def body() -> None:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
             (g,) = claimer.queues
-
-            def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
-                for job in claimed:  # each ends at once; its success rides on the next claim
-                    recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
 
             async def ride() -> None:
                 assert claimer.eligible(time.monotonic(), recorder.riding()) == [g]
@@ -148,20 +157,12 @@ def test_a_slot_above_a_share_of_places_gives_back_only_its_excess(
     queue.sync_concurrency_policies("ns", [ConcurrencyPolicyDefinition("g", max_active=100)])
     queue.enqueue_many([("t", {"args": [i], "kwargs": {}}, EnqueueOptions(queue="g"))
                         for i in range(30)])
-    recorder = OutcomeRecorder(lambda: None, lambda recorded, reused: None,  # type: ignore[arg-type, return-value]
-                               ride=["g"])
-    held = {"g": 5}
-    claimer = Claimer(["g"], lease=30.0, dequeue_timeout=60.0, governed=["g"],
-                      holds_in=held.__getitem__, shares={"g": 3.0})
+    recorder, claimer, start = _riding({"g": 5}, 3.0)
     laps: list[tuple[int, bool]] = []  # (jobs the lap took, whether the queue then yields)
 
     async def body() -> None:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as aconn:
             (g,) = claimer.queues
-
-            def start(state: QueueState, claimed: list[ClaimedJob]) -> None:
-                for job in claimed:  # each ends at once; its success rides on the next claim
-                    recorder.add(Outcome(Execution(job, None, 30.0), result="null"))
 
             for share in (3.0, 0.5):
                 claimer.set_shares({"g": share})
