@@ -18,6 +18,20 @@ QUEUE = "shared[/]q"
 NAMESPACE = "ns[/]evil\x1b[31m"
 
 
+def _stop_once_registered(worker: subprocess.Popen[str], queue: Queue, app: str) -> None:
+    """SIGTERM the worker once its supervisor has registered (it printed the banner and
+    handles the signal by then): a fixed wait sent it while a loaded machine was still
+    importing, and the default action killed it (-15)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and worker.poll() is None:
+        if queue.conn.execute("SELECT 1 FROM workhorse.workers WHERE app = %s",
+                              (app,)).fetchone():
+            break
+        time.sleep(0.2)
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+
+
 def test_banner_prints_markup_names_literally(
     database_url: str, queue: Queue, tmp_path: Path
 ) -> None:
@@ -37,11 +51,7 @@ def test_banner_prints_markup_names_literally(
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 5  # the banner comes first, within a few seconds
-        while time.monotonic() < deadline and worker.poll() is None:
-            time.sleep(0.2)
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
+        _stop_once_registered(worker, queue, "mine[bold]")
         out, err = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
@@ -86,11 +96,7 @@ def test_banner_names_the_budget_of_a_queue_it_alone_governs(
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and worker.poll() is None:
-            time.sleep(0.2)
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
+        _stop_once_registered(worker, queue, "budgeted")
         out, err = worker.communicate(timeout=30)
     finally:
         if worker.poll() is None:
