@@ -16,7 +16,8 @@ A key's peak is the most of its intervals that overlap at one instant.
    25 really ran 3 at once (so the limit is what held them, not a fleet too small to reach it).
 2. 200 keys: 20 premium keys of their own limit 10 (40 jobs each), 180 free keys at the default 1,
    policy per-key 3. Every key's peak equals its limit (the database's record), never more (both
-   records); every premium key really ran at least 5 at once, and at least 5 of them 10. While
+   records); every premium key really ran at least 4 at once (more than the policy's 3), and
+   at least 2 of them 10. While
    the fleet runs, once the free key f000 (150 jobs, the oldest) has run 10 jobs, the test
    raises it to 4 with `Queue.set_key_limits(None, queue, {"f000": KeyLimit(max_active=4)},
    prune=False)`: it never ran 2 at once before the call, and had 4 active at once after the
@@ -246,8 +247,9 @@ TIERS_PREMIUM_JOBS = 40
 TIERS_FREE_JOBS = 3
 PROMOTED_JOBS = 150
 PROMOTE_AFTER = 10  # the promoted key's jobs run (one at a time) before the change
-TIERS_REAL_MIN = 5  # each premium key really ran at least this many at once
-TIERS_AT_LIMIT_REAL = 5  # of the 20 premium keys: how many must really run 10 at once
+# Each premium key really ran more at once than the policy's per-key 3 (what "rows ignored" gives).
+TIERS_REAL_MIN = kl.TIERS_POLICY_PER_KEY + 1
+TIERS_AT_LIMIT_REAL = 2  # of the 20 premium keys: how many must really run 10 at once
 PROMOTED_SOON = 20  # its starts after the change by which it must have PROMOTED_LIMIT active
 SOON = timedelta(microseconds=1)
 
@@ -283,8 +285,9 @@ def check_tiers(conn: psycopg.Connection[Any], change: Change) -> str:
              if peak(recorded.db[key]) != limits[key]}
     assert below == {}, f"premium keys below their limit: {shown(below)}"
     # And really ran: every premium key more at once than the policy's per-key limit would
-    # let it, several exactly their 10 (a key's 10 come from one claim or two, its jobs start
-    # a few ms apart, and some last only 10 ms: 7-10 on an idle machine and a busy one alike).
+    # let it, some exactly their 10 (a key's 10 come from one claim or two, its jobs start
+    # a few ms apart, and some last only 10 ms: 7-10 on an idle machine, 5-10 on a slow busy
+    # one, where only 4 of the 20 reached 10; the database's record above is the exact check).
     real = {key: peak(recorded.real[key]) for key in kl.TIERS_PREMIUM}
     at_limit = sum(n == kl.TIERS_PREMIUM_LIMIT for n in real.values())
     assert min(real.values()) >= TIERS_REAL_MIN and at_limit >= TIERS_AT_LIMIT_REAL, (
