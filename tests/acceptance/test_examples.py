@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Each starts a fleet: CI's first pass only (marker `slow`), like the framework examples.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 CASES = {

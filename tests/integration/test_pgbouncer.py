@@ -39,6 +39,10 @@ from workhorse import (
 from workhorse.cli import main
 from workhorse.worker import _registry, wakeups
 
+# Debian's PgBouncer in front of the test server: a heavy suite, so CI runs it in its first pass
+# only (marker `slow`); what it checks is PgBouncer's transaction mode, not the server's version.
+pytestmark = pytest.mark.slow
+
 SQL_DIR = Path(__file__).resolve().parents[2] / "workhorse" / "sql"
 PACKAGE = SQL_DIR.parent
 ROUNDS = 7  # > psycopg's prepare_threshold (5)
