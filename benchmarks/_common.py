@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -117,6 +118,17 @@ def scratch_database(server_url: str, name: str, keep: bool = False) -> Iterator
         else:
             with psycopg.connect(server_url, autocommit=True) as admin:
                 admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+def stop_worker(process: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM a `workhorse worker` the benchmark started, and kill it if it has not drained
+    and exited within `grace` seconds."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def try_checkpoint(conn: psycopg.Connection[Any]) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -84,12 +83,7 @@ def run_case(url: str, case: str, jobs: int, seconds: float) -> list[str]:
                 done = now
             was_analyzed = analyzed(conn)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            c.stop_worker(worker)
     # The first sample includes the worker's start, the last (when the drain ended) its end.
     steady = (rates[1:-1] if len(rates) > 2 else rates) if done >= jobs else rates[1:] or rates
     return [case, c.count(jobs), " ".join(c.rate(r) for r in rates),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -83,12 +82,7 @@ def run(url: str, variant: str, jobs: int) -> list[str]:
                 start = wait_for(conn, first, worker)
                 end = wait_for(conn, last, worker)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            c.stop_worker(worker)
     window = sampler.window(start, end)
     done = last - first
     return [variant, c.rate(done / (end - start)),
