@@ -90,11 +90,11 @@ class Scenario:
             faults_app.app.enqueue_many(calls)
 
     def worker(self, *args: str, url: str | None = None, prefix: tuple[str, ...] = (),
-               new_session: bool = False) -> Worker:
+               new_session: bool = False, env: dict[str, str] | None = None) -> Worker:
         worker = Worker(url or self.url, "faults_app:app", self.tmp_path /
                         f"worker{len(self.workers)}.log", *(args or WORKER_OPTIONS),
-                        env={"FAULTS_JOURNAL": str(self.journal)}, cwd=HERE, prefix=prefix,
-                        new_session=new_session)
+                        env={"FAULTS_JOURNAL": str(self.journal), **(env or {})}, cwd=HERE,
+                        prefix=prefix, new_session=new_session)
         self.workers.append(worker)
         return worker
 

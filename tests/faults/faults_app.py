@@ -13,10 +13,25 @@ import asyncio
 import os
 import time
 import uuid
+from typing import Any
 
 import workhorse
 
 app = workhorse.App("faults")
+
+if os.environ.get("FAULTS_NO_COMMIT_BARRIER"):
+    # The broken variant of test_faults_commit.py: claims still commit asynchronously, and the
+    # worker starts their jobs without waiting for the commit barrier's flush.
+    from psycopg import sql
+
+    from workhorse import _sql
+
+    _statement = _sql.statement
+
+    def _without_barrier(name: str, folder: str = "statements") -> Any:
+        return sql.SQL("SELECT 1") if name == "commit_barrier" else _statement(name, folder)
+
+    _sql.statement = _without_barrier  # type: ignore[assignment]
 
 LIMIT = 5
 PER_KEY = 2

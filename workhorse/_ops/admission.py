@@ -62,22 +62,33 @@ def claim_as(
     tasks: Collection[str] | None = None,
     *,
     expect_full: bool = False,
+    own_transaction: bool = False,
 ) -> Operation[ClaimReply]:
     """Record `successes` (of jobs of `queue`, encoded as for `complete_encoded`) and claim up
     to `limit` jobs from `queue` in one statement, so that the capacity they free is reused at
     once. With `tasks` (the names the worker's app declares), a job of any other task is passed
     over, never claimed: another app's worker may serve the same queue. With `expect_full` (the
     caller's last claim of the queue said `full`), a claim with no successes first looks,
-    without the queue's admission lock, whether the queue is still full, and returns if so."""
+    without the queue's admission lock, whether the queue is still full, and returns if so.
+
+    With `own_transaction` (the caller's connection is in autocommit, so the claim is a
+    transaction of its own), the claim commits without waiting for its WAL flush, which would
+    otherwise hold the queue's admission lock (claim_v2's "The commit after the lock"), and a
+    commit barrier follows it: what this returns is on disk, so a job it names may start and
+    a success it accepted is recorded."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
     if successes:
         rows = yield _sql.statement("complete_and_claim"), (
-            queue, limit, lease, *_success_columns(successes), known)
+            queue, limit, lease, *_success_columns(successes), known, own_transaction)
     else:
-        rows = yield _sql.statement("claim"), (queue, limit, lease, known, expect_full)
+        rows = yield _sql.statement("claim"), (
+            queue, limit, lease, known, expect_full, own_transaction)
     reply = _claimed(rows)
+    if own_transaction and (successes or reply.jobs):
+        # (A claim that took nothing and recorded nothing leaves nothing to act on.)
+        yield _sql.statement("commit_barrier"), ()
     # The claim names only the successes that did not end `succeeded`.
     accepted = {(job_id, fence): JobStatus.SUCCEEDED for job_id, fence, _, _ in successes}
     for key, status in reply.exceptions.items():

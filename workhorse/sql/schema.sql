@@ -4,6 +4,8 @@
 
 CREATE SCHEMA workhorse;
 
+CREATE SEQUENCE workhorse.commit_barrier_seq AS integer START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 2147483647 CACHE 1;
+
 CREATE SEQUENCE workhorse.fence_seq AS bigint START 1 INCREMENT 1 MINVALUE 1 MAXVALUE 9223372036854775807 CACHE 1;
 
 CREATE TABLE workhorse.audit_log (
@@ -3438,7 +3440,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_tasks text[] DEFAULT NULL::text[], p_expect_full boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION workhorse.claim_v2(p_queue text, p_limit integer, p_lease double precision, p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[], p_retentions text[], p_tasks text[] DEFAULT NULL::text[], p_expect_full boolean DEFAULT false, p_async_commit boolean DEFAULT false)
  RETURNS TABLE(id bigint, task text, queue text, ckey text, priority smallint, payload jsonb, attempts integer, max_attempts integer, fence bigint, lease_until timestamp with time zone, enqueued_at timestamp with time zone, run_at timestamp with time zone, meta jsonb, started_at timestamp with time zone, rank integer, next_start_in double precision, status text, scheduled_for timestamp with time zone)
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off'
@@ -3516,6 +3518,10 @@ DECLARE
     v_key_limited boolean := false;
     v_key_default_period double precision;
 BEGIN
+    IF p_async_commit THEN
+        -- For this transaction only (a SET clause would end with the function).
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them

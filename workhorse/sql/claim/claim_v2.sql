@@ -10,6 +10,10 @@
 -- task); `p_expect_full`, whether the caller's last claim found the queue full (only then does
 -- a claim with no successes first look, unlocked, whether it still is: that look counts the
 -- active jobs once more, which a claim that will find room should not pay).
+-- `p_async_commit`: this call's transaction commits without waiting for its WAL flush
+-- (synchronous_commit off for the transaction only; see "The commit after the lock" below), and
+-- the caller waits for the flush itself with a commit barrier (statements/commit_barrier.sql)
+-- before it acts on the reply. Only for a caller whose call is its own transaction.
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -71,6 +75,18 @@
 -- passed jit_above_cost on a keyed queue of 25,000 keys, and each claim compiled for ~80 ms to
 -- read 50 buffers (benchmarks/HISTORY.md, "Per-key limits as data").
 --
+-- The commit after the lock. The admission lock is a transaction lock, so it is held until the
+-- commit has ended, and a synchronous commit ends only when its WAL is on disk: with 8
+-- supervisors on a 256 budget the holder spent about half of the lock's time waiting for that
+-- flush (issue #40, docs/architecture.md "The flush under the lock"), while the next claim
+-- needs only to see this one's rows, which an asynchronous commit makes visible as soon. So the
+-- worker's claims commit asynchronously (`p_async_commit`) and the worker then sends a commit
+-- barrier, a statement that commits synchronously after writing WAL: its flush covers this
+-- commit (WAL is flushed in order). Only then does it start a claimed job or count a success
+-- as recorded. A server crash before the flush loses this claim and every claim that saw it
+-- (theirs come later in the WAL), and none of their jobs has started: invariants 1, 4 and 7
+-- hold across it as they do with synchronous commits.
+--
 -- This folder (sql/claim/) holds this claim and every function it calls, directly or not, and
 -- nothing it calls lives elsewhere (tests/unit/test_sql_lifecycle.py checks it): the admission
 -- lock (_admission_lock_id_v1), the successes it records first (_record_successes_v2, _expiry_v1,
@@ -84,7 +100,8 @@
 CREATE FUNCTION workhorse.claim_v2(
     p_queue text, p_limit integer, p_lease double precision,
     p_ids bigint[], p_fences bigint[], p_results text[], p_retention_ix integer[],
-    p_retentions text[], p_tasks text[] DEFAULT NULL, p_expect_full boolean DEFAULT false)
+    p_retentions text[], p_tasks text[] DEFAULT NULL, p_expect_full boolean DEFAULT false,
+    p_async_commit boolean DEFAULT false)
 RETURNS TABLE (
     id bigint, task text, queue text, ckey text, priority smallint, payload jsonb,
     attempts integer, max_attempts integer, fence bigint, lease_until timestamptz,
@@ -166,6 +183,10 @@ DECLARE
     v_key_limited boolean := false;
     v_key_default_period double precision;
 BEGIN
+    IF p_async_commit THEN
+        -- For this transaction only (a SET clause would end with the function).
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them

@@ -708,6 +708,11 @@ CREATE TABLE workhorse.key_limits (
 \ir ../outcomes/snooze_v2.sql
 \ir ../outcomes/listen_results_v2.sql
 
+-- The worker's commit barrier (statements/commit_barrier.sql): a setval always writes WAL, so
+-- its synchronous commit flushes every claim committed asynchronously before it (claim_v2's
+-- `p_async_commit`). Its value means nothing.
+CREATE SEQUENCE workhorse.commit_barrier_seq AS integer;
+
 -- The claim of level 2 and every helper it calls (sql/claim/claim_v2.sql says what it does).
 \ir ../claim/_keyed_v2.sql
 \ir ../claim/_hint_keys_v2.sql
