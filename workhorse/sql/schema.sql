@@ -1679,6 +1679,12 @@ BEGIN
     IF NOT v_listened THEN
         RETURN;
     END IF;
+    -- A waiter acts on what it is told, so a commit that a claim made asynchronous (claim_v2's
+    -- "The commit after the lock") waits for its flush again: no waiter reads a result that a
+    -- server crash could take back.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        SET LOCAL synchronous_commit TO DEFAULT;
+    END IF;
     PERFORM pg_notify(workhorse.results_channel_v1(), c.ids)
     FROM (SELECT string_agg(t.id::text, ',') AS ids
           FROM unnest(p_ids) WITH ORDINALITY AS t(id, n)
