@@ -62,6 +62,10 @@ What each figure means.
   flush included), which is why it may exceed "ms/claim in the function" minus the wait (also
   printed by --breakdown): the function's time ends before the commit. Another statement
   holding the same lock (a policy change) would count too; none runs during a drain.
+  --breakdown also says what part of the hold its holders spent waiting for the WAL (their
+  pg_stat_activity.wait_event WALSync, WALWrite or WALInsert): a synchronous commit's flush
+  under the lock, which the worker's asynchronous governed claims leave outside it (their
+  commit barrier flushes after the lock is released).
 - PostgreSQL CPU/job, workhorse CPU/job, cores busy: a thread reads /proc/<pid>/stat (utime +
   stime, in clock ticks) every 50 ms of (a) the postmaster and each of its children and (b) each
   supervisor and its descendants (its forked slot), from the queue's resume to the drain's end,
@@ -180,6 +184,9 @@ class Result:
     handler_peak: int
     load: str
     holders_mean: float = math.nan
+    # Of the holders, those waiting for the WAL (their commit's flush, or a WAL write): the part
+    # of the hold a synchronous commit would spend under the lock (issue #40, eleventh reading).
+    flushing_mean: float = math.nan
     cpu: c.CpuWindow | None = None
     worker_claims: tuple[int, int, int] | None = None  # claims, admitting, jobs (workers' count)
     # Of the claims that admitted nothing: only recorded successes, carried successes, bare.
@@ -213,7 +220,7 @@ class LockSampler:
         self.url = url
         self.lock_key = lock_key
         self.interval = interval
-        self.samples: list[tuple[float, int, int]] = []
+        self.samples: list[tuple[float, int, int, int]] = []
         self.pid = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -241,7 +248,13 @@ class LockSampler:
             "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
             "  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "  AND (%(any)s OR (objsubid = 1 AND classid = %(high)s::bigint::oid "
-            "                   AND objid = %(low)s::bigint::oid)))"
+            "                   AND objid = %(low)s::bigint::oid))), "
+            "(SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "  WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
+            "  (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "  AND (%(any)s OR (l.objsubid = 1 AND l.classid = %(high)s::bigint::oid "
+            "                   AND l.objid = %(low)s::bigint::oid)) "
+            "  AND a.wait_event IN ('WALSync', 'WALWrite', 'WALInsert'))"
         )
         params = {"any": key is None, "high": ((key or 0) >> 32) & 0xFFFFFFFF,
                   "low": (key or 0) & 0xFFFFFFFF}
@@ -251,12 +264,12 @@ class LockSampler:
                 conn.execute("SELECT pg_stat_clear_snapshot()")
                 row = conn.execute(query, params).fetchone()
                 assert row is not None
-                self.samples.append((float(row[0]), int(row[1]), int(row[2])))
+                self.samples.append((float(row[0]), int(row[1]), int(row[2]), int(row[3])))
                 self._stop.wait(self.interval)
 
-    def within(self, start: float, end: float) -> list[tuple[int, int]]:
-        """(waiters, holders) of the samples taken inside [start, end]."""
-        return [(n, h) for t, n, h in self.samples if start <= t <= end]
+    def within(self, start: float, end: float) -> list[tuple[int, int, int]]:
+        """(waiters, holders, holders waiting for the WAL) of the samples inside [start, end]."""
+        return [(n, h, f) for t, n, h, f in self.samples if start <= t <= end]
 
 
 def claim_functions(conn: psycopg.Connection[Any]) -> list[str]:
@@ -430,10 +443,11 @@ def measure(
         case=case, run=run, rate=rate, span=span,
         succeeded=succeeded, max_attempts=attempts, claims=claims,
         claim_ms=(ms1 - ms0) / claims if claims else math.nan,
-        waiters_mean=sum(n for n, _ in inside) / len(inside) if inside else math.nan,
-        waiters_max=max((n for n, _ in inside), default=0), samples=len(inside),
+        waiters_mean=sum(n for n, _, _ in inside) / len(inside) if inside else math.nan,
+        waiters_max=max((n for n, _, _ in inside), default=0), samples=len(inside),
         handler_peak=peak.total, load=load,
-        holders_mean=sum(h for _, h in inside) / len(inside) if inside else math.nan,
+        holders_mean=sum(h for _, h, _ in inside) / len(inside) if inside else math.nan,
+        flushing_mean=sum(f for _, _, f in inside) / len(inside) if inside else math.nan,
         cpu=cpu_window, worker_claims=worker_claims, empty_kinds=empty_kinds,
         top_functions=top_functions, top_statements=top_statements, frames=frames,
         window_jobs=window[1] if window is not None else None,
@@ -634,7 +648,9 @@ def breakdown(r: Result) -> list[str]:
     lines.append(
         f"admission lock per claim: wait {r.wait_per_claim_ms:.2f} ms, hold "
         f"{r.hold_per_claim_ms:.2f} ms (sampled holders; ms in the function - wait = "
-        f"{r.claim_ms - r.wait_per_claim_ms:.2f} ms); {r.samples} samples")
+        f"{r.claim_ms - r.wait_per_claim_ms:.2f} ms), of it waiting for the WAL "
+        f"{r.flushing_mean / r.holders_mean if r.holders_mean else math.nan:.0%}; "
+        f"{r.samples} samples")
     if r.top_functions:
         lines.append("top functions by self time (calls, total ms, self ms):")
         lines.extend(f"  {name}: {calls:,}, {total:,.0f}, {own:,.0f}"

@@ -72,10 +72,10 @@ def claim_as(
     without the queue's admission lock, whether the queue is still full, and returns if so.
 
     With `own_transaction` (the caller's connection is in autocommit, so the claim is a
-    transaction of its own), the claim commits without waiting for its WAL flush, which would
-    otherwise hold the queue's admission lock (claim_v2's "The commit after the lock"), and a
-    commit barrier follows it: what this returns is on disk, so a job it names may start and
-    a success it accepted is recorded."""
+    transaction of its own), a claim that had to wait for the queue's admission lock commits
+    without waiting for its WAL flush, which would otherwise hold the lock (claim_v2's "The
+    commit after the lock"), and a commit barrier follows it: either way what this returns is
+    on disk, so a job it names may start and a success it accepted is recorded."""
     _check_claim(queue, limit)
     lease = lease_seconds(lease)
     known = None if tasks is None else sorted(set(tasks))
@@ -86,7 +86,7 @@ def claim_as(
         rows = yield _sql.statement("claim"), (
             queue, limit, lease, known, expect_full, own_transaction)
     reply = _claimed(rows)
-    if own_transaction and (successes or reply.jobs):
+    if reply.unflushed and (successes or reply.jobs):
         # (A claim that took nothing and recorded nothing leaves nothing to act on.)
         yield _sql.statement("commit_barrier"), ()
     # The claim names only the successes that did not end `succeeded`.
@@ -136,13 +136,14 @@ class _ClaimRows:
     next_start: float | None
     exceptions: dict[tuple[int, int], JobStatus | None]
     full: bool = False
+    unflushed: bool = False  # committed asynchronously: the commit barrier comes next
 
 
 def _claimed(rows: list[Any]) -> _ClaimRows:
     """Claim rows: jobs, and the markers (rows with no id): the rate limit's next start, or a
     status: `feature_level` says that the queue needs a newer claim than this package's (it
     admitted nothing, and the worker is told once per queue), `full` that its max_active left no
-    room. Rows with an id and no task are the
+    room, `unflushed` that the claim committed asynchronously. Rows with an id and no task are the
     successes that did not end succeeded: (id, fence) -> status (None: stale)."""
     out = _ClaimRows([], None, {})
     for row in rows:
@@ -151,6 +152,8 @@ def _claimed(rows: list[Any]) -> _ClaimRows:
                 _warn_feature_level(row[2], row[6])
             elif row[15] == "full":
                 out.full = True
+            elif row[15] == "unflushed":
+                out.unflushed = True
             else:  # the rate limit's next allowed start
                 out.next_start = float(row[14])
         elif row[1] is None:  # a success that was not accepted as one

@@ -3524,10 +3524,6 @@ DECLARE
     v_key_limited boolean := false;
     v_key_default_period double precision;
 BEGIN
-    IF p_async_commit THEN
-        -- For this transaction only (a SET clause would end with the function).
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them
@@ -3569,7 +3565,20 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+        IF NOT p_async_commit THEN
+            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+        ELSIF NOT pg_try_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue)) THEN
+            -- Contended: claims queue for this lock, so its hold should not include our WAL
+            -- flush ("The commit after the lock"). For this transaction only (a SET clause
+            -- would end with the function); the marker tells the caller to send the barrier.
+            PERFORM set_config('synchronous_commit', 'off', true);
+            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
+                NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                NULL::timestamptz, NULL::integer, NULL::double precision, 'unflushed'::text,
+                NULL::timestamptz;
+        END IF;
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
     END IF;

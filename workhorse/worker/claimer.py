@@ -302,7 +302,7 @@ class Claimer:
                     try:
                         reply = await _ops.execute_async(conn, _ops.claim_as(
                             state.name, max(need, 0), self.lease, encoded(successes),
-                            self.known_tasks(), own_transaction=state.governed))
+                            self.known_tasks(), own_transaction=True))
                     except BaseException:
                         recorder.release_riding(successes)
                         raise
@@ -314,7 +314,7 @@ class Claimer:
                     reply = await _ops.execute_async(conn, _ops.claim_as(
                         state.name, need, self.lease, tasks=self.known_tasks(),
                         expect_full=state.governed and state.full,
-                        own_transaction=state.governed))
+                        own_transaction=True))
                 claimed, next_start = reply.jobs, reply.next_start
                 if reply.full:
                     state.full = True

@@ -10,10 +10,11 @@
 -- task); `p_expect_full`, whether the caller's last claim found the queue full (only then does
 -- a claim with no successes first look, unlocked, whether it still is: that look counts the
 -- active jobs once more, which a claim that will find room should not pay).
--- `p_async_commit`: this call's transaction commits without waiting for its WAL flush
--- (synchronous_commit off for the transaction only; see "The commit after the lock" below), and
--- the caller waits for the flush itself with a commit barrier (statements/commit_barrier.sql)
--- before it acts on the reply. Only for a caller whose call is its own transaction.
+-- `p_async_commit`: when this call had to wait for the queue's admission lock, its transaction
+-- commits without waiting for its WAL flush (synchronous_commit off for the transaction only;
+-- see "The commit after the lock" below) and says so with an 'unflushed' marker; the caller then
+-- waits for the flush itself with a commit barrier (statements/commit_barrier.sql) before it
+-- acts on the reply. Only for a caller whose call is its own transaction.
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -29,6 +30,8 @@
 --  * when the queue's max_active left no room, or this claim took the last places (the claim
 --    in units says nothing), a marker row with no id and `status` 'full': the worker then
 --    leaves the queue's wake-ups to its own next outcome while it runs jobs there.
+--  * when this claim commits asynchronously (`p_async_commit`, and the lock was contended), a
+--    marker row with no id and `status` 'unflushed': send the commit barrier before acting.
 -- A governed queue's claimers are woken when this call freed more places than it took.
 --
 -- Admission (docs/design.md, invariants 1 to 7):
@@ -79,11 +82,13 @@
 -- commit has ended, and a synchronous commit ends only when its WAL is on disk: with 8
 -- supervisors on a 256 budget the holder spent about half of the lock's time waiting for that
 -- flush (issue #40, docs/architecture.md "The flush under the lock"), while the next claim
--- needs only to see this one's rows, which an asynchronous commit makes visible as soon. So the
--- worker's claims commit asynchronously (`p_async_commit`) and the worker then sends a commit
--- barrier, a statement that commits synchronously after writing WAL: its flush covers this
--- commit (WAL is flushed in order). Only then does it start a claimed job or count a success
--- as recorded. A server crash before the flush loses this claim and every claim that saw it
+-- needs only to see this one's rows, which an asynchronous commit makes visible as soon. So a
+-- worker's claim that had to wait for the lock (others queue behind it then) commits
+-- asynchronously (`p_async_commit`), and the worker then sends a commit barrier, a statement
+-- that commits synchronously after writing WAL: its flush covers this commit (WAL is flushed in
+-- order). Only then does it start a claimed job or count a success as recorded. A claim that
+-- got the lock at once commits synchronously as before: there the barrier's round trip and a
+-- second flush (the WAL writer's, of the asynchronous commit) only cost. A server crash before the flush loses this claim and every claim that saw it
 -- (theirs come later in the WAL), and none of their jobs has started: invariants 1, 4 and 7
 -- hold across it as they do with synchronous commits.
 --
@@ -183,10 +188,6 @@ DECLARE
     v_key_limited boolean := false;
     v_key_default_period double precision;
 BEGIN
-    IF p_async_commit THEN
-        -- For this transaction only (a SET clause would end with the function).
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
     -- Unlocked peek, to choose the lock mode (never shared first and then exclusive: two
     -- claimers doing that would deadlock), then the lock, before the successes: their row locks
     -- must not be held while we wait for it, or a claimer holding it that reclaims one of them
@@ -228,7 +229,20 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+        IF NOT p_async_commit THEN
+            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+        ELSIF NOT pg_try_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue)) THEN
+            -- Contended: claims queue for this lock, so its hold should not include our WAL
+            -- flush ("The commit after the lock"). For this transaction only (a SET clause
+            -- would end with the function); the marker tells the caller to send the barrier.
+            PERFORM set_config('synchronous_commit', 'off', true);
+            PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
+            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
+                NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                NULL::timestamptz, NULL::integer, NULL::double precision, 'unflushed'::text,
+                NULL::timestamptz;
+        END IF;
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
     END IF;
