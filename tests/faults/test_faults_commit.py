@@ -1,18 +1,18 @@
-"""A governed claim that waited for the queue's admission lock commits asynchronously, so that
-the lock is not held through its WAL flush, and the worker starts no job of it before a commit
+"""A governed claim that queued for the admission lock commits asynchronously, so that the lock
+lock is not held through its WAL flush, and the worker starts no job of it before a commit
 barrier has flushed it (claim_v2's "The commit after the lock"; docs/architecture.md "The flush
 under the lock").
 
 The fault, three times a run: the WAL writer is stopped (SIGSTOP) for 2 s under a saturated
 governed fleet, so that WAL no commit has flushed stays in the server's memory, then killed
-(SIGKILL): the postmaster ends every backend, reinitializes, and recovers from the WAL on disk, so
-the claims not yet flushed are gone. Meanwhile two pests take turns holding the queue's admission
-lock 2 ms at a time, as more claimers would, writing nothing: every claim of the fleet waits for
-the lock, so every claim commits asynchronously, and only the barriers and the lease
-renewals flush. The checker: every execution was admitted by a claim the database still has,
-that is, no job ran more times than its recorded `attempts` (every claim adds one; this app
-never snoozes). The broken variant, the same worker without its barrier, runs jobs on claims
-the crash took back, and the checker sees them."""
+(SIGKILL): the postmaster ends every backend, reinitializes, and recovers from the WAL on disk,
+so the claims not yet flushed are gone. Meanwhile two pests take turns holding the queue's
+admission lock 3 ms at a time, as more claimers would, writing nothing: every claim of the fleet
+queues for the lock (more than 2 ms), so every claim commits asynchronously, and only the
+barriers and the lease renewals flush. The checker: every execution was admitted by a claim the
+database still has, that is, no job ran more times than its recorded `attempts` (every claim
+adds one; this app never snoozes). The broken variant, the same worker without its barrier, runs
+jobs on claims the crash took back, and the checker sees them."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ OPTIONS = tuple("12s" if o == "3s" else o for o in WORKER_OPTIONS)
 
 
 class LockPest(threading.Thread):
-    """Takes the queue's admission lock for 2 ms, again and again, in transactions that write
+    """Takes the queue's admission lock for 3 ms, again and again, in transactions that write
     nothing (so its commits flush nothing), reconnecting after a crash."""
 
     def __init__(self, url: str, queue: str) -> None:
@@ -63,7 +63,7 @@ class LockPest(threading.Thread):
                     while not self.stop.is_set():
                         with conn.transaction():
                             conn.execute(self.statement, (self.queue,))
-                            time.sleep(0.002)
+                            time.sleep(0.003)
                         self.holds += 1
             except psycopg.OperationalError:
                 time.sleep(0.1)

@@ -3457,6 +3457,11 @@ AS $function$
 #variable_conflict use_column
 DECLARE
     c_level CONSTANT integer := 2;  -- this function's feature level
+    -- A wait for the admission lock longer than this means a queue of claims, not one claim
+    -- ahead (a claim and its commit hold it about a millisecond on a 2-core machine): then this
+    -- claim commits asynchronously ("The commit after the lock").
+    c_queued_wait CONSTANT interval := interval '2 milliseconds';
+    v_waited_from timestamptz;
     v_sent integer := COALESCE(cardinality(p_ids), 0);
     v_peek boolean;
     v_freed integer := 0;
@@ -3568,16 +3573,20 @@ BEGIN
         IF NOT p_async_commit THEN
             PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
         ELSIF NOT pg_try_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue)) THEN
-            -- Contended: claims queue for this lock, so its hold should not include our WAL
-            -- flush ("The commit after the lock"). For this transaction only (a SET clause
-            -- would end with the function); the marker tells the caller to send the barrier.
-            PERFORM set_config('synchronous_commit', 'off', true);
+            v_waited_from := clock_timestamp();
             PERFORM pg_advisory_xact_lock(workhorse._admission_lock_id_v1(p_queue));
-            RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
-                NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
-                NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
-                NULL::timestamptz, NULL::integer, NULL::double precision, 'unflushed'::text,
-                NULL::timestamptz;
+            IF clock_timestamp() - v_waited_from > c_queued_wait THEN
+                -- Claims queue for this lock, so its hold should not include our WAL flush
+                -- ("The commit after the lock"). For this transaction only (a SET clause
+                -- would end with the function); the marker tells the caller to send the
+                -- barrier.
+                PERFORM set_config('synchronous_commit', 'off', true);
+                RETURN QUERY SELECT NULL::bigint, NULL::text, p_queue, NULL::text,
+                    NULL::smallint, NULL::jsonb, NULL::integer, NULL::integer, NULL::bigint,
+                    NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::jsonb,
+                    NULL::timestamptz, NULL::integer, NULL::double precision, 'unflushed'::text,
+                    NULL::timestamptz;
+            END IF;
         END IF;
     ELSE
         PERFORM pg_advisory_xact_lock_shared(workhorse._admission_lock_id_v1(p_queue));
