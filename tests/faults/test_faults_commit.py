@@ -1,5 +1,5 @@
 """A governed claim that queued for the admission lock commits asynchronously, so that the lock
-lock is not held through its WAL flush, and the worker starts no job of it before a commit
+is not held through its WAL flush, and the worker starts no job of it before a commit
 barrier has flushed it (claim_v2's "The commit after the lock"; docs/architecture.md "The flush
 under the lock").
 
