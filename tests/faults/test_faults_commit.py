@@ -1,6 +1,6 @@
 """A governed claim that queued for the admission lock commits asynchronously, so that the lock
 is not held through its WAL flush, and the worker starts no job of it before a commit
-barrier has flushed it (claim_v2's "The commit after the lock"; docs/architecture.md "The flush
+barrier has flushed it (sql/claim/'s "The commit after the lock"; docs/architecture.md "The flush
 under the lock").
 
 The fault, three times a run: the WAL writer is stopped (SIGSTOP) for 2 s under a saturated

@@ -72,8 +72,8 @@ def claim_as(
     without the queue's admission lock, whether the queue is still full, and returns if so.
 
     With `own_transaction` (the caller's connection is in autocommit, so the claim is a
-    transaction of its own), a claim that had to wait for the queue's admission lock commits
-    without waiting for its WAL flush, which would otherwise hold the lock (claim_v2's "The
+    transaction of its own), a claim that queued for the queue's admission lock commits
+    without waiting for its WAL flush, which would otherwise hold the lock (the claim's "The
     commit after the lock"), and a commit barrier follows it: either way what this returns is
     on disk, so a job it names may start and a success it accepted is recorded."""
     _check_claim(queue, limit)
