@@ -1,4 +1,4 @@
-"""The worker's claims that wait for the queue's admission lock commit asynchronously and are
+"""The worker's claims that queue for the queue's admission lock commit asynchronously and are
 followed by a commit barrier (sql/claim/'s "The commit after the lock"). The crash that shows the
 barrier is needed is in tests/faults/test_faults_commit.py; here, what each part does on its own:
 
