@@ -11,10 +11,11 @@
 -- a claim with no successes first look, unlocked, whether it still is: that look counts the
 -- active jobs once more, which a claim that will find room should not pay).
 -- `p_async_commit`: when this call waited for the queue's admission lock behind a queue of
--- claims (more than 2 ms), its transaction commits without waiting for its WAL flush (synchronous_commit off for the transaction only;
--- see "The commit after the lock" below) and says so with an 'unflushed' marker; the caller then
--- waits for the flush itself with a commit barrier (statements/commit_barrier.sql) before it
--- acts on the reply. Only for a caller whose call is its own transaction.
+-- claims (more than 2 ms), its transaction commits without waiting for its WAL flush
+-- (synchronous_commit off for the transaction only; see "The commit after the lock" below) and
+-- says so with an 'unflushed' marker; the caller then waits for the flush itself with a commit
+-- barrier (statements/commit_barrier.sql) before it acts on the reply. Only for a caller whose
+-- call is its own transaction.
 --
 -- Rows, in this order:
 --  * one for each success that did not end `succeeded`: its id and fence, and `status`
@@ -89,9 +90,10 @@
 -- flushed in order). Only then does it start a claimed job or count a success as recorded. A
 -- claim that got the lock at once, or after one claim ahead, commits synchronously as before:
 -- there the barrier's round trip and a second flush (the WAL writer's, of the asynchronous
--- commit) only cost, 1-6 points of a 64 budget's 20 ms jobs at one supervisor of two slots. A server crash before the flush loses this claim and every claim that saw it
--- (theirs come later in the WAL), and none of their jobs has started: invariants 1, 4 and 7
--- hold across it as they do with synchronous commits.
+-- commit) only cost, 1-6 points of a 64 budget's 20 ms jobs at one supervisor of two slots. A
+-- server crash before the flush loses this claim and every claim that saw it (theirs come later
+-- in the WAL), and none of their jobs has started: invariants 1, 4 and 7 hold across it as they
+-- do with synchronous commits.
 --
 -- This folder (sql/claim/) holds this claim and every function it calls, directly or not, and
 -- nothing it calls lives elsewhere (tests/unit/test_sql_lifecycle.py checks it): the admission
